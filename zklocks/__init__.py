@@ -1,0 +1,31 @@
+"""zklocks: distributed locks on Apache ZooKeeper for Django and Celery."""
+
+from .connections import close_all
+from .exceptions import (
+    LockLost,
+    LockNotAcquired,
+    LockTimeout,
+    LockUpgradeError,
+    ZkAuthError,
+    ZkConfigError,
+    ZkLocksError,
+    ZkUnavailable,
+)
+from .locks import lock_path, zk_lock
+
+__all__ = [
+    "zk_lock",
+    "zk_semaphore",
+    "zk_multi_lock",
+    "lock_path",
+    "close_all",
+    "ZkLocksError",
+    "LockNotAcquired",
+    "LockTimeout",
+    "LockLost",
+    "LockUpgradeError",
+    "ZkUnavailable",
+    "ZkAuthError",
+    "ZkConfigError",
+]
+__version__ = "0.1.0"

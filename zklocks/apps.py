@@ -1,0 +1,17 @@
+from django.apps import AppConfig
+from django.core import checks
+
+
+class ZkLocksConfig(AppConfig):
+    name = "zklocks"
+    verbose_name = "ZooKeeper locks"
+    default_auto_field = "django.db.models.AutoField"
+
+    def ready(self) -> None:
+        from django.core.signals import setting_changed
+
+        from . import checks as zk_checks
+        from .receivers import on_setting_changed
+
+        checks.register(zk_checks.check_settings, "zklocks")
+        setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")

@@ -1,0 +1,194 @@
+"""One cached accessor for ``settings.ZKLOCKS``.
+
+``validate()`` is pure: it turns the raw setting into per-alias :class:`AliasConfig` objects plus a list of
+problems, each with a stable check id. System checks report the problems; ``get_config()`` serves the
+valid aliases; ``alias_config()`` raises a clear ZkConfigError for an alias that is unknown or invalid.
+The cache is cleared on ``setting_changed`` (see ``apps.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from .exceptions import ZkConfigError
+
+DEFAULT_ALIAS = "default"
+KNOWN_KEYS = frozenset(
+    {"HOSTS", "NAMESPACE", "SESSION_TIMEOUT", "CONNECT_TIMEOUT", "POOL_SIZE", "AUTH", "ACL", "OPTIONS",
+     "READ_ACL", "REAP_INTERVAL"}
+)
+_HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(:\d{1,5})?$")
+_NAMESPACE = re.compile(r"^(/[A-Za-z0-9_.:\-]+)+$")
+
+
+@dataclass(frozen=True)
+class AliasConfig:
+    alias: str
+    hosts: str
+    namespace: str
+    session_timeout: float = 10.0
+    connect_timeout: float = 5.0
+    pool_size: int = 1
+    auth: tuple[tuple[str, str], ...] = ()
+    acl: Any = None
+    read_acl: str = "world"  # "world": anyone may read lock nodes; "auth": only the configured identity
+    options: dict = field(default_factory=dict)
+    reap_interval: float = 60.0
+
+    @property
+    def chroot_free_hosts(self) -> str:
+        return self.hosts
+
+
+@dataclass(frozen=True)
+class Problem:
+    id: str
+    alias: str | None
+    msg: str
+    hint: str
+
+
+def _problem(pid: str, alias: str | None, msg: str, hint: str) -> Problem:
+    where = f"ZKLOCKS[{alias!r}]" if alias is not None else "ZKLOCKS"
+    return Problem(pid, alias, f"{where}: {msg}", hint)
+
+
+def _hosts(value: Any) -> str | None:
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(h, str) for h in value):
+            return None
+        value = ",".join(h.strip() for h in value)
+    if not isinstance(value, str):
+        return None
+    parts = [p.strip() for p in value.split(",")]
+    if not parts or not all(parts) or not all(_HOST.match(p) for p in parts):
+        return None
+    return ",".join(parts)
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Problem]]:
+    problems: list[Problem] = []
+    if not isinstance(raw, dict):
+        return None, [_problem("zklocks.E002", alias, "must be a dict of options.",
+                               'Use e.g. {"HOSTS": "127.0.0.1:2181"}.')]
+    unknown = sorted(set(raw) - KNOWN_KEYS)
+    if unknown:
+        problems.append(_problem("zklocks.W001", alias, f"unknown option(s) {', '.join(unknown)}.",
+                                 f"Known options: {', '.join(sorted(KNOWN_KEYS))}."))
+    hosts = _hosts(raw.get("HOSTS"))
+    if "HOSTS" not in raw or hosts is None:
+        problems.append(_problem("zklocks.E003", alias, "HOSTS is missing or invalid.",
+                                 'Give "host:port[,host:port...]" or a list of "host:port" strings.'))
+    namespace = raw.get("NAMESPACE", "/zklocks")
+    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace) or any(
+        step in (".", "..", "zookeeper") for step in namespace.split("/")[1:2]
+    ) or any(step in (".", "..") for step in namespace.split("/")):
+        problems.append(_problem("zklocks.E004", alias, f"NAMESPACE {namespace!r} is not a valid ZooKeeper path.",
+                                 'Use an absolute path such as "/zklocks" (letters, digits, "-_.:", no trailing "/").'))
+    timeouts = {}
+    for key, pid, default in (("SESSION_TIMEOUT", "zklocks.E005", 10.0), ("CONNECT_TIMEOUT", "zklocks.E006", 5.0)):
+        value = raw.get(key, default)
+        if not _positive_number(value):
+            problems.append(_problem(pid, alias, f"{key} must be a positive number of seconds, not {value!r}.",
+                                     f"For example {default}."))
+        timeouts[key] = value
+    pool_size = raw.get("POOL_SIZE", 1)
+    if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
+        problems.append(_problem("zklocks.E007", alias, f"POOL_SIZE must be an integer >= 1, not {pool_size!r}.",
+                                 "Most processes need 1; raise it for many threads holding locks at once."))
+    auth = raw.get("AUTH", ())
+    if not isinstance(auth, (list, tuple)) or not all(
+        isinstance(a, (list, tuple)) and len(a) == 2 and all(isinstance(x, str) for x in a) for a in auth
+    ):
+        problems.append(_problem("zklocks.E008", alias, "AUTH must be a list of (scheme, credential) pairs.",
+                                 'For example [("digest", "user:secret")].'))
+        auth = ()
+    options = raw.get("OPTIONS", {})
+    if not isinstance(options, dict):
+        problems.append(_problem("zklocks.E009", alias, "OPTIONS must be a dict of KazooClient keyword arguments.",
+                                 'For example {"use_ssl": True, "ca": "/etc/zk/ca.pem"}.'))
+        options = {}
+    read_acl = raw.get("READ_ACL", "world")
+    if read_acl not in ("world", "auth"):
+        problems.append(_problem("zklocks.E010", alias, f"READ_ACL must be 'world' or 'auth', not {read_acl!r}.",
+                                 "'world' lets anyone read lock nodes (the admin of another project, monitoring)."))
+    reap = raw.get("REAP_INTERVAL", 60.0)
+    if not (_positive_number(reap) or reap == 0):
+        problems.append(_problem("zklocks.E011", alias, f"REAP_INTERVAL must be >= 0 seconds, not {reap!r}.",
+                                 "0 turns the background sweep of empty lock nodes off."))
+    if any(p.id.startswith("zklocks.E") for p in problems):
+        return None, problems
+    return AliasConfig(
+        alias=alias,
+        hosts=hosts or "",
+        namespace=namespace,
+        session_timeout=float(timeouts["SESSION_TIMEOUT"]),
+        connect_timeout=float(timeouts["CONNECT_TIMEOUT"]),
+        pool_size=pool_size,
+        auth=tuple((str(s), str(c)) for s, c in auth),
+        acl=raw.get("ACL"),
+        read_acl=read_acl,
+        options=dict(options),
+        reap_interval=float(reap),
+    ), problems
+
+
+def validate(raw: Any) -> tuple[dict[str, AliasConfig], list[Problem]]:
+    """Validate a whole ZKLOCKS value. Pure: no I/O, no Django state."""
+    if raw is None:
+        return {}, [Problem("zklocks.E001", None, "settings.ZKLOCKS is not set.",
+                            'Add ZKLOCKS = {"default": {"HOSTS": "127.0.0.1:2181"}} to your settings.')]
+    if not isinstance(raw, dict):
+        return {}, [Problem("zklocks.E001", None, "settings.ZKLOCKS must be a dict of aliases.",
+                            'Add ZKLOCKS = {"default": {"HOSTS": "127.0.0.1:2181"}} to your settings.')]
+    configs: dict[str, AliasConfig] = {}
+    problems: list[Problem] = []
+    if DEFAULT_ALIAS not in raw:
+        problems.append(Problem("zklocks.E001", None, "settings.ZKLOCKS has no 'default' alias.",
+                                "Name one of your connections 'default'."))
+    for alias, value in raw.items():
+        if not isinstance(alias, str) or not alias:
+            problems.append(Problem("zklocks.E002", None, f"alias {alias!r} must be a non-empty string.",
+                                    "Aliases are names like 'default' or 'reports'."))
+            continue
+        cfg, found = _validate_alias(alias, value)
+        problems.extend(found)
+        if cfg is not None:
+            configs[alias] = cfg
+    return configs, problems
+
+
+@functools.cache
+def get_config() -> tuple[dict[str, AliasConfig], tuple[Problem, ...]]:
+    configs, problems = validate(getattr(settings, "ZKLOCKS", None))
+    return configs, tuple(problems)
+
+
+def alias_config(alias: str = DEFAULT_ALIAS) -> AliasConfig:
+    configs, problems = get_config()
+    try:
+        return configs[alias]
+    except KeyError:
+        pass
+    mine = [p.msg for p in problems if p.alias == alias and p.id.startswith("zklocks.E")]
+    if mine:
+        raise ZkConfigError("; ".join(mine))
+    known = ", ".join(repr(a) for a in sorted(configs)) or "none"
+    raise ZkConfigError(f"unknown zklocks alias {alias!r} (configured: {known})")
+
+
+def aliases() -> list[str]:
+    return sorted(get_config()[0])
+
+
+def reset() -> None:
+    get_config.cache_clear()

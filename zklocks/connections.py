@@ -1,0 +1,398 @@
+"""Per-alias pools of kazoo sessions: lazy, thread-safe, fork-safe.
+
+A :class:`Session` wraps one KazooClient and knows how long its lease on the server is certain: the server
+can expire it no earlier than (send time of the last request that got an answer) + (negotiated session
+timeout). Past that moment every hold on the session is lost, the session is closed (a frozen server that
+resumes must not keep our nodes alive) and the pool opens a fresh one for the next acquire.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+from kazoo.security import ACL, Id, Permissions, make_digest_acl
+
+from . import conf, dispatch
+from .exceptions import ZkUnavailable
+
+if TYPE_CHECKING:
+    from .locks import Hold
+
+log = logging.getLogger("zklocks")
+
+_PING_XID = -2
+
+
+def loss_margin(timeout: float) -> float:
+    """Slack kept between our bound and the server's earliest expiry (thread scheduling, clock reads)."""
+    return min(0.05 * timeout + 0.02, 0.5)
+
+
+def build_acl(cfg: conf.AliasConfig) -> list | None:
+    """The ACL for every node zklocks creates: CREATE/DELETE/WRITE/ADMIN only for the configured identity."""
+    if cfg.acl is not None:
+        return list(cfg.acl)
+    digests = [cred for scheme, cred in cfg.auth if scheme == "digest" and ":" in cred]
+    if not digests:
+        return None  # no identity configured: ZooKeeper's open ACL
+    acl = [make_digest_acl(*cred.split(":", 1), all=True) for cred in digests]
+    if cfg.read_acl == "world":
+        acl.append(ACL(Permissions.READ, Id("world", "anyone")))
+    return acl
+
+
+class Session:
+    """One ZooKeeper session of a pool."""
+
+    def __init__(self, cfg: conf.AliasConfig) -> None:
+        self.cfg = cfg
+        self.alias = cfg.alias
+        self.pid = os.getpid()
+        self.acl = build_acl(cfg)
+        self.timeout = cfg.session_timeout  # replaced by the negotiated value on connect
+        self.last_ok = time.monotonic()  # send time of the newest request that got an answer
+        self.dead = False
+        self.dead_reason: str | None = None
+        self.known_parents: set[str] = set()
+        self._lock = threading.Lock()
+        self._holds: set[Hold] = set()
+        self._waiters: set[threading.Event] = set()
+        self._connected = threading.Event()
+        self._loss_check_armed = False
+        options = dict(cfg.options)
+        retry = options.pop("connection_retry", None) or {
+            "max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": max(0.1, min(1.0, cfg.session_timeout / 4)),
+        }
+        self.client = KazooClient(
+            hosts=cfg.hosts,
+            timeout=cfg.session_timeout,
+            auth_data=list(cfg.auth) or None,
+            default_acl=self.acl,
+            connection_retry=retry,
+            **options,
+        )
+        self._instrument(self.client._connection)
+        self.client.add_listener(self._on_state)
+
+    # -- lease bookkeeping (runs on kazoo's connection thread: record only, never block) --
+
+    def _instrument(self, conn) -> None:
+        """Record send times of requests, and which of them were answered, from kazoo's I/O loop."""
+        sent: dict[int | None, float] = {}
+        orig_submit, orig_read_header, orig_connect = conn._submit, conn._read_header, conn._connect
+
+        def _submit(request, timeout, xid=None):
+            sent[xid] = time.monotonic()
+            return orig_submit(request, timeout, xid)
+
+        def _read_header(timeout):
+            header, buf, offset = orig_read_header(timeout)
+            t = sent.pop(header.xid, None)
+            if t is not None and t > self.last_ok:
+                self.last_ok = t
+            return header, buf, offset
+
+        def _connect(*args, **kwargs):
+            started = time.monotonic()
+            sent.clear()
+            read_timeout, connect_timeout = orig_connect(*args, **kwargs)
+            # kazoo reads with 2/3 of the negotiated timeout; the server may have changed what we asked for.
+            self.timeout = read_timeout * 1.5 / 1000.0
+            if self.lease_expired():
+                self._declare_lost_soon("suspended")
+            else:
+                self.last_ok = started
+            return read_timeout, connect_timeout
+
+        conn._submit, conn._read_header, conn._connect = _submit, _read_header, _connect
+
+    def lease_deadline(self) -> float:
+        return self.last_ok + self.timeout - loss_margin(self.timeout)
+
+    def lease_expired(self) -> bool:
+        return time.monotonic() >= self.lease_deadline()
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+        if state == KazooState.LOST:
+            self._declare_lost_soon("expired")
+        elif state == KazooState.SUSPENDED:
+            self._arm_loss_check()
+        self._wake_waiters()
+
+    def _arm_loss_check(self) -> None:
+        with self._lock:
+            if self._loss_check_armed or self.dead:
+                return
+            self._loss_check_armed = True
+        dispatch.get().call_at(self.lease_deadline(), self._loss_check)
+
+    def _loss_check(self) -> None:
+        with self._lock:
+            self._loss_check_armed = False
+        if self.dead:
+            return
+        if self.lease_expired():
+            self.declare_lost("suspended")
+        elif not self._connected.is_set():
+            self._arm_loss_check()  # a late answer moved the bound; check again then
+
+    def _mark_dead(self, reason: str) -> bool:
+        """Mark the session unusable; True for the caller that did it first."""
+        with self._lock:
+            if self.dead:
+                return False
+            self.dead = True
+            self.dead_reason = reason
+            return True
+
+    def _declare_lost_soon(self, reason: str) -> None:
+        if self._mark_dead(reason):
+            dispatch.get().call_soon(lambda: self._finish_loss(reason))
+
+    # -- public --
+
+    def is_alive(self) -> bool:
+        """True while the server cannot have expired this session."""
+        if self.dead:
+            return False
+        if self.lease_expired():
+            self._declare_lost_soon("suspended")
+            return False
+        return True
+
+    def declare_lost(self, reason: str) -> None:
+        if self._mark_dead(reason):
+            self._finish_loss(reason)
+
+    def _finish_loss(self, reason: str) -> None:
+        with self._lock:
+            holds, self._holds = list(self._holds), set()
+        if holds:
+            log.warning("zklocks: session of alias %r lost (%s); %d lock(s) lost", self.alias, reason, len(holds))
+        for hold in holds:
+            hold.mark_lost(reason)
+        self._wake_waiters()
+        self.close(wait=False)
+
+    def add_hold(self, hold: Hold) -> bool:
+        with self._lock:
+            if self.dead:
+                return False
+            self._holds.add(hold)
+            return True
+
+    def remove_hold(self, hold: Hold) -> None:
+        with self._lock:
+            self._holds.discard(hold)
+
+    def holds(self) -> list[Hold]:
+        with self._lock:
+            return list(self._holds)
+
+    @contextmanager
+    def waking(self, event: threading.Event) -> Iterator[threading.Event]:
+        """Set ``event`` on any change of the connection state while inside the block."""
+        with self._lock:
+            self._waiters.add(event)
+        try:
+            yield event
+        finally:
+            with self._lock:
+                self._waiters.discard(event)
+
+    def _wake_waiters(self) -> None:
+        with self._lock:
+            waiters = list(self._waiters)
+        for event in waiters:
+            event.set()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set() and not self.dead
+
+    def wait_connected(self, deadline: float | None) -> None:
+        """Wait for the connection to come back, at most CONNECT_TIMEOUT (and ``deadline``)."""
+        if self.connected:
+            return
+        limit = time.monotonic() + self.cfg.connect_timeout
+        if deadline is not None:
+            limit = min(limit, deadline)
+        while not self.connected:
+            if self.dead:
+                return
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                raise ZkUnavailable(
+                    f"zklocks alias {self.alias!r}: lost the connection to ZooKeeper ({self.cfg.hosts}) and "
+                    f"could not reconnect within {self.cfg.connect_timeout:g}s"
+                )
+            self._connected.wait(min(remaining, 0.05))
+
+    def start(self) -> None:
+        try:
+            self.client.start(timeout=self.cfg.connect_timeout)
+        except Exception as exc:
+            self.dead = True
+            self.dead_reason = "unreachable"
+            self.close(wait=False)
+            if isinstance(exc, KazooTimeoutError):
+                detail = f"no session within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
+            else:
+                detail = f"{type(exc).__name__}: {exc}"
+            raise ZkUnavailable(f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable "
+                                f"({detail})") from exc
+        self._connected.set()
+        self.last_ok = max(self.last_ok, time.monotonic() - 0.001)
+
+    def close(self, wait: bool = True) -> None:
+        """End the session on the server (its ephemeral nodes go at once) and stop kazoo's threads."""
+        if self.pid != os.getpid():
+            self.dead = True
+            return  # a forked child never touches its parent's sessions
+        if self._mark_dead("closed"):
+            with self._lock:
+                holds, self._holds = list(self._holds), set()
+            for hold in holds:
+                hold.mark_lost("closed")
+
+        def _stop() -> None:
+            try:
+                self.client.stop()
+                self.client.close()
+            except Exception:  # already stopped, or kazoo gave up waiting for its writer
+                log.debug("zklocks: closing a session of %r failed", self.alias, exc_info=True)
+
+        if wait:
+            _stop()
+        else:
+            threading.Thread(target=_stop, name="zklocks-close", daemon=True).start()
+
+
+class Pool:
+    """POOL_SIZE sessions of one alias; each thread is pinned to one slot."""
+
+    def __init__(self, cfg: conf.AliasConfig) -> None:
+        self.cfg = cfg
+        self._slots: list[Session | None] = [None] * cfg.pool_size
+        self._slot_locks = [threading.Lock() for _ in range(cfg.pool_size)]
+        self._assign_lock = threading.Lock()
+        self._next = 0
+        self._local = threading.local()
+        self.closed = False
+
+    def _slot(self) -> int:
+        idx = getattr(self._local, "slot", None)
+        if idx is None:
+            with self._assign_lock:
+                idx = self._next % len(self._slots)
+                self._next += 1
+            self._local.slot = idx
+        return idx
+
+    def session(self) -> Session:
+        """The calling thread's session, started (or replaced) if needed; ZkUnavailable if unreachable."""
+        idx = self._slot()
+        session = self._slots[idx]
+        if session is not None and not session.dead:
+            return session
+        with self._slot_locks[idx]:
+            session = self._slots[idx]
+            if session is None or session.dead:
+                if self.closed:
+                    raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
+                session = Session(self.cfg)
+                session.start()
+                self._slots[idx] = session
+                from . import reaper
+
+                reaper.schedule(self)
+        return session
+
+    def sessions(self) -> list[Session]:
+        return [s for s in self._slots if s is not None]
+
+    def close(self, wait: bool = True) -> None:
+        self.closed = True
+        for session in self.sessions():
+            session.close(wait=wait)
+
+    def drop(self) -> None:
+        """Forget the sessions without closing them (after fork: they belong to the parent)."""
+        self.closed = True
+        self._slots = [None] * len(self._slots)
+
+
+class ConnectionHandler:
+    """Pools by alias, built lazily from settings.ZKLOCKS (like django.db.connections)."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, Pool] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, alias: str) -> Pool:
+        pool = self._pools.get(alias)
+        if pool is not None:
+            return pool
+        cfg = conf.alias_config(alias)
+        with self._lock:
+            pool = self._pools.get(alias)
+            if pool is None:
+                pool = self._pools[alias] = Pool(cfg)
+        return pool
+
+    def pools(self) -> list[Pool]:
+        return list(self._pools.values())
+
+    def close_all(self, wait: bool = True) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close(wait=wait)
+
+    def drop_all(self) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.drop()
+
+
+connections = ConnectionHandler()
+_owner_pid = os.getpid()
+
+
+def close_all(wait: bool = True) -> None:
+    """Close every session of this process (their ephemeral nodes are removed by the server at once)."""
+    if os.getpid() == _owner_pid:
+        connections.close_all(wait=wait)
+
+
+def _after_fork_in_child() -> None:
+    global _owner_pid
+    _owner_pid = os.getpid()
+    connections.drop_all()
+    dispatch.reset_after_fork()
+    from . import locks
+
+    locks.reset_after_fork()
+
+
+def _at_exit() -> None:
+    if os.getpid() == _owner_pid:
+        connections.close_all(wait=True)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)

@@ -1,0 +1,74 @@
+"""The zklocks worker thread: signals, lost-lock deadlines and background clean-up run here.
+
+kazoo calls state listeners and watch callbacks on its own threads, which must never block. They only
+record a fact and hand a callable to this thread. Receivers of our signals therefore run on a zklocks
+thread and may block or call zklocks freely.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from typing import Callable
+
+log = logging.getLogger("zklocks")
+
+
+class Dispatcher:
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, Callable[[], object]]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def call_soon(self, fn: Callable[[], object]) -> None:
+        self.call_at(0.0, fn)
+
+    def call_later(self, delay: float, fn: Callable[[], object]) -> None:
+        self.call_at(time.monotonic() + delay, fn)
+
+    def call_at(self, when: float, fn: Callable[[], object]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (when, next(self._seq), fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="zklocks-dispatch", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    if self._heap and self._heap[0][0] <= now:
+                        _, _, fn = heapq.heappop(self._heap)
+                        break
+                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
+            try:
+                fn()
+            except Exception:  # a failing receiver must not stop the thread
+                log.exception("zklocks background call %r failed", fn)
+
+    def drain(self, timeout: float = 5.0) -> bool:
+        """Wait until everything already due has run (tests, interpreter exit)."""
+        done = threading.Event()
+        self.call_soon(done.set)
+        return done.wait(timeout)
+
+
+dispatcher = Dispatcher()
+
+
+def reset_after_fork() -> None:
+    """In a forked child the thread is gone; start afresh and never run the parent's pending work."""
+    global dispatcher
+    dispatcher = Dispatcher()
+
+
+def get() -> Dispatcher:
+    return dispatcher

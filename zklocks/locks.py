@@ -1,0 +1,459 @@
+"""Lock handles: context manager, decorator and explicit acquire/release; reentrancy, tokens, loss.
+
+A handle may be shared by threads: each owner (a thread, or an asyncio task for ``async with``) has its own
+hold. Holds of one process are registered by (owner, alias, name) so that a nested acquire by the same owner
+re-enters instead of queueing behind itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import string
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, TypeVar
+
+from . import holder, signals
+from .checks import declared_aliases
+from .connections import Session, connections
+from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout, LockUpgradeError
+from .names import join_path, validate_name
+from .recipes import queue
+from .recipes.queue import EXCLUSIVE, SHARED, Deadline
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The owner of a hold: the thread by default; ``async with`` binds the asyncio task instead.
+_owner_var: contextvars.ContextVar[object | None] = contextvars.ContextVar("zklocks_owner", default=None)
+
+
+def current_owner() -> object:
+    owner = _owner_var.get()
+    return threading.get_ident() if owner is None else owner
+
+
+class Hold:
+    """One node this process holds (or a semaphore lease), shared by nested acquires of one owner."""
+
+    __slots__ = ("alias", "name", "kind", "contender", "session", "count", "lost", "lost_reason", "acquired_at",
+                 "key", "task_id", "__weakref__")
+
+    def __init__(self, alias: str, name: str, kind: str, contender: queue.Contender, key: tuple | None) -> None:
+        self.alias = alias
+        self.name = name
+        self.kind = kind
+        self.contender = contender
+        self.session: Session = contender.session
+        self.count = 1
+        self.lost = False
+        self.lost_reason: str | None = None
+        self.acquired_at = time.monotonic()
+        self.key = key
+        task = holder.current_task.get()
+        self.task_id = task[0] if task else None
+
+    @property
+    def token(self) -> int:
+        return self.contender.token  # type: ignore[return-value]
+
+    @property
+    def is_held(self) -> bool:
+        return not self.lost and self.session.is_alive()
+
+    def mark_lost(self, reason: str) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        self.lost_reason = reason
+        signals.send_async(signals.lock_lost, sender=Hold, name=self.name, alias=self.alias, kind=self.kind,
+                           token=self.token, reason=reason, task_id=self.task_id)
+
+    def check_node(self) -> None:
+        """One read: is our node still there? (A force-release or a lost session removes it.)"""
+        if not self.is_held:
+            return
+        try:
+            stat = queue.call(self.session, lambda: self.session.client.exists_async(self.contender.node),
+                              Deadline(self.session.cfg.connect_timeout))
+        except queue.SessionGone:
+            self.mark_lost(self.session.dead_reason or "expired")
+            return
+        except Exception:
+            return  # cannot tell now; the lease bound still applies
+        if stat is None:
+            self.mark_lost("deleted")
+
+
+_registry: dict[tuple, Hold] = {}
+_registry_lock = threading.Lock()
+
+
+def reset_after_fork() -> None:
+    """A forked child holds nothing: the forking thread's id survives, so stale entries would 're-enter'."""
+    global _registry_lock
+    _registry.clear()
+    _registry_lock = threading.Lock()
+
+
+def _formatter_fields(template: str) -> list[str]:
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError:
+        return []
+
+
+def render_name(template: str, func: Callable, args: tuple, kwargs: dict, what: str) -> str:
+    """Fill a name template from the bound arguments of a call; InvalidLockName with the reason if it fails."""
+    try:
+        bound = inspect.signature(func).bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{what}: {exc}") from None
+    bound.apply_defaults()
+    try:
+        name = template.format(**bound.arguments)
+    except (KeyError, IndexError, AttributeError) as exc:
+        raise InvalidLockName(f"{what}: lock name template {template!r} refers to {exc} which is not an "
+                              f"argument of {func.__qualname__}{inspect.signature(func)}") from None
+    except (ValueError, TypeError) as exc:
+        raise InvalidLockName(f"{what}: cannot fill lock name template {template!r}: {exc}") from None
+    return validate_name(name)
+
+
+_async_executor: ThreadPoolExecutor | None = None
+_async_lock = threading.Lock()
+
+
+def _executor() -> ThreadPoolExecutor:
+    """Threads for async acquires: waiting for a lock must never block the event loop."""
+    global _async_executor
+    with _async_lock:
+        if _async_executor is None:
+            _async_executor = ThreadPoolExecutor(max_workers=256, thread_name_prefix="zklocks-async")
+        return _async_executor
+
+
+class _BaseHandle:
+    """Shared machinery: per-owner holds, properties, context-manager, decorator and async protocols."""
+
+    kind = "exclusive"
+
+    def __init__(self, name: str, *, timeout: float | None, blocking: bool, using: str,
+                 release_on_commit: bool | str = False) -> None:
+        self.name = validate_name(name)
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+            raise ValueError(f"timeout must be None or a number >= 0, not {timeout!r}")
+        self.timeout = timeout
+        self.blocking = blocking
+        self.using = using
+        self.release_on_commit = release_on_commit
+        self._mine: dict[object, list] = {}  # owner -> [hold, depth]
+        self._mine_lock = threading.Lock()
+
+    # -- to be provided by subclasses --
+
+    def _acquire_hold(self, blocking: bool, deadline: Deadline) -> Hold | None:
+        raise NotImplementedError
+
+    def _release_hold(self, hold: Hold, wait: bool) -> None:
+        raise NotImplementedError
+
+    def _clone(self, name: str) -> _BaseHandle:
+        raise NotImplementedError
+
+    # -- acquire / release --
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire; False if held elsewhere (``blocking=False``) or not acquired within ``timeout``."""
+        try:
+            self._acquire(blocking, timeout)
+        except LockNotAcquired:
+            return False
+        return True
+
+    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None) -> None:
+        blocking = self.blocking if blocking is None else blocking
+        timeout = self.timeout if timeout is None else timeout
+        deadline = Deadline(timeout if blocking else None, cancel)
+        started = time.monotonic()
+        hold = self._acquire_hold(blocking, deadline)
+        if hold is None:  # unreachable: subclasses raise instead
+            raise LockNotAcquired(name=self.name)
+        owner = current_owner()
+        with self._mine_lock:
+            entry = self._mine.get(owner)
+            if entry is None:
+                self._mine[owner] = [hold, 1]
+            else:
+                entry[1] += 1
+        if hold.count == 1:
+            signals.send_async(signals.lock_acquired, sender=type(self), name=self.name, alias=self.using,
+                               kind=hold.kind, token=hold.token, wait_time=time.monotonic() - started)
+
+    def release(self, wait: bool = True) -> None:
+        """Release (the outermost release frees the lock). Idempotent; never raises for a lost lock."""
+        owner = current_owner()
+        with self._mine_lock:
+            entry = self._mine.get(owner)
+            if entry is None and len(self._mine) == 1:
+                owner, entry = next(iter(self._mine.items()))  # released from another thread of the same owner
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] == 0:
+                del self._mine[owner]
+            hold = entry[0]
+        self._drop(hold, wait)
+
+    def _drop(self, hold: Hold, wait: bool = True) -> None:
+        if hold.key is not None:
+            with _registry_lock:
+                hold.count -= 1
+                last = hold.count == 0
+                if last and _registry.get(hold.key) is hold:
+                    del _registry[hold.key]
+        else:
+            hold.count -= 1
+            last = hold.count == 0
+        if not last:
+            return
+        hold.session.remove_hold(hold)
+        if not hold.lost:
+            self._release_hold(hold, wait)
+        signals.send_async(signals.lock_released, sender=type(self), name=self.name, alias=self.using,
+                           kind=hold.kind, token=hold.token, held_time=time.monotonic() - hold.acquired_at)
+
+    # -- what the holder sees --
+
+    def _hold(self) -> Hold | None:
+        owner = current_owner()
+        with self._mine_lock:
+            entry = self._mine.get(owner)
+            if entry is None and len(self._mine) == 1:
+                entry = next(iter(self._mine.values()))
+        return None if entry is None else entry[0]
+
+    @property
+    def token(self) -> int | None:
+        """Fencing token: the czxid of our node, strictly increasing over successive holders of the name."""
+        hold = self._hold()
+        return None if hold is None else hold.token
+
+    @property
+    def is_held(self) -> bool:
+        """False from the moment the server could have expired our session, or once the lock is known lost."""
+        hold = self._hold()
+        return hold is not None and hold.is_held
+
+    def ensure_held(self) -> None:
+        """Raise LockLost unless we still hold the lock; costs one read to catch a force-release."""
+        hold = self._hold()
+        if hold is None:
+            raise LockLost(f"lock {self.name!r} is not held", name=self.name, reason="not held")
+        hold.check_node()
+        if not hold.is_held:
+            raise LockLost(name=self.name, reason=hold.lost_reason or "suspended")
+
+    # -- context manager --
+
+    def __enter__(self):
+        self._acquire(None, None)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.release_on_commit:
+            self._release_after_commit()
+        else:
+            self.release()
+
+    def _release_after_commit(self) -> None:
+        from django.db import DEFAULT_DB_ALIAS, transaction
+
+        db = self.release_on_commit if isinstance(self.release_on_commit, str) else DEFAULT_DB_ALIAS
+        connection = transaction.get_connection(db)
+        if not connection.in_atomic_block:
+            self.release()
+            return
+        owner = current_owner()
+        releaser = _OwnerRelease(self, owner)
+        # Django drops on_commit callbacks on rollback without calling them; when it drops ours, the
+        # finalizer releases at once. On commit, the callback runs first and the finalizer does nothing.
+        weakref.finalize(releaser, releaser.fire)
+        transaction.on_commit(releaser, using=db)
+
+    # -- async --
+
+    async def __aenter__(self):
+        await self._acquire_async(None, None)
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await _run_off_loop(self.__exit__, exc_type, exc, tb)
+
+    async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
+        task = asyncio.current_task()
+        token = _owner_var.set(("task", id(task)) if task is not None else None)
+        try:
+            cancel = threading.Event()
+            future = asyncio.get_running_loop().run_in_executor(
+                _executor(), contextvars.copy_context().run, self._acquire, blocking, timeout, cancel)
+            try:
+                await asyncio.shield(future)
+            except asyncio.CancelledError:
+                # Stop waiting at once; if the acquire still completes, give the lock back.
+                cancel.set()
+                future.add_done_callback(lambda f: f.exception() is None and _executor().submit(
+                    contextvars.copy_context().run, self.release))
+                raise
+        finally:
+            _owner_var.reset(token)
+
+    async def acquire_async(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        try:
+            await self._acquire_async(blocking, timeout)
+        except LockNotAcquired:
+            return False
+        return True
+
+    async def release_async(self) -> None:
+        await _run_off_loop(self.release)
+
+    # -- decorator --
+
+    def __call__(self, func: F) -> F:
+        template = self.name
+        templated = bool(_formatter_fields(template))
+        where = f"{func.__module__}.{func.__qualname__}"
+        declared_aliases.append((self.using, where))
+
+        def handle_for(args: tuple, kwargs: dict) -> _BaseHandle:
+            if not templated:
+                return self._clone(template)
+            return self._clone(render_name(template, func, args, kwargs, where))
+
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def async_wrapper(*args, **kwargs):
+                async with handle_for(args, kwargs):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with handle_for(args, kwargs):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} using={self.using!r} held={self.is_held}>"
+
+
+class _OwnerRelease:
+    """A release bound to the owner that took the lock (for transaction.on_commit)."""
+
+    def __init__(self, handle: _BaseHandle, owner: object) -> None:
+        self.handle = handle
+        self.owner = owner
+        self.done = False
+
+    def __call__(self) -> None:
+        self.fire()
+
+    def fire(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        token = _owner_var.set(self.owner)
+        try:
+            self.handle.release()
+        finally:
+            _owner_var.reset(token)
+
+
+async def _run_off_loop(fn: Callable, *args: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_executor(), contextvars.copy_context().run, fn, *args)
+
+
+class ZkLock(_BaseHandle):
+    """An exclusive or shared (read) lock on one name."""
+
+    def __init__(self, name: str, *, shared: bool = False, timeout: float | None = None, blocking: bool = True,
+                 using: str = "default", release_on_commit: bool | str = False, reentrant: bool = True) -> None:
+        super().__init__(name, timeout=timeout, blocking=blocking, using=using,
+                         release_on_commit=release_on_commit)
+        self.shared = shared
+        self.kind = "shared" if shared else "exclusive"
+        self.reentrant = reentrant
+
+    def _clone(self, name: str) -> ZkLock:
+        return ZkLock(name, shared=self.shared, timeout=self.timeout, blocking=self.blocking, using=self.using,
+                      release_on_commit=self.release_on_commit, reentrant=self.reentrant)
+
+    @property
+    def path(self) -> str:
+        return join_path(connections[self.using].cfg.namespace, self.name)
+
+    def _acquire_hold(self, blocking: bool, deadline: Deadline) -> Hold:
+        key = (current_owner(), self.using, self.name) if self.reentrant else None
+        if key is not None:
+            with _registry_lock:
+                existing = _registry.get(key)
+                if existing is not None:
+                    if existing.lost or not existing.is_held:
+                        raise LockLost(f"lock {self.name!r} is already held by this thread and was lost",
+                                       name=self.name, reason=existing.lost_reason or "suspended")
+                    if existing.kind == "shared" and not self.shared:
+                        raise LockUpgradeError(
+                            f"this thread holds the shared lock {self.name!r} and asked for the exclusive one; "
+                            "an upgrade would deadlock. Release the shared lock first.")
+                    existing.count += 1
+                    return existing
+        pool = connections[self.using]
+        parent = join_path(pool.cfg.namespace, self.name)
+        marker = SHARED if self.shared else EXCLUSIVE
+        data = holder.payload()
+        while True:
+            contender = queue.acquire(pool.session, parent, marker, data, blocking=blocking, deadline=deadline,
+                                      name=self.name)
+            hold = Hold(self.using, self.name, self.kind, contender, key)
+            if contender.session.add_hold(hold):
+                break
+            if deadline.expired():  # the session ended between the grant and now
+                raise LockTimeout(f"lock {self.name!r}: session lost while acquiring", name=self.name)
+        if contender.waited:
+            # Off the uncontended path: record when a waiter got the lock, without waiting for the answer.
+            contender.session.client.set_async(contender.node, holder.payload(
+                acquired_at=round(time.time(), 3), queued_at=round(contender.queued_at, 3)))
+        if key is not None:
+            with _registry_lock:
+                _registry[key] = hold
+        return hold
+
+    def _release_hold(self, hold: Hold, wait: bool) -> None:
+        hold.contender.delete(Deadline(hold.session.cfg.connect_timeout) if wait else Deadline(0))
+
+
+def zk_lock(name: str, *, shared: bool = False, timeout: float | None = None, blocking: bool = True,
+            using: str = "default", release_on_commit: bool | str = False) -> ZkLock:
+    """A distributed lock on ``name``: context manager (``with``/``async with``), decorator, or handle.
+
+    shared=True takes the read lock. blocking=False makes one attempt. timeout=None waits for ever.
+    As a decorator, ``name`` may be a template filled from the call's bound arguments.
+    release_on_commit=True (or a database alias) defers the release to transaction.on_commit.
+    """
+    return ZkLock(name, shared=shared, timeout=timeout, blocking=blocking, using=using,
+                  release_on_commit=release_on_commit)
+
+
+def lock_path(name: str, using: str = "default") -> str:
+    """The lock node of ``name`` for alias ``using``, as other ZooKeeper clients see it."""
+    from .conf import alias_config
+
+    return join_path(alias_config(using).namespace, name)

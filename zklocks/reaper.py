@@ -1,0 +1,89 @@
+"""Reaping of empty lock nodes, off the hot path: a background sweep per pool and ``manage.py zklocks_reap``.
+
+A lock node whose queue is empty is deleted; ZooKeeper refuses with NotEmpty if a contender arrived in
+between, and a contender whose create meets NoNode re-creates the node. Fencing tokens are czxids, so a
+re-created node never resets them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
+
+if TYPE_CHECKING:
+    from .connections import Pool
+
+log = logging.getLogger("zklocks")
+
+# Persistent children zklocks itself creates below a lock node (the semaphore's internal mutex).
+INTERNAL_CHILDREN = ("__mutex__",)
+
+
+def sweep(client, namespace: str) -> int:
+    """Delete empty lock nodes (and empty internal children) below ``namespace``; return how many went."""
+    try:
+        names = client.get_children(namespace)
+    except NoNodeError:
+        return 0
+    removed = 0
+    stats = [(name, client.exists_async(f"{namespace}/{name}")) for name in names]
+    for name, result in stats:
+        path = f"{namespace}/{name}"
+        try:
+            stat = result.get(timeout=10)
+        except NoNodeError:
+            continue
+        if stat is None:
+            continue
+        if stat.numChildren:
+            for internal in INTERNAL_CHILDREN:
+                removed += _delete_if_empty(client, f"{path}/{internal}")
+            stat = client.exists(path)
+            if stat is None or stat.numChildren:
+                continue
+        removed += _delete_if_empty(client, path, stat.version)
+    return removed
+
+
+def _delete_if_empty(client, path: str, version: int = -1) -> int:
+    try:
+        client.delete(path, version=version)
+        return 1
+    except (NoNodeError, NotEmptyError, BadVersionError):
+        return 0
+
+
+_started: set[int] = set()
+_started_lock = threading.Lock()
+
+
+def schedule(pool: Pool) -> None:
+    """Start the pool's sweeper thread once (REAP_INTERVAL=0 disables it)."""
+    interval = pool.cfg.reap_interval
+    if not interval:
+        return
+    with _started_lock:
+        if id(pool) in _started:
+            return
+        _started.add(id(pool))
+    thread = threading.Thread(target=_loop, args=(pool, interval), name=f"zklocks-reaper-{pool.cfg.alias}",
+                              daemon=True)
+    thread.start()
+
+
+def _loop(pool: Pool, interval: float) -> None:
+    while not pool.closed:
+        time.sleep(interval)
+        if pool.closed:
+            return
+        for session in pool.sessions():
+            if session.connected:
+                try:
+                    sweep(session.client, pool.cfg.namespace)
+                except Exception:
+                    log.debug("zklocks: sweep of %r failed", pool.cfg.alias, exc_info=True)
+                break

@@ -1,0 +1,13 @@
+"""Receivers wired in AppConfig.ready()."""
+
+from __future__ import annotations
+
+from . import conf
+from .connections import connections
+
+
+def on_setting_changed(*, setting: str, **kwargs) -> None:
+    """``override_settings(ZKLOCKS=...)`` takes effect: forget the config and rebuild sessions lazily."""
+    if setting == "ZKLOCKS":
+        conf.reset()
+        connections.close_all(wait=True)

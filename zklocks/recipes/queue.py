@@ -1,0 +1,372 @@
+"""The fair lock queue of RECIPES §2 and §3, in kazoo's node layout.
+
+Contenders are ephemeral-sequential children of the lock node: ``<guid>__lock__<seq>`` (exclusive) and
+``<guid>__rlock__<seq>`` (shared). An exclusive contender holds the lock when it is first; a shared one when
+no exclusive contender is ahead of it. Each waiter watches exactly one node (its blocker), so a release wakes
+one waiter. The guid is fresh for every acquire, so after a connection loss during the create we find our own
+node instead of leaving an orphan (RECIPES §6).
+
+This module knows kazoo and paths, nothing of Django.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from typing import Callable
+
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from .. import dispatch
+from ..connections import Session
+from ..exceptions import LockNotAcquired, LockTimeout, ZkAuthError, ZkUnavailable
+
+EXCLUSIVE = "__lock__"
+SHARED = "__rlock__"
+_CONTENDER = re.compile(r"(__lock__|__rlock__)(-?\d{10})$")
+
+
+class SessionGone(Exception):
+    """Our session is lost or closed: whatever we enqueued is gone with it."""
+
+
+class Deadline:
+    """An absolute monotonic deadline; ``None`` waits for ever."""
+
+    __slots__ = ("at", "cancel")
+
+    def __init__(self, timeout: float | None, cancel: threading.Event | None = None) -> None:
+        self.at = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        self.cancel = cancel  # set by an async caller whose task was cancelled
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else self.at - time.monotonic()
+
+    def expired(self) -> bool:
+        if self.cancel is not None and self.cancel.is_set():
+            return True
+        return self.at is not None and time.monotonic() >= self.at
+
+
+def sort_contenders(children: list[str]) -> list[tuple[str, str, str]]:
+    """(sequence, marker, child) for every contender child, in queue order. Other children are ignored."""
+    out = []
+    for child in children:
+        m = _CONTENDER.search(child)
+        if m is not None:
+            out.append((m.group(2), m.group(1), child))
+    out.sort()
+    return out
+
+
+def blocker_of(contenders: list[tuple[str, str, str]], own: str, marker: str) -> str | None:
+    """The child we must wait for, or None when we hold the lock. Raises KeyError if we are not queued."""
+    for idx, (_, _, child) in enumerate(contenders):
+        if child == own:
+            break
+    else:
+        raise KeyError(own)
+    if marker == EXCLUSIVE:
+        return contenders[idx - 1][2] if idx else None
+    for j in range(idx - 1, -1, -1):
+        if contenders[j][1] == EXCLUSIVE:
+            return contenders[j][2]
+    return None
+
+
+def wait_result(async_result, session: Session, deadline: Deadline):
+    """The value of a kazoo async result, bounded by ``deadline`` and by the session's life."""
+    remaining = deadline.remaining()
+    # A request waits at most the session timeout plus CONNECT_TIMEOUT: kazoo fails it with ConnectionLoss
+    # by then if the server stopped answering.
+    cap = session.timeout + session.cfg.connect_timeout
+    limit = cap if remaining is None else min(max(remaining, 0.0), cap)
+    try:
+        return async_result.get(timeout=limit)
+    except KazooTimeoutError:
+        if deadline.expired():
+            raise _DeadlinePassed() from None
+        raise ZkUnavailable(f"zklocks alias {session.alias!r}: ZooKeeper did not answer within {cap:g}s") from None
+    except (SessionExpiredError, ConnectionClosedError):
+        raise SessionGone() from None
+    except NoAuthError as exc:
+        raise ZkAuthError(
+            f"zklocks alias {session.alias!r}: ZooKeeper refused the operation (NoAuth). Check the alias's "
+            f"AUTH credentials and the ACL of its NAMESPACE."
+        ) from exc
+
+
+class _DeadlinePassed(Exception):
+    pass
+
+
+def call(session: Session, make: Callable[[], object], deadline: Deadline):
+    """Run an idempotent request, retrying through connection loss (bounded by CONNECT_TIMEOUT)."""
+    while True:
+        if session.dead:
+            raise SessionGone()
+        try:
+            return wait_result(make(), session, deadline)
+        except (ConnectionLoss, OperationTimeoutError):
+            session.wait_connected(deadline.at)
+            if deadline.expired():
+                raise _DeadlinePassed() from None
+
+
+class Contender:
+    """One enqueued node of one acquire attempt on one session."""
+
+    __slots__ = ("session", "parent", "marker", "guid", "prefix", "node", "name", "token", "_pending_create",
+                 "queued_at", "waited")
+
+    def __init__(self, session: Session, parent: str, marker: str) -> None:
+        self.session = session
+        self.parent = parent
+        self.marker = marker
+        self.guid = uuid.uuid4().hex
+        self.prefix = f"{parent}/{self.guid}{marker}"
+        self.node: str | None = None  # full path once known
+        self.name: str | None = None  # child name once known
+        self.token: int | None = None
+        self._pending_create = None
+        self.queued_at = time.time()
+        self.waited = False
+
+    # -- enqueue --
+
+    def enqueue(self, data: bytes, deadline: Deadline) -> list[str]:
+        """Create our node and read the queue in one round trip; return the children."""
+        client = self.session.client
+        while True:
+            if self.session.dead:
+                raise SessionGone()
+            created = client.create_async(self.prefix, data, acl=self.session.acl, ephemeral=True,
+                                          sequence=True, include_data=True)
+            self._pending_create = created
+            listed = client.get_children_async(self.parent)
+            try:
+                path, stat = wait_result(created, self.session, deadline)
+            except NoNodeError:
+                self._pending_create = None
+                self._ensure_parent(deadline)
+                continue
+            except (ConnectionLoss, OperationTimeoutError):
+                self.session.wait_connected(deadline.at)
+                children = call(self.session, lambda: client.get_children_async(self.parent), deadline)
+                mine = self._find_own(children)
+                if mine is None:
+                    continue  # the create never reached the server: send it again
+                self._adopt(mine, deadline)
+                return children
+            self._pending_create = None
+            self._set_node(path, stat.czxid)
+            try:
+                return wait_result(listed, self.session, deadline)
+            except (ConnectionLoss, OperationTimeoutError):
+                return self.children(deadline)
+
+    def _ensure_parent(self, deadline: Deadline) -> None:
+        client = self.session.client
+        try:
+            call(self.session, lambda: client.create_async(self.parent, b"", acl=self.session.acl, makepath=True),
+                 deadline)
+        except NodeExistsError:
+            pass
+
+    def _find_own(self, children: list[str]) -> str | None:
+        for child in children:
+            if child.startswith(self.guid):
+                return child
+        return None
+
+    def _adopt(self, child: str, deadline: Deadline) -> None:
+        path = f"{self.parent}/{child}"
+        stat = call(self.session, lambda: self.session.client.exists_async(path), deadline)
+        if stat is None:
+            raise SessionGone()  # it was there a moment ago: only our session's end removes it
+        self._pending_create = None
+        self._set_node(path, stat.czxid)
+
+    def _set_node(self, path: str, czxid: int) -> None:
+        self.node = path
+        self.name = path.rsplit("/", 1)[1]
+        self.token = czxid
+
+    # -- queue position --
+
+    def children(self, deadline: Deadline) -> list[str]:
+        client = self.session.client
+        return call(self.session, lambda: client.get_children_async(self.parent), deadline)
+
+    def blocker(self, children: list[str]) -> str | None:
+        try:
+            return blocker_of(sort_contenders(children), self.name, self.marker)
+        except KeyError:
+            raise SessionGone() from None  # our ephemeral node is gone: the session was expired
+
+    def wait_for(self, blocker: str, deadline: Deadline) -> None:
+        """Block until ``blocker`` changes or the session state does; _DeadlinePassed at the deadline."""
+        event = threading.Event()
+        client = self.session.client
+        with self.session.waking(event):
+            try:
+                call(self.session, lambda: client.get_async(f"{self.parent}/{blocker}",
+                                                            watch=lambda _e: event.set()), deadline)
+            except NoNodeError:
+                return  # gone already: look again
+            # Wake at least every third of the lease so a silent loss of the session is noticed, and often
+            # when an async caller may cancel.
+            slice_ = self.session.timeout / 3 if deadline.cancel is None else 0.05
+            while not event.is_set():
+                if deadline.expired():
+                    raise _DeadlinePassed()
+                remaining = deadline.remaining()
+                event.wait(slice_ if remaining is None else min(remaining, slice_))
+                if not self.session.is_alive():
+                    raise SessionGone()
+
+    # -- leaving the queue --
+
+    def delete(self, deadline: Deadline) -> None:
+        """Delete our node and wait for the answer; hand it to the background on any trouble."""
+        node = self.node
+        if node is None or self.session.dead:
+            self.abandon()
+            return
+        try:
+            wait_result(self.session.client.delete_async(node), self.session, deadline)
+        except NoNodeError:
+            pass
+        except (SessionGone, ZkAuthError):
+            pass
+        except Exception:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Remove our node with a guarantee, without blocking the caller."""
+        GuaranteedDelete(self).start()
+
+
+class GuaranteedDelete:
+    """Deletes a contender's node in the background, through connection loss, until its session ends.
+
+    Runs entirely from kazoo completion callbacks and the dispatch thread; it never blocks either.
+    """
+
+    def __init__(self, contender: Contender) -> None:
+        self.c = contender
+        self.delay = 0.05
+
+    def start(self) -> None:
+        c = self.c
+        if c.session.dead:
+            return  # an ended session takes its ephemeral nodes with it
+        if c.node is not None:
+            self._delete()
+        elif c._pending_create is not None:
+            c._pending_create.rawlink(self._on_create)
+        # else: no create was ever sent
+
+    def _on_create(self, result) -> None:
+        try:
+            path, stat = result.get_nowait()
+        except (ConnectionLoss, OperationTimeoutError):
+            self._later(self._search)
+            return
+        except Exception:
+            return  # NoNode parent, session gone, NoAuth: nothing was created
+        self.c._set_node(path, stat.czxid)
+        self._delete()
+
+    def _search(self) -> None:
+        c = self.c
+        if c.session.dead:
+            return
+        c.session.client.get_children_async(c.parent).rawlink(self._on_children)
+
+    def _on_children(self, result) -> None:
+        try:
+            children = result.get_nowait()
+        except (ConnectionLoss, OperationTimeoutError):
+            self._later(self._search)
+            return
+        except Exception:
+            return
+        mine = self.c._find_own(children)
+        if mine is not None:
+            self.c.node = f"{self.c.parent}/{mine}"
+            self._delete()
+
+    def _delete(self) -> None:
+        c = self.c
+        if c.session.dead or c.node is None:
+            return
+        c.session.client.delete_async(c.node).rawlink(self._on_delete)
+
+    def _on_delete(self, result) -> None:
+        try:
+            result.get_nowait()
+        except (ConnectionLoss, OperationTimeoutError):
+            self._later(self._delete)
+        except Exception:
+            pass  # deleted, NoNode, or the session ended: the node is gone either way
+
+    def _later(self, step: Callable[[], None]) -> None:
+        if self.c.session.dead:
+            return
+        self.delay = min(self.delay * 2, 1.0)
+
+        def retry() -> None:
+            if self.c.session.dead:
+                return
+            if not self.c.session.connected:
+                self._later(step)
+            else:
+                step()
+
+        dispatch.get().call_later(self.delay, retry)
+
+
+def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: bytes, *, blocking: bool,
+            deadline: Deadline, name: str) -> Contender:
+    """Enqueue and wait until held. LockNotAcquired / LockTimeout / ZkUnavailable otherwise.
+
+    If the session ends while we wait, re-enqueue on a fresh session within our own deadline.
+    """
+    while True:
+        session = get_session()
+        contender = Contender(session, parent, marker)
+        try:
+            children = contender.enqueue(data, deadline)
+            while True:
+                blocker = contender.blocker(children)
+                if blocker is None:
+                    return contender
+                if not blocking:
+                    contender.abandon()
+                    raise LockNotAcquired(name=name)
+                contender.waited = True
+                contender.wait_for(blocker, deadline)
+                children = contender.children(deadline)
+        except SessionGone:
+            if deadline.expired():
+                raise LockTimeout(f"lock {name!r} not acquired in time (its session ended while waiting)",
+                                  name=name) from None
+            continue
+        except _DeadlinePassed:
+            contender.abandon()
+            raise LockTimeout(f"lock {name!r} not acquired within the timeout", name=name) from None
+        except BaseException:
+            contender.abandon()
+            raise

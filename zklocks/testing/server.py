@@ -1,0 +1,269 @@
+"""Real ZooKeeper servers for tests: a standalone server or a 3-node ensemble on loopback.
+
+Uses Debian's ZooKeeper package (``apt-get install zookeeper``). Every server runs in its own process group
+with its own data directory and free ports, and ``stop()`` always kills what ``start()`` began.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+CLASSPATH = os.environ.get(
+    "ZKLOCKS_ZK_CLASSPATH", "/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar"
+)
+JAVA = os.environ.get("ZKLOCKS_JAVA", "java")
+MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def four_letter(port: int, cmd: str, host: str = "127.0.0.1", timeout: float = 2.0) -> str:
+    """Send a four-letter word (srvr, mntr, wchc, cons, ...) and return the answer ('' if none)."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(cmd.encode())
+            chunks = []
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+        return b"".join(chunks).decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def mntr(port: int) -> dict[str, str]:
+    out = {}
+    for line in four_letter(port, "mntr").splitlines():
+        if "\t" in line:
+            key, value = line.split("\t", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+class ZkServer:
+    """One ZooKeeper server process (standalone, or a member of a :class:`ZkEnsemble`)."""
+
+    def __init__(self, *, tick_time: int = 200, force_sync: bool = False, workdir: str | None = None,
+                 myid: int | None = None, extra: dict[str, str] | None = None) -> None:
+        self.tick_time = tick_time
+        self.force_sync = force_sync
+        self.myid = myid
+        self.extra = dict(extra or {})
+        self._own_dir = workdir is None
+        self.dir = Path(workdir or tempfile.mkdtemp(prefix="zklocks-zk-"))
+        self.port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.peers: str = ""  # server.N lines, for ensembles
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def write_config(self) -> Path:
+        data = self.dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        lines = [
+            f"tickTime={self.tick_time}",
+            f"dataDir={data}",
+            f"clientPort={self.port}",
+            "clientPortAddress=127.0.0.1",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=*",
+            "maxClientCnxns=0",
+            "initLimit=20",
+            "syncLimit=10",
+            f"forceSync={'yes' if self.force_sync else 'no'}",
+            "autopurge.purgeInterval=0",
+            "preAllocSize=1024",
+        ]
+        lines += [f"{k}={v}" for k, v in self.extra.items()]
+        if self.peers:
+            lines.append(self.peers)
+            (data / "myid").write_text(f"{self.myid}\n")
+        cfg = self.dir / "zoo.cfg"
+        cfg.write_text("\n".join(lines) + "\n")
+        (self.dir / "log4j.properties").write_text(
+            "log4j.rootLogger=WARN, F\nlog4j.appender.F=org.apache.log4j.FileAppender\n"
+            f"log4j.appender.F.File={self.dir}/server.log\n"
+            "log4j.appender.F.layout=org.apache.log4j.PatternLayout\n"
+            "log4j.appender.F.layout.ConversionPattern=%d %p [%t] %c{1}: %m%n\n"
+        )
+        return cfg
+
+    def spawn(self) -> None:
+        """Start the JVM without waiting for it to serve."""
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        cfg = self.write_config()
+        if shutil.which(JAVA) is None or not Path(CLASSPATH.split(":")[0]).exists():
+            raise RuntimeError("ZooKeeper is not installed: run `apt-get install -y zookeeper` (make test does)")
+        log = open(self.dir / "stdout.log", "ab")
+        self.proc = subprocess.Popen(
+            [JAVA, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+             f"-Dlog4j.configuration=file:{self.dir}/log4j.properties",
+             "-Dzookeeper.jmx.log4j.disable=true", "-cp", CLASSPATH, MAIN, str(cfg)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+
+    def mode(self) -> str | None:
+        for line in four_letter(self.port, "srvr", timeout=0.5).splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return None
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}; see {self.dir}/stdout.log")
+            if self.mode():
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"ZooKeeper on port {self.port} did not start within {timeout}s")
+
+    def start(self, timeout: float = 60.0) -> ZkServer:
+        self.spawn()
+        self.wait_serving(timeout)
+        return self
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def pause(self) -> None:
+        """SIGSTOP: the server freezes with its sockets open (a hung machine)."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """kill -9, and wait for the process to be gone."""
+        if self.proc is None:
+            return
+        self._signal(signal.SIGCONT)
+        self._signal(signal.SIGKILL)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self._signal(signal.SIGCONT)
+        self._signal(signal.SIGTERM)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.kill()
+        self.proc = None
+
+    def restart(self, timeout: float = 60.0) -> None:
+        self.kill()
+        self.proc = None
+        self.start(timeout)
+
+    def cleanup(self) -> None:
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> ZkServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
+class ZkEnsemble:
+    """A 3-node (or n-node) ensemble on loopback, each member in its own process group."""
+
+    def __init__(self, size: int = 3, *, tick_time: int = 200, force_sync: bool = False) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="zklocks-ensemble-"))
+        self.servers = [
+            ZkServer(tick_time=tick_time, force_sync=force_sync, workdir=str(self.dir / f"s{i}"), myid=i)
+            for i in range(1, size + 1)
+        ]
+        peers = "\n".join(
+            f"server.{s.myid}=127.0.0.1:{free_port()}:{free_port()}" for s in self.servers
+        )
+        for s in self.servers:
+            s.peers = peers
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(s.hosts for s in self.servers)
+
+    def start(self, timeout: float = 90.0) -> ZkEnsemble:
+        for s in self.servers:
+            s.spawn()
+        for s in self.servers:
+            s.wait_serving(timeout)
+        return self
+
+    def leader(self) -> ZkServer | None:
+        for s in self.servers:
+            if s.mode() == "leader":
+                return s
+        return None
+
+    def followers(self) -> list[ZkServer]:
+        return [s for s in self.servers if s.mode() == "follower"]
+
+    def wait_quorum(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.leader() is not None:
+                return
+            time.sleep(0.1)
+        raise RuntimeError("ensemble has no leader")
+
+    def restart_all(self, timeout: float = 90.0) -> None:
+        for s in self.servers:
+            s.kill()
+            s.proc = None
+        self.start(timeout)
+
+    def cleanup(self) -> None:
+        for s in self.servers:
+            s.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> ZkEnsemble:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
+def expire_session(hosts: str, client_id: tuple[int, bytes], timeout: float = 10.0) -> None:
+    """Expire a session for real: join it from a second client with the same id and password, then close."""
+    from kazoo.client import KazooClient
+
+    session_id, password = client_id
+    twin = KazooClient(hosts=hosts, client_id=(session_id, password), timeout=10.0)
+    twin.start(timeout=timeout)
+    try:
+        if twin.client_id[0] != session_id:
+            raise RuntimeError("the session was already gone")
+    finally:
+        twin.stop()
+        twin.close()
