@@ -1,0 +1,53 @@
+# make test   — installs what is missing (Debian: zookeeper, redis-server, chromium; a venv with requirements.txt)
+#               and runs the suite against servers it starts itself.
+# make demo   — the same set-up, then the demo site with ZooKeeper, Redis, a Celery worker and a load generator.
+SHELL := /bin/bash
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEB_PACKAGES := zookeeper redis-server chromium
+STAMP := $(VENV)/.requirements-stamp
+
+.PHONY: test test-slow chaos test-matrix demo bench system-deps venv clean
+
+system-deps:
+	@missing=""; \
+	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y $$missing; \
+	fi
+
+$(STAMP): requirements.txt pyproject.toml
+	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q -e . --no-deps
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: system-deps venv
+	timeout 1800 $(BIN)/python -m pytest -q -p no:randomly
+
+test-slow: system-deps venv
+	timeout 3600 $(BIN)/python -m pytest -q -m slow
+
+chaos: system-deps venv
+	timeout 1800 $(BIN)/python -m pytest -q -m chaos -p no:randomly tests/test_chaos.py --chaos-long
+
+test-matrix: system-deps venv
+	timeout 3600 $(BIN)/nox
+
+demo: system-deps venv
+	$(BIN)/python -m demo_project.run
+
+bench: system-deps venv
+	timeout 600 $(BIN)/python -m zklocks.bench
+
+clean:
+	rm -rf $(VENV) .nox .demo build dist *.egg-info

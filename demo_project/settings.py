@@ -1,0 +1,63 @@
+"""Demo settings, read from the environment so the same demo runs against an existing ensemble."""
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("ZKLOCKS_DEMO_DIR", BASE_DIR / ".demo"))
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "zklocks-demo-not-secret")
+DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+ALLOWED_HOSTS = ["*"]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "zklocks",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "demo_project.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("ZKLOCKS_DEMO_DB", str(DATA_DIR / "demo.sqlite3")),
+        "ATOMIC_REQUESTS": True,
+        "OPTIONS": {"timeout": 20},
+    }
+}
+ZKLOCKS = {
+    "default": {
+        "HOSTS": os.environ.get("ZKLOCKS_HOSTS", "127.0.0.1:2181"),
+        "NAMESPACE": os.environ.get("ZKLOCKS_NAMESPACE", "/zklocks-demo"),
+        "SESSION_TIMEOUT": float(os.environ.get("ZKLOCKS_SESSION_TIMEOUT", "10")),
+        "CONNECT_TIMEOUT": float(os.environ.get("ZKLOCKS_CONNECT_TIMEOUT", "5")),
+    }
+}
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
+USE_TZ = True
+STATIC_URL = "/static/"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

@@ -1,0 +1,10 @@
+import pytest
+
+pytest_plugins = ["zklocks.testing.pytest_plugin"]
+
+
+@pytest.fixture(autouse=True)
+def _zk(request):
+    """Tests marked ``zk`` get settings.ZKLOCKS pointed at the suite's own ZooKeeper server."""
+    if request.node.get_closest_marker("zk"):
+        request.getfixturevalue("zklocks_settings")

@@ -1,0 +1,47 @@
+import os
+
+SECRET_KEY = "zklocks-tests"
+DEBUG = False
+USE_TZ = True
+ALLOWED_HOSTS = ["*"]
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "zklocks",
+    "tests.app",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("ZKLOCKS_TEST_DB", "zklocks-tests.sqlite3"),
+        "TEST": {"NAME": os.environ.get("ZKLOCKS_TEST_DB_TEST", None)},
+    }
+}
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+# Replaced per test by the zklocks_settings fixture; a real server is started by the suite.
+ZKLOCKS = {"default": {"HOSTS": os.environ.get("ZKLOCKS_HOSTS", "127.0.0.1:2181"), "NAMESPACE": "/zklocks-test"}}
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+STATIC_URL = "/static/"

@@ -1,0 +1,129 @@
+"""A small TCP proxy on loopback for fault tests: cut a client off, or drop it mid-request.
+
+    proxy = TcpProxy("127.0.0.1", zk_port).start()
+    client connects to proxy.hosts
+    proxy.partition()        # black-hole: connections stay open, nothing passes (like a cut cable)
+    proxy.heal()
+    proxy.drop_after_next_request()   # forward the next request to the server, then drop the connection
+    proxy.reset()            # close every connection now
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+
+
+class TcpProxy:
+    def __init__(self, target_host: str, target_port: int, listen_port: int = 0) -> None:
+        self.target = (target_host, target_port)
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", listen_port))
+        self._listener.listen(128)
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._blocked = threading.Event()
+        self._refuse = False
+        self._drop_next = threading.Event()
+        self._drop_opcodes: tuple[int, ...] = (1, 15)
+        self.dropped = threading.Event()  # set when an armed drop happened
+        self._stopped = False
+        self._thread = threading.Thread(target=self._accept_loop, name="zklocks-proxy", daemon=True)
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> TcpProxy:
+        self._thread.start()
+        return self
+
+    def partition(self, refuse_new: bool = True) -> None:
+        """Stop forwarding in both directions; new connections are refused (closed) while partitioned."""
+        self._refuse = refuse_new
+        self._blocked.set()
+
+    def heal(self) -> None:
+        self._refuse = False
+        self._blocked.clear()
+
+    def drop_after_next_request(self, opcodes: tuple[int, ...] = (1, 15)) -> None:
+        """Forward the next request with one of ``opcodes`` (default: create, create2), then drop."""
+        self._drop_opcodes = opcodes
+        self.dropped.clear()
+        self._drop_next.set()
+
+    def reset(self) -> None:
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for a, b in pairs:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        self._stopped = True
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+        self.reset()
+
+    def _accept_loop(self) -> None:
+        while not self._stopped:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if self._refuse and self._blocked.is_set():
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            for s in (client, upstream):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._pairs.append((client, upstream))
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+
+    def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
+        peers = {client: upstream, upstream: client}
+        requests_seen = 0
+        try:
+            while not self._stopped:
+                readable, _, _ = select.select([client, upstream], [], [], 0.05)
+                if self._blocked.is_set():
+                    continue  # hold the bytes in the kernel buffers: nothing passes
+                for s in readable:
+                    data = s.recv(65536)
+                    if not data:
+                        return
+                    peers[s].sendall(data)
+                    if s is client:
+                        requests_seen += 1
+                        # The first client packet is the session handshake; then each packet starts with
+                        # length, xid and the request's opcode.
+                        opcode = int.from_bytes(data[8:12], "big", signed=True) if len(data) >= 12 else None
+                        if requests_seen > 1 and self._drop_next.is_set() and opcode in self._drop_opcodes:
+                            self._drop_next.clear()
+                            self.dropped.set()
+                            return
+        except OSError:
+            return
+        finally:
+            for s in (client, upstream):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+            with self._lock:
+                if (client, upstream) in self._pairs:
+                    self._pairs.remove((client, upstream))
