@@ -242,18 +242,23 @@ class Session:
             self._connected.wait(min(remaining, 0.05))
 
     def start(self) -> None:
+        """Connect within CONNECT_TIMEOUT or raise ZkUnavailable at once (kazoo's own start() would block
+        on stopping its connection thread)."""
         try:
-            self.client.start(timeout=self.cfg.connect_timeout)
+            self.client.start_async().wait(timeout=self.cfg.connect_timeout)
+            error = None if self.client.connected else KazooTimeoutError("connection time-out")
         except Exception as exc:
+            error = exc
+        if error is not None:
             self.dead = True
             self.dead_reason = "unreachable"
             self.close(wait=False)
-            if isinstance(exc, KazooTimeoutError):
+            if isinstance(error, KazooTimeoutError):
                 detail = f"no session within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
             else:
-                detail = f"{type(exc).__name__}: {exc}"
+                detail = f"{type(error).__name__}: {error}"
             raise ZkUnavailable(f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable "
-                                f"({detail})") from exc
+                                f"({detail})") from error
         self._connected.set()
         self.last_ok = max(self.last_ok, time.monotonic() - 0.001)
 

@@ -163,7 +163,10 @@ class Contender:
                 continue
             except (ConnectionLoss, OperationTimeoutError):
                 self.session.wait_connected(deadline.at)
-                children = call(self.session, lambda: client.get_children_async(self.parent), deadline)
+                try:
+                    children = call(self.session, lambda: client.get_children_async(self.parent), deadline)
+                except NoNodeError:
+                    children = []
                 mine = self._find_own(children)
                 if mine is None:
                     continue  # the create never reached the server: send it again
