@@ -11,7 +11,7 @@ from .exceptions import (
     ZkLocksError,
     ZkUnavailable,
 )
-from .locks import lock_path, zk_lock
+from .locks import lock_path, zk_lock, zk_multi_lock, zk_semaphore
 
 __all__ = [
     "zk_lock",

@@ -32,9 +32,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 _owner_var: contextvars.ContextVar[object | None] = contextvars.ContextVar("zklocks_owner", default=None)
 
 
+_thread_local = threading.local()
+
+
+def _thread_owner() -> object:
+    # Not the thread ident: idents are reused by later threads, which would "re-enter" a dead thread's hold.
+    try:
+        return _thread_local.owner
+    except AttributeError:
+        owner = _thread_local.owner = ("thread", threading.get_ident(), object())
+        return owner
+
+
 def current_owner() -> object:
     owner = _owner_var.get()
-    return threading.get_ident() if owner is None else owner
+    return _thread_owner() if owner is None else owner
 
 
 class Hold:
@@ -457,3 +469,171 @@ def lock_path(name: str, using: str = "default") -> str:
     from .conf import alias_config
 
     return join_path(alias_config(using).namespace, name)
+
+
+class ZkSemaphore(_BaseHandle):
+    """Up to ``max_leases`` holders at once (not reentrant: each acquire takes a lease)."""
+
+    kind = "semaphore"
+
+    def __init__(self, name: str, max_leases: int, *, timeout: float | None = None, blocking: bool = True,
+                 using: str = "default", release_on_commit: bool | str = False) -> None:
+        if not isinstance(max_leases, int) or isinstance(max_leases, bool) or max_leases < 1:
+            raise ValueError(f"max_leases must be an integer >= 1, not {max_leases!r}")
+        super().__init__(name, timeout=timeout, blocking=blocking, using=using,
+                         release_on_commit=release_on_commit)
+        self.max_leases = max_leases
+
+    def _clone(self, name: str) -> ZkSemaphore:
+        return ZkSemaphore(name, self.max_leases, timeout=self.timeout, blocking=self.blocking, using=self.using,
+                           release_on_commit=self.release_on_commit)
+
+    @property
+    def path(self) -> str:
+        return join_path(connections[self.using].cfg.namespace, self.name)
+
+    def _acquire_hold(self, blocking: bool, deadline: Deadline) -> Hold:
+        from .recipes import semaphore
+
+        pool = connections[self.using]
+        path = join_path(pool.cfg.namespace, self.name)
+        while True:
+            lease = semaphore.acquire(pool.session, path, self.max_leases, holder.payload(), blocking=blocking,
+                                      deadline=deadline, name=self.name)
+            hold = Hold(self.using, self.name, self.kind, lease, None)
+            if lease.session.add_hold(hold):
+                return hold
+            if deadline.expired():
+                raise LockTimeout(f"semaphore {self.name!r}: session lost while acquiring", name=self.name)
+
+    def _release_hold(self, hold: Hold, wait: bool) -> None:
+        hold.contender.delete(Deadline(hold.session.cfg.connect_timeout) if wait else Deadline(0))
+
+
+def zk_semaphore(name: str, max_leases: int, *, timeout: float | None = None, blocking: bool = True,
+                 using: str = "default", release_on_commit: bool | str = False) -> ZkSemaphore:
+    """A counting semaphore: at most ``max_leases`` holders of ``name`` at a time, across all processes."""
+    return ZkSemaphore(name, max_leases, timeout=timeout, blocking=blocking, using=using,
+                       release_on_commit=release_on_commit)
+
+
+MemberSpec = str | tuple[str, str] | ZkLock
+
+
+class ZkMultiLock:
+    """Several locks taken as one: all or none, in sorted order, under one overall deadline.
+
+    Members are names (exclusive), ``(name, "shared")`` / ``(name, "exclusive")`` pairs, or ZkLock handles.
+    """
+
+    def __init__(self, members: list[MemberSpec] | tuple[MemberSpec, ...], *, timeout: float | None = None,
+                 blocking: bool = True, using: str = "default", release_on_commit: bool | str = False) -> None:
+        locks: dict[str, ZkLock] = {}
+        for spec in members:
+            lock = self._member(spec, using)
+            if lock.name in locks:
+                raise ValueError(f"zk_multi_lock: {lock.name!r} appears twice")
+            locks[lock.name] = lock
+        if not locks:
+            raise ValueError("zk_multi_lock needs at least one name")
+        # One global order (sorted names) for every multi-lock: no deadlock between overlapping sets.
+        self.locks = [locks[n] for n in sorted(locks)]
+        self.timeout = timeout
+        self.blocking = blocking
+        self.using = using
+        self.release_on_commit = release_on_commit
+        self.names = [lock.name for lock in self.locks]
+
+    @staticmethod
+    def _member(spec: MemberSpec, using: str) -> ZkLock:
+        if isinstance(spec, ZkLock):
+            return spec
+        if isinstance(spec, str):
+            return ZkLock(spec, using=using)
+        if isinstance(spec, tuple) and len(spec) == 2 and spec[1] in ("shared", "exclusive"):
+            return ZkLock(spec[0], shared=spec[1] == "shared", using=using)
+        raise ValueError(f"zk_multi_lock member {spec!r}: give a name, (name, 'shared'|'exclusive') or a zk_lock")
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        try:
+            self._acquire(blocking, timeout)
+        except LockNotAcquired:
+            return False
+        return True
+
+    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None) -> None:
+        blocking = self.blocking if blocking is None else blocking
+        timeout = self.timeout if timeout is None else timeout
+        deadline = Deadline(timeout if blocking else None, cancel)
+        taken: list[ZkLock] = []
+        try:
+            for lock in self.locks:
+                remaining = deadline.remaining()
+                if deadline.expired():
+                    raise LockTimeout(f"multi-lock: {lock.name!r} not acquired within the timeout", name=lock.name)
+                lock._acquire(blocking, remaining if remaining is not None else None, cancel)
+                taken.append(lock)
+        except BaseException:
+            for lock in reversed(taken):
+                lock.release()
+            raise
+
+    def release(self, wait: bool = True) -> None:
+        for lock in reversed(self.locks):
+            lock.release(wait)
+
+    @property
+    def tokens(self) -> dict[str, int | None]:
+        return {lock.name: lock.token for lock in self.locks}
+
+    @property
+    def is_held(self) -> bool:
+        return all(lock.is_held for lock in self.locks)
+
+    def ensure_held(self) -> None:
+        for lock in self.locks:
+            lock.ensure_held()
+
+    def __enter__(self):
+        self._acquire(None, None)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.release_on_commit:
+            for lock in reversed(self.locks):
+                lock.release_on_commit = self.release_on_commit
+                lock._release_after_commit()
+        else:
+            self.release()
+
+    async def __aenter__(self):
+        await _BaseHandle._acquire_async(self, None, None)  # type: ignore[arg-type]
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await _run_off_loop(self.__exit__, exc_type, exc, tb)
+
+    def __call__(self, func: F) -> F:
+        if inspect.iscoroutinefunction(func):
+            @functools.wraps(func)
+            async def async_wrapper(*args, **kwargs):
+                async with ZkMultiLock([lock._clone(lock.name) for lock in self.locks], timeout=self.timeout, blocking=self.blocking, using=self.using,
+                                       release_on_commit=self.release_on_commit):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with ZkMultiLock([lock._clone(lock.name) for lock in self.locks], timeout=self.timeout,
+                             blocking=self.blocking, using=self.using, release_on_commit=self.release_on_commit):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+def zk_multi_lock(names: list[MemberSpec] | tuple[MemberSpec, ...], *, timeout: float | None = None,
+                  blocking: bool = True, using: str = "default",
+                  release_on_commit: bool | str = False) -> ZkMultiLock:
+    """Take several locks as one: ``zk_multi_lock(["a", ("b", "shared")], timeout=5)``; ``.tokens`` maps names."""
+    return ZkMultiLock(names, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)

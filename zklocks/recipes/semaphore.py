@@ -1,0 +1,140 @@
+"""Semaphore with N leases (RECIPES §4), the shape of Curator's InterProcessSemaphoreV2.
+
+Layout below the lock node ``NAMESPACE/<name>``:
+
+- the node's data: ``{"v": 1, "kind": "semaphore", "max_leases": N}``, so contenders can refuse a mismatch;
+- ``__mutex__``: a fair queue (``queue.py``) ordering the contenders;
+- ``<guid>__lease__<seq>``: one ephemeral node per lease held.
+
+Only the mutex holder looks at the leases (with a children watch); when fewer than N exist it creates its
+lease and releases the mutex. Each release therefore wakes one contender.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+
+from ..connections import Session
+from ..exceptions import LockNotAcquired, LockTimeout, ZkLocksError
+from . import queue
+from .queue import EXCLUSIVE, Contender, Deadline, SessionGone, _DeadlinePassed, call, wait_result
+
+MUTEX = "__mutex__"
+LEASE = "__lease__"
+_LEASE = re.compile(r"__lease__\d{10}$")
+
+
+class SemaphoreMismatch(ZkLocksError, ValueError):
+    """Contenders disagree on max_leases."""
+
+
+def marker_data(max_leases: int) -> bytes:
+    return json.dumps({"v": 1, "kind": "semaphore", "max_leases": max_leases}, separators=(",", ":")).encode()
+
+
+def stored_max_leases(raw: bytes | None) -> int | None:
+    try:
+        data = json.loads(raw or b"")
+    except ValueError:
+        return None
+    if isinstance(data, dict) and data.get("kind") == "semaphore":
+        return data.get("max_leases")
+    return None
+
+
+def leases(children: list[str]) -> list[str]:
+    return sorted((c for c in children if _LEASE.search(c)), key=lambda c: c[-10:])
+
+
+def _ensure_semaphore_node(session: Session, path: str, max_leases: int, deadline: Deadline, name: str) -> None:
+    client = session.client
+    try:
+        call(session, lambda: client.create_async(path, marker_data(max_leases), acl=session.acl, makepath=True),
+             deadline)
+        return
+    except NodeExistsError:
+        pass
+    raw, _ = call(session, lambda: client.get_async(path), deadline)
+    stored = stored_max_leases(raw)
+    if stored is None:
+        children = call(session, lambda: client.get_children_async(path), deadline)
+        if queue.sort_contenders(children):
+            raise SemaphoreMismatch(f"{name!r} is in use as a plain lock, not a semaphore")
+        # An empty plain node (e.g. left by a lock of the same name): claim it for the semaphore.
+        call(session, lambda: client.set_async(path, marker_data(max_leases)), deadline)
+        return
+    if stored != max_leases:
+        raise SemaphoreMismatch(
+            f"semaphore {name!r} has max_leases={stored} in ZooKeeper but this contender asked for {max_leases}; "
+            "every contender of a semaphore must agree"
+        )
+
+
+def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: bool, deadline: Deadline,
+            name: str) -> Contender:
+    """Take one lease; returns a Contender standing for the lease node."""
+    while True:
+        session = get_session()
+        try:
+            _ensure_semaphore_node(session, path, max_leases, deadline, name)
+            # Non-blocking callers still wait for the (short) mutex turn, bounded by CONNECT_TIMEOUT.
+            mutex_deadline = deadline if blocking else Deadline(session.cfg.connect_timeout)
+            mutex = queue.acquire(lambda: session, f"{path}/{MUTEX}", EXCLUSIVE, data, blocking=True,
+                                  deadline=mutex_deadline, name=name)
+        except SessionGone:
+            if deadline.expired():
+                raise LockTimeout(name=name) from None
+            continue
+        try:
+            return _take_lease(session, path, max_leases, data, blocking, deadline, name)
+        except _DeadlinePassed:
+            raise LockTimeout(f"semaphore {name!r}: no lease within the timeout", name=name) from None
+        except SessionGone:
+            if deadline.expired():
+                raise LockTimeout(name=name) from None
+            continue
+        finally:
+            mutex.delete(Deadline(session.cfg.connect_timeout))
+
+
+def _take_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,
+                name: str) -> Contender:
+    client = session.client
+    lease = Contender(session, path, LEASE)
+    while True:
+        changed = threading.Event()
+        with session.waking(changed):
+            children = call(session, lambda: client.get_children_async(path, watch=lambda _e: changed.set()),
+                            deadline)
+            if len(leases(children)) < max_leases:
+                created = client.create_async(lease.prefix, data, acl=session.acl, ephemeral=True, sequence=True,
+                                              include_data=True)
+                lease._pending_create = created
+                try:
+                    node, stat = wait_result(created, session, deadline)
+                except NoNodeError:
+                    raise SessionGone() from None  # the semaphore node was reaped under us: start over
+                except _DeadlinePassed:
+                    lease.abandon()
+                    raise LockTimeout(name=name) from None
+                except BaseException:
+                    lease.abandon()
+                    raise
+                lease._pending_create = None
+                lease._set_node(node, stat.czxid)
+                return lease
+            if not blocking:
+                raise LockNotAcquired(name=name)
+            lease.waited = True
+            while not changed.is_set():
+                remaining = deadline.remaining()
+                if deadline.expired():
+                    raise LockTimeout(f"semaphore {name!r}: no lease within the timeout", name=name)
+                slice_ = session.timeout / 3 if deadline.cancel is None else 0.05
+                changed.wait(slice_ if remaining is None else min(slice_, remaining))
+                if not session.is_alive():
+                    raise SessionGone()
