@@ -1,4 +1,5 @@
 import os
+import tempfile
 
 SECRET_KEY = "zklocks-tests"
 DEBUG = False
@@ -24,8 +25,9 @@ ROOT_URLCONF = "tests.urls"
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": os.environ.get("ZKLOCKS_TEST_DB", "zklocks-tests.sqlite3"),
-        "TEST": {"NAME": os.environ.get("ZKLOCKS_TEST_DB_TEST", None)},
+        "NAME": os.path.join(tempfile.gettempdir(), f"zklocks-tests-{os.getpid()}.sqlite3"),
+        # A file, not shared-cache memory: concurrent requests must see SQLite's real isolation.
+        "TEST": {"NAME": os.path.join(tempfile.gettempdir(), f"zklocks-tests-{os.getpid()}-test.sqlite3")},
     }
 }
 TEMPLATES = [

@@ -290,12 +290,13 @@ class _BaseHandle:
         if not connection.in_atomic_block:
             self.release()
             return
-        owner = current_owner()
-        releaser = _OwnerRelease(self, owner)
+        release = _OwnerRelease(self, current_owner())
+        trigger = _Trigger(release)
         # Django drops on_commit callbacks on rollback without calling them; when it drops ours, the
         # finalizer releases at once. On commit, the callback runs first and the finalizer does nothing.
-        weakref.finalize(releaser, releaser.fire)
-        transaction.on_commit(releaser, using=db)
+        # (The finalizer must not reference the trigger, or the trigger would never die.)
+        weakref.finalize(trigger, release.fire)
+        transaction.on_commit(trigger, using=db)
 
     # -- async --
 
@@ -364,6 +365,18 @@ class _BaseHandle:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} using={self.using!r} held={self.is_held}>"
+
+
+class _Trigger:
+    """What transaction.on_commit holds; its death (rollback) fires the release too."""
+
+    __slots__ = ("release", "__weakref__")
+
+    def __init__(self, release: _OwnerRelease) -> None:
+        self.release = release
+
+    def __call__(self) -> None:
+        self.release.fire()
 
 
 class _OwnerRelease:
