@@ -158,10 +158,15 @@ def test_each_release_notifies_exactly_one_waiter(zk_server):
             t.start()
             threads.append(t)
         wait_until(lambda: len(children("herd")) == n + 1, timeout=5)
-        watches = four_letter(zk_server.port, "wchp")
         lock_path = zk_lock("herd").path
-        watched = [line for line in watches.splitlines() if line.startswith(lock_path + "/")]
-        assert len(watched) == n  # each waiter watches a different single node
+
+        def watched():
+            return [line for line in four_letter(zk_server.port, "wchp").splitlines()
+                    if line.startswith(lock_path + "/")]
+
+        # Each waiter watches a different single node; nobody watches the parent's children.
+        wait_until(lambda: len(watched()) == n, timeout=5)
+        assert lock_path not in [line.strip() for line in four_letter(zk_server.port, "wchp").splitlines()]
         holder.release()
         for t in threads:
             t.join(20)

@@ -17,15 +17,15 @@ declared_aliases: list[tuple[str, str]] = []
 
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
-    configs, problems = conf.validate(_raw_setting())
+    _, problems = conf.validate(_raw_setting())
     messages: list[checks.CheckMessage] = []
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
         messages.append(cls(p.msg, hint=p.hint, id=p.id))
     raw = _raw_setting()
     known = set(raw) if isinstance(raw, dict) else set()
-    for alias, where in declared_aliases:
-        if alias not in known:
+    for alias, where in dict.fromkeys(declared_aliases):
+        if alias not in known and alias != conf.DEFAULT_ALIAS:  # a missing 'default' is E001 already
             messages.append(checks.Error(
                 f"{where} uses the zklocks alias {alias!r}, which settings.ZKLOCKS does not define.",
                 hint=f"Define ZKLOCKS[{alias!r}] or pass one of: {', '.join(sorted(known)) or 'none'}.",
