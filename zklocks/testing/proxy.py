@@ -5,6 +5,7 @@
     proxy.partition()        # black-hole: connections stay open, nothing passes (like a cut cable)
     proxy.heal()
     proxy.drop_after_next_request()   # forward the next request to the server, then drop the connection
+    proxy.cancel_drop()      # disarm it
     proxy.reset()            # close every connection now
 """
 
@@ -55,6 +56,10 @@ class TcpProxy:
         self._drop_opcodes = opcodes
         self.dropped.clear()
         self._drop_next.set()
+
+    def cancel_drop(self) -> None:
+        """Disarm a drop_after_next_request() that has not happened yet."""
+        self._drop_next.clear()
 
     def reset(self) -> None:
         with self._lock:

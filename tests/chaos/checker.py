@@ -1,0 +1,197 @@
+"""The chaos checker: pure functions over the workers' records and the controller's fault log.
+
+The claim it proves, per lock name: no two holds overlapped while both were valid, and tokens strictly increase
+in hold order. A hold is *valid* from its start until the last moment its holder saw ``is_held`` True
+(``valid_until``), cut short by two things outside the holder's knowledge:
+
+- a kill -9 of the holder's process: the hold ends when the process is gone (it can do nothing after);
+- a session expired by someone else (the "expire a holder's session" fault): ZooKeeper revokes the lock at
+  once, and no lease can foresee that; the holder learns it with the next answer from the server. Validity
+  ends at the revocation, and the time the holder went on believing it held the lock is reported as its
+  detection latency. This is what fencing tokens are for, so the next holder's token must be higher.
+
+Raw intervals (start..end, when the holder actually stopped) may overlap only in that second case; the checker
+reports any other raw overlap as a violation too.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Hold:
+    id: str
+    name: str
+    pid: int
+    sid: int
+    token: int
+    start: float
+    end: float
+    valid_until: float
+    lost: bool = False  # is_held turned False during the hold (lease bound or LOST)
+    reason: str | None = None
+    killed: bool = False  # the process was killed -9 during the hold
+    revoked_at: float | None = None  # the session was expired by the controller during the hold
+
+
+@dataclass
+class Fault:
+    kind: str
+    started: float
+    ended: float  # progress is measured from here (see controller.py)
+    detail: dict = field(default_factory=dict)
+
+
+@dataclass
+class Report:
+    holds: int = 0
+    lost_holds: int = 0
+    lost_reasons: dict = field(default_factory=dict)
+    killed_holds: int = 0
+    revoked_holds: int = 0
+    faults: int = 0
+    overlaps: list = field(default_factory=list)  # (a, b) of valid intervals: must stay empty
+    raw_overlaps: list = field(default_factory=list)  # (a, b, seconds), only with a revoked hold a
+    unexplained_raw_overlaps: list = field(default_factory=list)  # must stay empty
+    token_errors: list = field(default_factory=list)  # must stay empty
+    crashes: list = field(default_factory=list)  # unexpected exceptions in workers: must stay empty
+    unfinished: list = field(default_factory=list)  # a begin without an end in a process not killed
+    stalls: dict = field(default_factory=dict)  # kind -> [seconds]
+    no_progress: list = field(default_factory=list)  # faults after which no one acquired within the bound
+    detection: list = field(default_factory=list)  # revoked holders: seconds until they stopped
+    orphans: int = 0
+    min_sessions: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not (self.overlaps or self.unexplained_raw_overlaps or self.token_errors or self.crashes
+                    or self.unfinished or self.no_progress or self.orphans)
+
+    def longest_stalls(self) -> dict[str, float]:
+        return {kind: max(values) for kind, values in sorted(self.stalls.items())}
+
+    def summary(self) -> str:
+        lines = [
+            f"holds checked: {self.holds} (lost and stopped: {self.lost_holds} {self.lost_reasons}, holder "
+            f"killed: {self.killed_holds}, session revoked: {self.revoked_holds})",
+            f"faults injected: {self.faults}",
+            f"overlaps: {len(self.overlaps)}",
+            f"token order errors: {len(self.token_errors)}",
+            f"orphan nodes left: {self.orphans}",
+            f"fewest live sessions before a fault: {self.min_sessions}",
+            "longest stall per fault kind: " + ", ".join(
+                f"{k} {v:.2f}s" for k, v in self.longest_stalls().items()),
+        ]
+        if self.detection:
+            lines.append("revoked holders stopped after: " + ", ".join(f"{d:.3f}s" for d in self.detection))
+        for what in ("unexplained_raw_overlaps", "crashes", "unfinished", "no_progress"):
+            items = getattr(self, what)
+            if items:
+                lines.append(f"{what}: {items[:5]}")
+        return "\n".join(lines)
+
+
+def read_events(directory: Path) -> list[tuple[int, dict]]:
+    """(pid, record) for every whole line of every worker file."""
+    out = []
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        pid = int(path.stem.rsplit("-", 1)[1])
+        for line in path.read_text().splitlines():
+            if line.endswith("}"):
+                out.append((pid, json.loads(line)))
+    return out
+
+
+def build_holds(events: list[tuple[int, dict]], kills: dict[int, float], revocations: list[dict]) -> tuple[
+        list[Hold], list, list]:
+    """Pair begin/end records into holds; apply kills and revocations. Returns (holds, crashes, unfinished)."""
+    begins: dict[str, tuple[int, dict]] = {}
+    ends: dict[str, dict] = {}
+    crashes = []
+    for pid, rec in events:
+        ev = rec["ev"]
+        if ev == "begin":
+            begins[rec["id"]] = (pid, rec)
+        elif ev == "end":
+            ends[rec["id"]] = rec
+        elif ev == "crash":
+            crashes.append((pid, rec))
+    holds, unfinished = [], []
+    for hold_id, (pid, b) in begins.items():
+        e = ends.get(hold_id)
+        if e is not None:
+            hold = Hold(hold_id, b["name"], pid, b["sid"], b["token"], b["start"], e["end"], e["valid_until"],
+                        lost=not e["valid"], reason=e["reason"])
+        elif pid in kills:
+            dead = kills[pid]
+            hold = Hold(hold_id, b["name"], pid, b["sid"], b["token"], b["start"], dead, dead, killed=True)
+        else:
+            unfinished.append(hold_id)
+            continue
+        holds.append(hold)
+    for rev in revocations:
+        for hold in holds:
+            # "at" is when the expiry began, "done" when it had surely happened.
+            if hold.sid == rev["sid"] and hold.start < rev["done"] and hold.end > rev["at"]:
+                hold.revoked_at = max(rev["at"], hold.start)
+                hold.valid_until = min(hold.valid_until, hold.revoked_at)
+    return holds, crashes, unfinished
+
+
+def check_exclusion(holds: list[Hold], report: Report) -> None:
+    by_name: dict[str, list[Hold]] = {}
+    for hold in holds:
+        by_name.setdefault(hold.name, []).append(hold)
+    for group in by_name.values():
+        group.sort(key=lambda h: (h.start, h.token))
+        active: list[Hold] = []
+        for b in group:
+            active = [a for a in active if a.end > b.start or a.valid_until > b.start]
+            for a in active:
+                if a.valid_until > b.start:
+                    report.overlaps.append((a, b))
+                elif a.end > b.start:
+                    entry = (a, b, round(a.end - b.start, 4))
+                    (report.raw_overlaps if a.revoked_at is not None else report.unexplained_raw_overlaps).append(
+                        entry)
+            active.append(b)
+        for a, b in zip(group, group[1:]):
+            if not a.token < b.token:
+                report.token_errors.append((a, b))
+
+
+def check_progress(holds: list[Hold], faults: list[Fault], names: list[str], bound: float, report: Report) -> None:
+    starts = {name: sorted(h.start for h in holds if h.name == name) for name in names}
+    for fault in faults:
+        worst = 0.0
+        for name in names:
+            after = next((s for s in starts[name] if s > fault.ended), None)
+            if after is None:
+                worst = float("inf")
+                break
+            worst = max(worst, after - fault.ended)
+        report.stalls.setdefault(fault.kind, []).append(worst)
+        if worst > bound:
+            report.no_progress.append((fault.kind, round(fault.ended, 3), worst))
+
+
+def check(events, faults: list[Fault], kills: dict[int, float], revocations: list[dict], names: list[str],
+          progress_bound: float) -> Report:
+    report = Report()
+    holds, report.crashes, report.unfinished = build_holds(events, kills, revocations)
+    report.holds = len(holds)
+    report.lost_holds = sum(h.lost for h in holds)
+    for h in holds:
+        if h.lost:
+            report.lost_reasons[h.reason] = report.lost_reasons.get(h.reason, 0) + 1
+    report.killed_holds = sum(h.killed for h in holds)
+    revoked = [h for h in holds if h.revoked_at is not None]
+    report.revoked_holds = len(revoked)
+    report.detection = [round(h.end - h.revoked_at, 4) for h in revoked]
+    report.faults = len(faults)
+    check_exclusion(holds, report)
+    check_progress(holds, faults, names, progress_bound, report)
+    return report

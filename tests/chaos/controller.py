@@ -1,0 +1,423 @@
+"""The chaos controller: starts contender processes against a real ensemble, injects faults, waits for progress.
+
+Progress after a fault is measured from the fault's *end*: for an instantaneous fault (a kill -9, an expiry, a
+dropped connection) that is the moment it happened; for a fault with a duration (a server frozen with SIGSTOP,
+the whole ensemble down) it is the SIGCONT, or the moment every server serves again. No lock service can grant
+a lock while no server runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+
+from tests.chaos.checker import Fault, Report, check, read_events
+from tests.helpers import ROOT, tree
+from zklocks import holder
+from zklocks.names import encode_name
+from zklocks.reaper import sweep
+from zklocks.recipes.queue import sort_contenders
+from zklocks.testing import ZkEnsemble, expire_session
+from zklocks.testing.proxy import TcpProxy
+from zklocks.testing.server import four_letter
+
+MIN_SESSIONS = 50
+_SID = re.compile(r"sid=0x([0-9a-f]+)")
+SHORT_PLAN = ["kill-leader", "kill-follower", "sigstop", "restart-ensemble", "expire-holder", "kill-holder",
+              "drop-create"]
+
+
+class Worker:
+    def __init__(self, proc: subprocess.Popen, proxied: bool) -> None:
+        self.proc = proc
+        self.proxied = proxied
+        self.killed_at: float | None = None
+
+
+class ChaosRun:
+    def __init__(self, ensemble: ZkEnsemble, workdir: Path, *, namespace: str = "/chaos",
+                 names: tuple[str, ...] = ("chaos:a", "chaos/b ü%"), workers: int = 6, threads: int = 10,
+                 session_timeout: float = 2.0, settle: float = 1.0, seed: int | None = None,
+                 sigstop_targets: tuple[str, ...] = ("holder", "leader", "follower"), log=print) -> None:
+        self.ensemble = ensemble
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.namespace = namespace
+        self.names = list(names)
+        self.n_workers = workers
+        self.threads = threads
+        self.session_timeout = session_timeout
+        self.tick = ensemble.servers[0].tick_time / 1000.0
+        self.bound = session_timeout + self.tick + 2.0
+        self.log = log
+        self.settle = settle
+        self.sigstop_targets = list(sigstop_targets)
+        self.sigstops = 0
+        self.seed = seed if seed is not None else random.randrange(1 << 30)
+        self.rng = random.Random(self.seed)
+        self.workers: list[Worker] = []
+        self.proxies: list[TcpProxy] = []
+        self.faults: list[Fault] = []
+        self.kills: dict[int, float] = {}
+        self.revocations: list[dict] = []
+        self.session_samples: list[int] = []
+        self.latest: dict[str, float] = {name: 0.0 for name in self.names}
+        self.sessions: dict[int, str] = {}
+        self.long_holds: dict[str, dict] = {}  # id -> {"sid", "name", "end"?}
+        self._offsets: dict[Path, int] = {}
+        self.zk: KazooClient | None = None
+        self.orphans: list[str] = []
+        self.exit_codes: list[int | None] = []
+
+    # -- set-up and tear-down --
+
+    def start(self) -> None:
+        self.proxies = [TcpProxy("127.0.0.1", s.port).start() for s in self.ensemble.servers]
+        self.zk = KazooClient(hosts=self.ensemble.hosts, timeout=4.0,
+                              connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5})
+        self.zk.start(timeout=30)
+        for i in range(self.n_workers):
+            self.spawn(proxied=i == 0)
+        self.wait_sessions(timeout=60)
+        self.wait_progress(time.monotonic(), timeout=60)
+
+    def spawn(self, proxied: bool) -> Worker:
+        hosts = ",".join(p.hosts for p in self.proxies) if proxied else self.ensemble.hosts
+        tag = "proxied" if proxied else "direct"
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        env.pop("DJANGO_SETTINGS_MODULE", None)
+        out = open(self.dir / f"{tag}-{len(self.workers)}.log", "ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.chaos.worker", "--hosts", hosts, "--namespace", self.namespace,
+             "--names", ",".join(self.names), "--threads", str(self.threads),
+             "--session-timeout", str(self.session_timeout), "--dir", str(self.dir), "--tag", tag],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        worker = Worker(proc, proxied)
+        self.workers.append(worker)
+        return worker
+
+    def live_workers(self) -> list[Worker]:
+        return [w for w in self.workers if w.killed_at is None]
+
+    def cleanup(self) -> None:
+        for w in self.workers:
+            if w.proc.poll() is None:
+                try:
+                    os.killpg(w.proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                w.proc.wait(10)
+        for p in self.proxies:
+            p.stop()
+        if self.zk is not None:
+            try:
+                self.zk.stop()
+                self.zk.close()
+            except Exception:
+                pass
+
+    # -- observation --
+
+    def poll_records(self) -> None:
+        for path in self.dir.glob("*.jsonl"):
+            offset = self._offsets.get(path, 0)
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+            cut = data.rfind(b"\n") + 1
+            self._offsets[path] = offset + cut
+            for line in data[:cut].splitlines():
+                rec = json.loads(line)
+                if rec["ev"] == "begin":
+                    self.latest[rec["name"]] = max(self.latest[rec["name"]], rec["start"])
+                elif rec["ev"] == "session":
+                    self.sessions[rec["sid"]] = rec["pw"]
+                elif rec["ev"] == "long":
+                    self.long_holds[rec["id"]] = dict(rec)
+                elif rec["ev"] == "end" and rec["id"] in self.long_holds:
+                    self.long_holds[rec["id"]]["end"] = rec
+
+    def wait_progress(self, after: float, timeout: float | None = None) -> float:
+        """Wait until every lock was acquired after ``after``; the checker computes the exact stall later."""
+        limit = time.monotonic() + (timeout or self.bound + 10.0)
+        while time.monotonic() < limit:
+            self.poll_records()
+            if all(t > after for t in self.latest.values()):
+                return time.monotonic() - after
+            time.sleep(0.02)
+        self.log(f"  no progress within {time.monotonic() - after:.1f}s")
+        return float("inf")
+
+    def live_sessions(self) -> int:
+        """Distinct client sessions connected across the ensemble, the controller's own not counted."""
+        sids = set()
+        for s in self.ensemble.servers:
+            sids.update(int(m, 16) for m in _SID.findall(four_letter(s.port, "cons", timeout=1.0)))
+        sids.discard(0)
+        sids.discard(self.zk.client_id[0] if self.zk.client_id else 0)
+        return len(sids)
+
+    def wait_sessions(self, timeout: float = 20.0) -> int:
+        need = max(MIN_SESSIONS, int(0.9 * self.n_workers * self.threads))
+        deadline = time.monotonic() + timeout
+        count = self.live_sessions()
+        while count < need and time.monotonic() < deadline:
+            time.sleep(0.1)
+            count = self.live_sessions()
+        return count
+
+    def zk_call(self, fn, *args, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return fn(*args)
+            except NoNodeError:
+                raise
+            except KazooException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def holder_of(self, name: str) -> tuple[str, object, dict] | None:
+        """(node path, stat, data) of the current holder of ``name``, or None."""
+        parent = f"{self.namespace}/{encode_name(name)}"
+        try:
+            children = self.zk_call(self.zk.get_children, parent)
+        except NoNodeError:
+            return None
+        queue = sort_contenders(children)
+        if not queue:
+            return None
+        path = f"{parent}/{queue[0][2]}"
+        try:
+            raw, stat = self.zk_call(self.zk.get, path)
+        except NoNodeError:
+            return None
+        return path, stat, holder.parse(raw)
+
+    def long_holder(self, timeout: float = 30.0, held_for: float = 0.15, want=lambda h: True):
+        """A holder that has held its lock for ``held_for`` seconds already (so it is in a long hold)."""
+        deadline = time.monotonic() + timeout
+        seen: dict[str, tuple[str, float]] = {}
+        while time.monotonic() < deadline:
+            for name in self.names:
+                found = self.holder_of(name)
+                if found is None:
+                    continue
+                path, stat, data = found
+                first = seen.get(name)
+                if first is None or first[0] != path:
+                    seen[name] = (path, time.monotonic())
+                elif time.monotonic() - first[1] >= held_for and want(found):
+                    return name, path, stat, data
+            time.sleep(0.01)
+        raise RuntimeError("no long hold seen")
+
+    def server_of_session(self, sid: int):
+        for s in self.ensemble.servers:
+            if f"sid=0x{sid:x}," in four_letter(s.port, "cons", timeout=1.0):
+                return s
+        return None
+
+    # -- faults --
+
+    def inject(self, kind: str) -> None:
+        sessions = self.wait_sessions()
+        self.session_samples.append(sessions)
+        fault = getattr(self, "fault_" + kind.replace("-", "_"))()
+        fault.detail["sessions"] = sessions
+        self.faults.append(fault)
+        stall = self.wait_progress(fault.ended)
+        if "long_hold" in fault.detail:
+            fault.detail["holder"] = self.long_hold_outcome(fault.detail["long_hold"])
+        self.log(f"  {kind}: {fault.detail} -> progress after ~{stall:.2f}s")
+        self.repair()
+
+    def repair(self) -> None:
+        """Bring every server back and let the clients settle before the next fault."""
+        for s in self.ensemble.servers:
+            if s.proc is None or s.proc.poll() is not None:
+                s.proc = None
+                s.start()
+        self.ensemble.wait_quorum()
+        time.sleep(self.settle)  # steady contention between faults
+
+    def _kill(self, server, kind: str) -> Fault:
+        started = time.monotonic()
+        server.kill()
+        ended = time.monotonic()
+        return Fault(kind, started, ended, {"server": server.myid})
+
+    def fault_kill_leader(self) -> Fault:
+        return self._kill(self.ensemble.leader(), "kill-leader")
+
+    def fault_kill_follower(self) -> Fault:
+        return self._kill(self.rng.choice(self.ensemble.followers()), "kill-follower")
+
+    def fault_sigstop(self) -> Fault:
+        """Freeze a server past the session timeout, then SIGCONT it. Target: the server of a holder that
+        holds longer than the session timeout (so its lease must run out, unless it reconnects elsewhere in
+        time), or the leader, or a follower."""
+        target = self.sigstop_targets[self.sigstops % len(self.sigstop_targets)]
+        self.sigstops += 1
+        server = None
+        long_hold = None
+        if target == "holder":
+            long_hold = self.request_long_hold()
+            server = self.server_of_session(long_hold["sid"])
+            if server is None:
+                target = "leader"
+        if server is None and target == "follower":
+            server = self.rng.choice(self.ensemble.followers())
+        if server is None:
+            target, server = "leader", self.ensemble.leader()
+        was = server.mode()
+        started = time.monotonic()
+        server.pause()
+        time.sleep(self.session_timeout + 1.0)
+        server.resume()
+        ended = time.monotonic()
+        detail = {"server": server.myid, "target": target, "mode": was, "paused": round(ended - started, 2)}
+        if long_hold is not None:
+            detail["long_hold"] = long_hold["id"]
+        return Fault("sigstop", started, ended, detail)
+
+    def request_long_hold(self, timeout: float = 30.0) -> dict:
+        """Ask the next thread that acquires to hold past the session timeout; its {"id", "sid", "name"}."""
+        known = set(self.long_holds)
+        (self.dir / "want-long-hold").touch()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll_records()
+            new = [h for i, h in self.long_holds.items() if i not in known]
+            if new:
+                return new[0]
+            time.sleep(0.005)
+        raise RuntimeError("no thread took the long hold")
+
+    def long_hold_outcome(self, hold_id: str, timeout: float = 10.0) -> str:
+        deadline = time.monotonic() + timeout
+        while "end" not in self.long_holds[hold_id] and time.monotonic() < deadline:
+            time.sleep(0.05)
+            self.poll_records()
+        end = self.long_holds[hold_id].get("end")
+        if end is None:
+            return "unknown"
+        return "kept it" if end["valid"] else f"gave it up ({end['reason']})"
+
+    def fault_restart_ensemble(self) -> Fault:
+        started = time.monotonic()
+        self.ensemble.restart_all()
+        self.ensemble.wait_quorum()
+        ended = time.monotonic()
+        return Fault("restart-ensemble", started, ended, {"down": round(ended - started, 2)})
+
+    def fault_expire_holder(self) -> Fault:
+        for _ in range(5):
+            name, path, stat, data = self.long_holder(want=lambda f: f[1].ephemeralOwner in self.sessions)
+            sid = stat.ephemeralOwner
+            started = time.monotonic()
+            try:
+                expire_session(self.ensemble.hosts, (sid, bytes.fromhex(self.sessions[sid])))
+            except RuntimeError:
+                continue  # that session ended on its own meanwhile: pick another holder
+            ended = time.monotonic()
+            self.revocations.append({"sid": sid, "at": started, "done": ended})
+            return Fault("expire-holder", started, ended, {"lock": name, "sid": hex(sid)})
+        raise RuntimeError("could not expire a holder's session")
+
+    def fault_kill_holder(self) -> Fault:
+        pids = {w.proc.pid: w for w in self.live_workers()}
+        name, path, stat, data = self.long_holder(want=lambda f: f[2].get("pid") in pids)
+        victim = pids[data["pid"]]
+        started = time.monotonic()
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+        victim.proc.wait(10)
+        ended = time.monotonic()
+        victim.killed_at = ended
+        self.kills[victim.proc.pid] = ended
+        held = self.zk_call(self.zk.exists, path) is not None  # its node outlives it until the session expires
+        self.spawn(proxied=victim.proxied)
+        return Fault("kill-holder", started, ended, {"lock": name, "pid": victim.proc.pid, "died_holding": held})
+
+    def fault_drop_create(self) -> Fault:
+        started = time.monotonic()
+        for p in self.proxies:
+            p.drop_after_next_request()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not any(p.dropped.is_set() for p in self.proxies):
+            time.sleep(0.005)
+        ended = time.monotonic()
+        for p in self.proxies:
+            p.cancel_drop()
+        dropped = sum(p.dropped.is_set() for p in self.proxies)
+        if not dropped:
+            raise RuntimeError("no create went through the proxies")
+        return Fault("drop-create", started, ended, {"dropped": dropped})
+
+    # -- the run --
+
+    def run(self, plan: list[str]) -> None:
+        for kind in plan:
+            self.inject(kind)
+
+    def finish(self) -> None:
+        """Quiet period, stop contending with sessions still open (orphan check 1), exit cleanly, reap, and
+        check that nothing is left below the namespace (orphan check 2)."""
+        # Sessions ended by a fault (killed processes, sessions given up while cut off) expire within this.
+        time.sleep(self.session_timeout + self.tick + 1.0)
+        live = self.live_workers()
+        (self.dir / "stop").touch()
+        deadline = time.monotonic() + 45
+        while time.monotonic() < deadline and not all((self.dir / f"idle-{w.proc.pid}").exists() for w in live):
+            time.sleep(0.1)
+        # Every contender has returned and released: a node of a live session now belongs to no handle.
+        parents = [f"{self.namespace}/{encode_name(n)}" for n in self.names]
+        deadline = time.monotonic() + 3.0
+        left = self._contenders(parents)
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = self._contenders(parents)
+        self.orphans = list(left)
+        (self.dir / "exit").touch()
+        for w in live:
+            try:
+                self.exit_codes.append(w.proc.wait(30))
+            except subprocess.TimeoutExpired:
+                self.exit_codes.append(None)
+        self.poll_records()
+        self.zk_call(sweep, self.zk, self.namespace)
+        self.orphans += self.zk_call(tree, self.zk, self.namespace)
+
+    def _contenders(self, parents: list[str]) -> list[str]:
+        out = []
+        for parent in parents:
+            try:
+                out += [f"{parent}/{c}" for c in self.zk_call(self.zk.get_children, parent)]
+            except NoNodeError:
+                pass
+        return out
+
+    def idle_counts(self) -> dict:
+        total: dict[str, int] = {}
+        for path in self.dir.glob("idle-*"):
+            for k, v in json.loads(path.read_text()).items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    def report(self) -> Report:
+        report = check(read_events(self.dir), self.faults, self.kills, self.revocations, self.names, self.bound)
+        report.orphans = len(self.orphans)
+        report.min_sessions = min(self.session_samples) if self.session_samples else None
+        return report

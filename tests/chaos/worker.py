@@ -1,0 +1,178 @@
+"""A chaos contender process: ``python -m tests.chaos.worker --hosts ... --dir ...``.
+
+THREADS threads, each pinned to its own session (POOL_SIZE = THREADS), take exclusive locks on the given names
+in a loop and record every hold as JSON lines in ``<dir>/<tag>-<pid>.jsonl``:
+
+    {"ev": "session", "sid", "pw"}                        once per session that held a lock
+    {"ev": "begin", "id", "name", "start", "token", "sid"}  right after acquire() returned
+    {"ev": "end", "id", "end", "valid", "valid_until", "reason"}
+
+``start``/``end`` are CLOCK_MONOTONIC, which is system-wide on Linux, so holds of different processes compare.
+While holding, a thread polls ``is_held`` every 5 ms; ``valid_until`` is the last moment it was seen True
+(taken *before* the call), and a thread that sees it False stops holding at once, as an application must.
+
+A thread that acquires while ``<dir>/want-long-hold`` exists claims it (one rename wins), records
+``{"ev": "long", "id", "sid"}`` and holds for the session timeout + 1.5 s, unless it loses the lock first: the
+controller then freezes the server that thread's session talks to.
+
+Control files in ``<dir>``: ``stop`` (finish the current hold, stop acquiring, then write ``idle-<pid>`` and
+keep the sessions open) and ``exit`` (close every session and exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+
+POLL = 0.005
+
+
+def setup(args) -> None:
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
+        DATABASES={},
+        ZKLOCKS={"default": {"HOSTS": args.hosts, "NAMESPACE": args.namespace,
+                             "SESSION_TIMEOUT": args.session_timeout, "CONNECT_TIMEOUT": args.connect_timeout,
+                             "POOL_SIZE": args.threads, "REAP_INTERVAL": args.reap_interval}},
+        USE_TZ=True,
+    )
+    django.setup()
+
+
+class Recorder:
+    """Whole JSON lines through one O_APPEND descriptor: one write() each, so a kill -9 never tears a line."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.sessions: set[int] = set()
+        self.lock = threading.Lock()
+
+    def write(self, **record) -> None:
+        os.write(self.fd, (json.dumps(record, separators=(",", ":")) + "\n").encode())
+
+    def session(self, sid: int, pw: bytes) -> None:
+        with self.lock:
+            if sid in self.sessions:
+                return
+            self.sessions.add(sid)
+        self.write(ev="session", sid=sid, pw=pw.hex())
+
+
+def hold_duration(rng: random.Random, long_share: float) -> float:
+    if rng.random() < long_share:
+        return rng.uniform(0.4, 0.8)  # long holds give the controller a holder to kill or expire
+    return rng.uniform(0.003, 0.02)
+
+
+def claim_long_hold(control: Path, hold_id: str) -> bool:
+    try:
+        os.rename(control / "want-long-hold", control / f"long-hold-{hold_id}")
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def contend(idx: int, args, rec: Recorder, stop: threading.Event, counts: dict) -> None:
+    rng = random.Random(os.getpid() * 1000 + idx)
+    n = 0
+    while not stop.is_set():
+        try:
+            n += hold_once(idx, n, args, rec, rng, counts)
+        except Exception as exc:  # anything unexpected is a bug the checker must see
+            rec.write(ev="crash", error=repr(exc), at=time.monotonic())
+            counts["crashes"] += 1
+            time.sleep(0.1)
+
+
+def hold_once(idx: int, n: int, args, rec: Recorder, rng: random.Random, counts: dict) -> int:
+    """One acquire and, if it succeeds, one recorded hold. Returns 1 for a hold, 0 otherwise."""
+    from zklocks import ZkUnavailable, zk_lock
+
+    name = rng.choice(args.names.split(","))
+    lock = zk_lock(name, timeout=rng.uniform(1.0, 6.0))
+    try:
+        if not lock.acquire():
+            counts["timeouts"] += 1
+            return 0
+    except ZkUnavailable:
+        counts["unavailable"] += 1
+        time.sleep(0.1)
+        return 0
+    start = time.monotonic()
+    hold_id = f"{os.getpid()}-{idx}-{n + 1}"
+    hold = lock._hold()
+    sid, pw = hold.session.client.client_id
+    rec.session(sid, pw)
+    rec.write(ev="begin", id=hold_id, name=name, start=start, token=lock.token, sid=sid)
+    valid_until = start
+    valid = True
+    hold_until = start + hold_duration(rng, args.long_share)
+    if claim_long_hold(Path(args.dir), hold_id):
+        rec.write(ev="long", id=hold_id, sid=sid, name=name)
+        hold_until = start + args.session_timeout + 1.5
+    while True:
+        t = time.monotonic()
+        if not lock.is_held:
+            valid = False  # a holder that finds is_held False must stop at once
+            break
+        valid_until = t
+        if t >= hold_until:
+            break
+        time.sleep(min(POLL, hold_until - t))
+    end = time.monotonic()
+    reason = None if valid else (hold.lost_reason or "suspended")
+    lock.release()
+    rec.write(ev="end", id=hold_id, end=end, valid=valid, valid_until=valid_until, reason=reason)
+    counts["holds"] += 1
+    counts["lost"] += not valid
+    return 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--hosts", required=True)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--names", default="chaos:a,chaos:b")
+    p.add_argument("--threads", type=int, default=10)
+    p.add_argument("--session-timeout", type=float, default=2.0)
+    p.add_argument("--connect-timeout", type=float, default=3.0)
+    p.add_argument("--reap-interval", type=float, default=2.0)
+    p.add_argument("--long-share", type=float, default=0.03)
+    p.add_argument("--dir", required=True)
+    p.add_argument("--tag", default="w")
+    args = p.parse_args(argv)
+    setup(args)
+    from zklocks.connections import close_all
+
+    control = Path(args.dir)
+    rec = Recorder(control / f"{args.tag}-{os.getpid()}.jsonl")
+    stop = threading.Event()
+    counts = {"holds": 0, "lost": 0, "timeouts": 0, "unavailable": 0, "crashes": 0}
+    threads = [threading.Thread(target=contend, args=(i, args, rec, stop, counts), name=f"contender-{i}",
+                                daemon=True) for i in range(args.threads)]
+    for t in threads:
+        t.start()
+    while not (control / "stop").exists():
+        time.sleep(0.05)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    alive = sum(t.is_alive() for t in threads)
+    (control / f"idle-{os.getpid()}").write_text(json.dumps({**counts, "stuck_threads": alive}))
+    while not (control / "exit").exists():
+        time.sleep(0.05)
+    close_all()
+    return 0 if alive == 0 else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())
