@@ -1,0 +1,64 @@
+"""Fencing tokens on the protected resource: a Django QuerySet that refuses writes with a stale token.
+
+No lock service can stop a holder that paused (GC, swap, a frozen VM, a network partition) from waking up and
+writing after its lock has passed on. The resource itself must refuse it: each write carries the holder's
+``lock.token``, and a row accepts only a token at least as high as the highest it has seen. The comparison and
+the write are one ``UPDATE ... WHERE fence <= token``, so two writers cannot interleave between them.
+
+    class Account(models.Model):
+        balance = models.IntegerField()
+        fence = models.BigIntegerField(default=0)   # the highest token that wrote this row
+
+        objects = FencedQuerySet.as_manager()
+
+    with zk_lock(f"account:{pk}") as lock:
+        Account.objects.filter(pk=pk).update_or_reject(lock.token, balance=F("balance") - 10)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+from .exceptions import ZkLocksError
+
+
+class StaleToken(ZkLocksError):
+    """A write carried a fencing token lower than one the resource has already accepted."""
+
+    def __init__(self, token: int, model: str) -> None:
+        super().__init__(f"{model}: fencing token {token} is stale; a later lock holder has written since")
+        self.token = token
+
+
+class FencedQuerySet(models.QuerySet):
+    """``update_if_token`` / ``update_or_reject``: writes guarded by a fencing-token column."""
+
+    fence_field = "fence"
+
+    def update_if_token(self, token: int, *, fence_field: str | None = None, **changes: Any) -> int:
+        """Apply ``changes`` to the rows whose fence is <= ``token`` and record ``token`` as their fence.
+
+        Returns the number of rows written. The same holder may write many times with its token; a holder with
+        a lower token changes nothing. Rows of the queryset with a higher fence are left alone.
+        """
+        if not isinstance(token, int) or isinstance(token, bool) or token < 0:
+            raise ValueError(f"a fencing token is a non-negative int (lock.token), not {token!r}")
+        field = fence_field or self.fence_field
+        if field in changes:
+            raise ValueError(f"{field!r} is the fence column: it is set from the token, not from changes")
+        return self.filter(**{f"{field}__lte": token}).update(**{field: token}, **changes)
+
+    def update_or_reject(self, token: int, *, fence_field: str | None = None, **changes: Any) -> int:
+        """Like :meth:`update_if_token`, but all or nothing: if any row of the queryset has seen a higher token,
+        write none and raise :class:`StaleToken`."""
+        from django.db import transaction
+
+        field = fence_field or self.fence_field
+        with transaction.atomic(using=self.db):
+            written = self.update_if_token(token, fence_field=field, **changes)
+            # Rows we wrote now carry our token; any row still above it refused us.
+            if self.filter(**{f"{field}__gt": token}).exists():
+                raise StaleToken(token, self.model._meta.label)  # leaving atomic() by an error rolls back
+        return written
