@@ -14,4 +14,6 @@ class ZkLocksConfig(AppConfig):
         from .receivers import on_setting_changed
 
         checks.register(zk_checks.check_settings, "zklocks")
+        # Talks to ZooKeeper: only with `manage.py check --deploy`, never on every manage.py command.
+        checks.register(zk_checks.check_namespace_acls, "zklocks", deploy=True)
         setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")

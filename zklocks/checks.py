@@ -4,13 +4,20 @@ Stable ids: zklocks.E001 (no/invalid ZKLOCKS), E002 (alias not a dict / bad alia
 E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZE), E008 (AUTH),
 E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias),
 W001 (unknown option).
+
+Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
+E020 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
+W020 (the namespace or lock nodes have a weaker ACL than configured), W021 (the ACLs could not be checked).
 """
 
 from __future__ import annotations
 
+import time
+
 from django.core import checks
 
 from . import conf
+from .exceptions import ZkAuthError, ZkUnavailable
 
 # (alias, where) recorded by decorators at import time, so a typo is caught by `manage.py check`.
 declared_aliases: list[tuple[str, str]] = []
@@ -38,3 +45,58 @@ def _raw_setting():
     from django.conf import settings
 
     return getattr(settings, "ZKLOCKS", None)
+
+
+def check_namespace_acls(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """Deploy check: compare each alias's namespace ACLs with the configured ones. Per alias it waits at most
+    CONNECT_TIMEOUT for a session and CONNECT_TIMEOUT again for the reads."""
+    from . import security
+
+    configs, _ = conf.get_config()
+    messages: list[checks.CheckMessage] = []
+    for alias, cfg in sorted(configs.items()):
+        where = f"ZKLOCKS[{alias!r}]"
+        try:
+            session = security.connect(cfg)
+        except (ZkUnavailable, ZkAuthError) as exc:
+            messages.append(_unchecked(where, cfg, exc))
+            continue
+        try:
+            result = security.audit(session, deadline=time.monotonic() + cfg.connect_timeout)
+        except (ZkUnavailable, ZkAuthError) as exc:
+            messages.append(_unchecked(where, cfg, exc))
+            continue
+        finally:
+            session.close(wait=False)
+        messages.extend(acl_messages(where, result))
+    return messages
+
+
+def acl_messages(where: str, result) -> list[checks.CheckMessage]:
+    out: list[checks.CheckMessage] = []
+    locked_out = result.no_access
+    if locked_out:
+        first = locked_out[0]
+        more = f" (and {len(locked_out) - 1} more node(s))" if len(locked_out) > 1 else ""
+        out.append(checks.Error(
+            f"{where}: in {first.path}, {first.detail}{more}; every lock of this alias will fail with NoAuth.",
+            hint="ZooKeeper accepts any digest password at connect time and refuses later: check the password in "
+                 "AUTH, or grant this identity CREATE, DELETE and READ on the namespace.",
+            id="zklocks.E020"))
+    weaker = result.weaker
+    if weaker:
+        first = weaker[0]
+        more = f" (and {len(weaker) - 1} more node(s) below it)" if len(weaker) > 1 else ""
+        out.append(checks.Warning(
+            f"{where}: {first.path} has a weaker ACL than configured: {first.detail}{more}.",
+            hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
+                 "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
+            id="zklocks.W020"))
+    return out
+
+
+def _unchecked(where: str, cfg, exc: Exception) -> checks.CheckMessage:
+    return checks.Warning(
+        f"{where}: could not check the ACLs of {cfg.namespace}: {exc}",
+        hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
+        id="zklocks.W021")

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Iterator
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from . import conf, dispatch
-from .exceptions import ZkUnavailable
+from .exceptions import ZkAuthError, ZkUnavailable
 
 if TYPE_CHECKING:
     from .locks import Hold
@@ -62,6 +62,7 @@ class Session:
         self.last_ok = time.monotonic()  # send time of the newest request that got an answer
         self.dead = False
         self.dead_reason: str | None = None
+        self.auth_failed = False  # ZooKeeper rejected AUTH (unknown scheme, malformed credential)
         self.known_parents: set[str] = set()
         self._lock = threading.Lock()
         self._holds: set[Hold] = set()
@@ -127,6 +128,8 @@ class Session:
         else:
             self._connected.clear()
         if state == KazooState.LOST:
+            # kazoo reports a rejected AUTH as LOST; its own state still says why.
+            self.auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
             self._declare_lost_soon("expired")
         elif state == KazooState.SUSPENDED:
             self._arm_loss_check()
@@ -245,14 +248,21 @@ class Session:
         """Connect within CONNECT_TIMEOUT or raise ZkUnavailable at once (kazoo's own start() would block
         on stopping its connection thread)."""
         try:
-            self.client.start_async().wait(timeout=self.cfg.connect_timeout)
+            live = self.client.start_async()
+            limit = time.monotonic() + self.cfg.connect_timeout
+            while not live.is_set() and not self.auth_failed and time.monotonic() < limit:
+                live.wait(0.05)  # a rejected AUTH never sets ``live``: do not wait for CONNECT_TIMEOUT then
             error = None if self.client.connected else KazooTimeoutError("connection time-out")
         except Exception as exc:
             error = exc
         if error is not None:
+            auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
             self.dead = True
             self.dead_reason = "unreachable"
             self.close(wait=False)
+            if auth_failed:
+                raise ZkAuthError(f"zklocks alias {self.alias!r}: ZooKeeper rejected the AUTH credentials "
+                                  "(unknown scheme or malformed credential)") from error
             if isinstance(error, KazooTimeoutError):
                 detail = f"no session within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
             else:

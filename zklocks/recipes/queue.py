@@ -18,6 +18,7 @@ import uuid
 from typing import Callable
 
 from kazoo.exceptions import (
+    AuthFailedError,
     ConnectionClosedError,
     ConnectionLoss,
     NoAuthError,
@@ -104,6 +105,11 @@ def wait_result(async_result, session: Session, deadline: Deadline):
         raise ZkAuthError(
             f"zklocks alias {session.alias!r}: ZooKeeper refused the operation (NoAuth). Check the alias's "
             f"AUTH credentials and the ACL of its NAMESPACE."
+        ) from exc
+    except AuthFailedError as exc:
+        raise ZkAuthError(
+            f"zklocks alias {session.alias!r}: ZooKeeper rejected the AUTH credentials (unknown scheme or "
+            f"malformed credential)."
         ) from exc
 
 

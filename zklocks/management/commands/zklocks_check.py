@@ -1,0 +1,108 @@
+"""``manage.py zklocks_check``: can each alias reach ZooKeeper, and are its namespace's ACLs as configured?
+
+Per alias: connect within CONNECT_TIMEOUT, compare the ACLs of the namespace and of every lock node with the
+configured ones, and create and delete one ephemeral node in the namespace (which proves that the AUTH
+credentials are right: ZooKeeper accepts any digest password at connect time). Exits non-zero on any problem.
+"""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand, CommandError
+from kazoo.exceptions import KazooException
+
+from zklocks import conf, security
+from zklocks.exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
+
+
+class Command(BaseCommand):
+    help = ("Check each zklocks alias: connectivity, AUTH credentials and the ACLs of its namespace. "
+            "Exits with status 1 on any problem.")
+
+    def add_arguments(self, parser):
+        parser.add_argument("--alias", action="append", help="only this alias (repeatable)")
+        parser.add_argument("--fix-acls", action="store_true",
+                            help="give nodes with a weaker ACL the configured one (needs ADMIN on them)")
+        parser.add_argument("--limit", type=int, default=None,
+                            help="check at most this many lock nodes per alias (default: all)")
+
+    def handle(self, *args, alias=None, fix_acls=False, limit=None, **options):
+        configs, _ = conf.get_config()
+        names = alias or sorted(configs)
+        if not names:
+            raise CommandError("settings.ZKLOCKS defines no usable alias; run `manage.py check`.")
+        failures = 0
+        for name in names:
+            if name not in configs:
+                try:
+                    conf.alias_config(name)  # the clear error for an unknown or invalid alias
+                except ZkConfigError as exc:
+                    self._fail(name, str(exc))
+                failures += 1
+                continue
+            failures += self.check_alias(configs[name], fix_acls, limit)
+        if failures:
+            raise CommandError(f"zklocks_check: {failures} problem(s) found")
+
+    def check_alias(self, cfg: conf.AliasConfig, fix_acls: bool, limit: int | None) -> int:
+        name = cfg.alias
+        try:
+            session = security.connect(cfg)
+        except (ZkUnavailable, ZkAuthError) as exc:
+            self._fail(name, str(exc))
+            return 1
+        failures = 0
+        try:
+            self._ok(name, f"connected to {cfg.hosts} (session timeout {session.timeout:g}s)")
+            ids = sorted(user for _, user in security.identities(cfg))
+            if security.expected_acl(cfg) is None:
+                self._note(name, "no AUTH or ACL configured: any client may create and delete lock nodes")
+            elif ids:
+                self._ok(name, "identity: digest user(s) " + ", ".join(repr(i.split(":", 1)[0]) for i in ids))
+            try:
+                result = security.audit(session, limit=limit)
+            except (ZkAuthError, ZkUnavailable, KazooException) as exc:
+                self._fail(name, f"could not read the ACLs of {cfg.namespace}: {exc}")
+                return 1
+            if not result.exists:
+                self._ok(name, f"{cfg.namespace} does not exist yet; it is created with the configured ACL on "
+                               "first use")
+                return 0
+            if fix_acls and result.weaker:
+                try:
+                    for path in security.fix(session, result):
+                        self._ok(name, f"fixed the ACL of {path}")
+                    result = security.audit(session, limit=limit)
+                except (KazooException, ZkAuthError) as exc:
+                    self._fail(name, f"could not fix the ACLs: {exc!r}")
+                    failures += 1
+            for finding in result.findings:
+                self._fail(name, f"{finding.path}: " + (
+                    f"weaker ACL than configured: {finding.detail}" if finding.kind == "weaker"
+                    else f"{finding.detail} (every lock would fail with NoAuth)"))
+                failures += 1
+            if not result.findings:
+                scope = f"{cfg.namespace} and {result.checked - 1} node(s) below it"
+                if result.truncated:
+                    scope += f" (stopped at --limit {limit})"
+                self._ok(name, f"ACLs as configured on {scope}")
+            try:
+                security.probe(session)
+                self._ok(name, f"created and deleted a node in {cfg.namespace}")
+            except ZkAuthError as exc:
+                self._fail(name, str(exc))
+                failures += 1
+            except KazooException as exc:
+                self._fail(name, f"write probe in {cfg.namespace} failed: {exc!r}")
+                failures += 1
+        finally:
+            session.close()
+        return failures
+
+    def _ok(self, alias: str, text: str) -> None:
+        self.stdout.write(f"{alias}: " + self.style.SUCCESS("ok") + f" {text}")
+
+    def _note(self, alias: str, text: str) -> None:
+        self.stdout.write(f"{alias}: " + self.style.WARNING("note") + f" {text}")
+
+    def _fail(self, alias: str, text: str) -> None:
+        self.stdout.write(f"{alias}: " + self.style.ERROR("FAILED") + f" {text}")
