@@ -106,3 +106,30 @@ def test_config_is_cached_and_rebuilt_on_setting_changed():
         with override_settings(ZKLOCKS={"default": {**OK, "NAMESPACE": "/two"}}):
             assert conf.alias_config().namespace == "/two"
         assert conf.alias_config().namespace == "/one"
+
+
+def test_options_acl_and_digest_credentials_are_checked():
+    assert run({"default": {**OK, "OPTIONS": {"use_sll": True, "hosts": "x:1", "timeout": 3, "ca": "/ca.pem"},
+                            "ACL": ["open"], "AUTH": [("digest", "user-without-password")]}}) == [
+        Error("ZKLOCKS['default']: AUTH: a digest credential must be 'user:password'.",
+              hint='For example [("digest", "user:secret")].', id="zklocks.E008"),
+        Error("ZKLOCKS['default']: OPTIONS use_sll: not a KazooClient argument.",
+              hint="Accepted: ca, certfile, check_hostname, command_retry, connection_retry, handler, keyfile, "
+                   "keyfile_password, logger, randomize_hosts, read_only, sasl_options, use_ssl, verify_certs.",
+              id="zklocks.E021"),
+        Error("ZKLOCKS['default']: OPTIONS hosts, timeout: set by zklocks itself.",
+              hint="Use the alias's own settings instead (HOSTS, SESSION_TIMEOUT).", id="zklocks.E021"),
+        Error("ZKLOCKS['default']: ACL must be a non-empty list of kazoo.security.ACL.",
+              hint='For example [make_digest_acl("user", "secret", all=True)]; or leave it out and set AUTH.',
+              id="zklocks.E022"),
+    ]
+
+
+@pytest.mark.parametrize("hosts", ["zk1:65535", "[::1]:2181", "zk1", "[::1]", "a:1,b:2"])
+def test_valid_hosts_and_ports(hosts):
+    assert run({"default": {"HOSTS": hosts}}) == []
+
+
+@pytest.mark.parametrize("hosts", ["zk1:0", "zk1:65536", "zk1:2181,zk2:99999"])
+def test_ports_out_of_range(hosts):
+    assert [m.id for m in run({"default": {"HOSTS": hosts}})] == ["zklocks.E003"]

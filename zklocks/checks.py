@@ -3,7 +3,8 @@
 Stable ids: zklocks.E001 (no/invalid ZKLOCKS), E002 (alias not a dict / bad alias key), E003 (HOSTS),
 E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZE), E008 (AUTH),
 E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias),
-W001 (unknown option).
+W001 (unknown option), E021 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
+E022 (ACL not a list of kazoo ACL entries).
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E020 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),

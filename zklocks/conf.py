@@ -9,11 +9,14 @@ The cache is cleared on ``setting_changed`` (see ``apps.py``).
 from __future__ import annotations
 
 import functools
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
+from kazoo.client import KazooClient
+from kazoo.security import ACL
 
 from .exceptions import ZkConfigError
 
@@ -24,6 +27,13 @@ KNOWN_KEYS = frozenset(
 )
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(:\d{1,5})?$")
 _NAMESPACE = re.compile(r"^(/[A-Za-z0-9_.:\-]+)+$")
+# OPTIONS are KazooClient keyword arguments, except those zklocks derives from the other settings.
+RESERVED_OPTIONS = {"hosts": "HOSTS", "timeout": "SESSION_TIMEOUT", "auth_data": "AUTH", "default_acl": "ACL",
+                    "client_id": None}
+KAZOO_OPTIONS = frozenset(
+    name for name, p in inspect.signature(KazooClient.__init__).parameters.items()
+    if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
+) - set(RESERVED_OPTIONS)
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,10 @@ def _hosts(value: Any) -> str | None:
     parts = [p.strip() for p in value.split(",")]
     if not parts or not all(parts) or not all(_HOST.match(p) for p in parts):
         return None
+    for part in parts:
+        port = part.rsplit(":", 1)[1] if ":" in part and not part.endswith("]") else None
+        if port is not None and not 1 <= int(port) <= 65535:
+            return None
     return ",".join(parts)
 
 
@@ -112,11 +126,30 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
         problems.append(_problem("zklocks.E008", alias, "AUTH must be a list of (scheme, credential) pairs.",
                                  'For example [("digest", "user:secret")].'))
         auth = ()
+    elif any(scheme == "digest" and ":" not in cred for scheme, cred in auth):
+        problems.append(_problem("zklocks.E008", alias, "AUTH: a digest credential must be 'user:password'.",
+                                 'For example [("digest", "user:secret")].'))
     options = raw.get("OPTIONS", {})
     if not isinstance(options, dict):
         problems.append(_problem("zklocks.E009", alias, "OPTIONS must be a dict of KazooClient keyword arguments.",
                                  'For example {"use_ssl": True, "ca": "/etc/zk/ca.pem"}.'))
         options = {}
+    unknown_options = sorted(str(k) for k in options if k not in KAZOO_OPTIONS and k not in RESERVED_OPTIONS)
+    reserved = sorted(k for k in options if k in RESERVED_OPTIONS)
+    if unknown_options:
+        problems.append(_problem("zklocks.E021", alias,
+                                 f"OPTIONS {', '.join(unknown_options)}: not a KazooClient argument.",
+                                 f"Accepted: {', '.join(sorted(KAZOO_OPTIONS))}."))
+    if reserved:
+        owners = ", ".join(sorted({RESERVED_OPTIONS[k] for k in reserved if RESERVED_OPTIONS[k]}))
+        problems.append(_problem("zklocks.E021", alias, f"OPTIONS {', '.join(reserved)}: set by zklocks itself.",
+                                 f"Use the alias's own settings instead ({owners})." if owners else
+                                 "A session id cannot be shared."))
+    acl = raw.get("ACL")
+    if acl is not None and not (isinstance(acl, (list, tuple)) and acl and all(isinstance(a, ACL) for a in acl)):
+        problems.append(_problem("zklocks.E022", alias, "ACL must be a non-empty list of kazoo.security.ACL.",
+                                 'For example [make_digest_acl("user", "secret", all=True)]; or leave it out '
+                                 "and set AUTH."))
     read_acl = raw.get("READ_ACL", "world")
     if read_acl not in ("world", "auth"):
         problems.append(_problem("zklocks.E010", alias, f"READ_ACL must be 'world' or 'auth', not {read_acl!r}.",

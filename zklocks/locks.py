@@ -128,10 +128,11 @@ def render_name(template: str, func: Callable, args: tuple, kwargs: dict, what: 
     bound.apply_defaults()
     try:
         name = template.format(**bound.arguments)
-    except (KeyError, IndexError, AttributeError) as exc:
+    except KeyError as exc:
         raise InvalidLockName(f"{what}: lock name template {template!r} refers to {exc} which is not an "
                               f"argument of {func.__qualname__}{inspect.signature(func)}") from None
-    except (ValueError, TypeError) as exc:
+    except (IndexError, AttributeError, ValueError, TypeError) as exc:
+        # e.g. "{user.nme}", "{ids[3]}", a positional "{0}", or a format spec the value does not take
         raise InvalidLockName(f"{what}: cannot fill lock name template {template!r}: {exc}") from None
     return validate_name(name)
 
@@ -339,8 +340,12 @@ class _BaseHandle:
 
     def __call__(self, func: F) -> F:
         template = self.name
-        templated = bool(_formatter_fields(template))
         where = f"{func.__module__}.{func.__qualname__}"
+        try:
+            templated = any(f is not None for _, f, _, _ in string.Formatter().parse(template))
+        except ValueError as exc:  # caught at import time rather than on every call
+            raise InvalidLockName(f"{where}: lock name template {template!r} is malformed ({exc}); "
+                                  "write {{ and }} for literal braces") from None
         declared_aliases.append((self.using, where))
 
         def handle_for(args: tuple, kwargs: dict) -> _BaseHandle:

@@ -31,11 +31,17 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from .. import dispatch
 from ..connections import Session
-from ..exceptions import LockNotAcquired, LockTimeout, ZkAuthError, ZkUnavailable
+from ..exceptions import LockNotAcquired, LockTimeout, ZkAuthError, ZkLocksError, ZkUnavailable
 
 EXCLUSIVE = "__lock__"
 SHARED = "__rlock__"
 _CONTENDER = re.compile(r"(__lock__|__rlock__)(-?\d{10})$")
+# Children that only a semaphore (semaphore.py) puts below a lock node.
+_SEMAPHORE_CHILD = re.compile(r"^__mutex__$|__lease__\d{10}$")
+
+
+class SemaphoreMismatch(ZkLocksError, ValueError):
+    """A name is used both as a semaphore and as a plain lock, or contenders disagree on max_leases."""
 
 
 class SessionGone(Exception):
@@ -358,6 +364,9 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
         contender = Contender(session, parent, marker)
         try:
             children = contender.enqueue(data, deadline)
+            if any(_SEMAPHORE_CHILD.search(c) for c in children):
+                # Lease holders are no contenders of this queue: granting it would ignore them.
+                raise SemaphoreMismatch(f"{name!r} is in use as a semaphore, not a plain lock")
             while True:
                 blocker = contender.blocker(children)
                 if blocker is None:

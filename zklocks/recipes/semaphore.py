@@ -19,17 +19,13 @@ import threading
 from kazoo.exceptions import NodeExistsError, NoNodeError
 
 from ..connections import Session
-from ..exceptions import LockNotAcquired, LockTimeout, ZkLocksError
+from ..exceptions import LockNotAcquired, LockTimeout
 from . import queue
-from .queue import EXCLUSIVE, Contender, Deadline, SessionGone, _DeadlinePassed, call, wait_result
+from .queue import EXCLUSIVE, Contender, Deadline, SemaphoreMismatch, SessionGone, _DeadlinePassed, call, wait_result
 
 MUTEX = "__mutex__"
 LEASE = "__lease__"
 _LEASE = re.compile(r"__lease__\d{10}$")
-
-
-class SemaphoreMismatch(ZkLocksError, ValueError):
-    """Contenders disagree on max_leases."""
 
 
 def marker_data(max_leases: int) -> bytes:
