@@ -127,3 +127,12 @@ def test_a_server_certificate_from_another_ca_is_refused(tls_zk, tmp_path):
             zk_lock("mitm").acquire(timeout=None)
         assert time.monotonic() - started < 3.0
     close_all()
+
+
+def test_the_server_asks_for_a_client_certificate(tls_zk):
+    hosts, pki = tls_zk
+    options = {key: value for key, value in tls_options(pki).items() if key not in ("certfile", "keyfile")}
+    with settings_for(hosts, OPTIONS=options):
+        with pytest.raises(ZkUnavailable, match="alias 'default'"):
+            zk_lock("anonymous-tls").acquire(timeout=None)
+    close_all()

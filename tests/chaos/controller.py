@@ -23,10 +23,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 
 from tests.chaos.checker import Fault, Report, check, read_events
 from tests.helpers import ROOT, tree
-from zklocks import holder
 from zklocks.names import encode_name
 from zklocks.reaper import sweep
-from zklocks.recipes.queue import sort_contenders
 from zklocks.testing import ZkEnsemble, expire_session
 from zklocks.testing.proxy import TcpProxy
 from zklocks.testing.server import four_letter
@@ -189,41 +187,6 @@ class ChaosRun:
                     raise
                 time.sleep(0.05)
 
-    def holder_of(self, name: str) -> tuple[str, object, dict] | None:
-        """(node path, stat, data) of the current holder of ``name``, or None."""
-        parent = f"{self.namespace}/{encode_name(name)}"
-        try:
-            children = self.zk_call(self.zk.get_children, parent)
-        except NoNodeError:
-            return None
-        queue = sort_contenders(children)
-        if not queue:
-            return None
-        path = f"{parent}/{queue[0][2]}"
-        try:
-            raw, stat = self.zk_call(self.zk.get, path)
-        except NoNodeError:
-            return None
-        return path, stat, holder.parse(raw)
-
-    def long_holder(self, timeout: float = 30.0, held_for: float = 0.15, want=lambda h: True):
-        """A holder that has held its lock for ``held_for`` seconds already (so it is in a long hold)."""
-        deadline = time.monotonic() + timeout
-        seen: dict[str, tuple[str, float]] = {}
-        while time.monotonic() < deadline:
-            for name in self.names:
-                found = self.holder_of(name)
-                if found is None:
-                    continue
-                path, stat, data = found
-                first = seen.get(name)
-                if first is None or first[0] != path:
-                    seen[name] = (path, time.monotonic())
-                elif time.monotonic() - first[1] >= held_for and want(found):
-                    return name, path, stat, data
-            time.sleep(0.01)
-        raise RuntimeError("no long hold seen")
-
     def server_of_session(self, sid: int):
         for s in self.ensemble.servers:
             if f"sid=0x{sid:x}," in four_letter(s.port, "cons", timeout=1.0):
@@ -324,32 +287,36 @@ class ChaosRun:
         return Fault("restart-ensemble", started, ended, {"down": round(ended - started, 2)})
 
     def fault_expire_holder(self) -> Fault:
+        """Expire, for real, the session of a thread that is in the middle of a hold."""
         for _ in range(5):
-            name, path, stat, data = self.long_holder(want=lambda f: f[1].ephemeralOwner in self.sessions)
-            sid = stat.ephemeralOwner
+            victim = self.request_long_hold()
+            sid = victim["sid"]
             started = time.monotonic()
             try:
                 expire_session(self.ensemble.hosts, (sid, bytes.fromhex(self.sessions[sid])))
             except RuntimeError:
-                continue  # that session ended on its own meanwhile: pick another holder
+                continue  # that session ended on its own meanwhile: ask for another holder
             ended = time.monotonic()
             self.revocations.append({"sid": sid, "at": started, "done": ended})
-            return Fault("expire-holder", started, ended, {"lock": name, "sid": hex(sid)})
+            return Fault("expire-holder", started, ended, {"lock": victim["name"], "sid": hex(sid),
+                                                           "hold": victim["id"]})
         raise RuntimeError("could not expire a holder's session")
 
     def fault_kill_holder(self) -> Fault:
-        pids = {w.proc.pid: w for w in self.live_workers()}
-        name, path, stat, data = self.long_holder(want=lambda f: f[2].get("pid") in pids)
-        victim = pids[data["pid"]]
+        """kill -9 the process of a thread that is in the middle of a hold; a fresh worker takes its place."""
+        victim_hold = self.request_long_hold()
+        victim = next(w for w in self.live_workers() if w.proc.pid == victim_hold["pid"])
         started = time.monotonic()
         os.killpg(victim.proc.pid, signal.SIGKILL)
         victim.proc.wait(10)
         ended = time.monotonic()
         victim.killed_at = ended
         self.kills[victim.proc.pid] = ended
-        held = self.zk_call(self.zk.exists, path) is not None  # its node outlives it until the session expires
+        # Its node outlives it until the session expires: it died holding the lock.
+        held = self.zk_call(self.zk.exists, victim_hold["node"]) is not None
         self.spawn(proxied=victim.proxied)
-        return Fault("kill-holder", started, ended, {"lock": name, "pid": victim.proc.pid, "died_holding": held})
+        return Fault("kill-holder", started, ended, {"lock": victim_hold["name"], "pid": victim.proc.pid,
+                                                     "died_holding": held})
 
     def fault_drop_create(self) -> Fault:
         started = time.monotonic()

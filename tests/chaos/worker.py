@@ -12,7 +12,7 @@ While holding, a thread polls ``is_held`` every 5 ms; ``valid_until`` is the las
 (taken *before* the call), and a thread that sees it False stops holding at once, as an application must.
 
 A thread that acquires while ``<dir>/want-long-hold`` exists claims it (one rename wins), records
-``{"ev": "long", "id", "sid"}`` and holds for the session timeout + 1.5 s, unless it loses the lock first: the
+``{"ev": "long", "id", "sid", "name", "pid", "node"}`` and holds for the session timeout + 1.5 s, unless it loses the lock first: the
 controller then freezes the server that thread's session talks to.
 
 Control files in ``<dir>``: ``stop`` (finish the current hold, stop acquiring, then write ``idle-<pid>`` and
@@ -108,16 +108,26 @@ def hold_once(idx: int, n: int, args, rec: Recorder, rng: random.Random, counts:
         time.sleep(0.1)
         return 0
     start = time.monotonic()
+    try:
+        record_hold(idx, n, args, rec, rng, lock, name, start, counts)
+    finally:
+        lock.release()  # whatever happened: a lock left held would be re-entered by this thread's next acquire
+    return 1
+
+
+def record_hold(idx, n, args, rec, rng, lock, name, start, counts) -> None:
     hold_id = f"{os.getpid()}-{idx}-{n + 1}"
     hold = lock._hold()
-    sid, pw = hold.session.client.client_id
+    # kazoo's client_id is None while disconnected; the session id itself survives reconnections.
+    client = hold.session.client
+    sid, pw = client._session_id, client._session_passwd
     rec.session(sid, pw)
     rec.write(ev="begin", id=hold_id, name=name, start=start, token=lock.token, sid=sid)
     valid_until = start
     valid = True
     hold_until = start + hold_duration(rng, args.long_share)
     if claim_long_hold(Path(args.dir), hold_id):
-        rec.write(ev="long", id=hold_id, sid=sid, name=name)
+        rec.write(ev="long", id=hold_id, sid=sid, name=name, pid=os.getpid(), node=hold.contender.node)
         hold_until = start + args.session_timeout + 1.5
     while True:
         t = time.monotonic()
@@ -130,11 +140,9 @@ def hold_once(idx: int, n: int, args, rec: Recorder, rng: random.Random, counts:
         time.sleep(min(POLL, hold_until - t))
     end = time.monotonic()
     reason = None if valid else (hold.lost_reason or "suspended")
-    lock.release()
     rec.write(ev="end", id=hold_id, end=end, valid=valid, valid_until=valid_until, reason=reason)
     counts["holds"] += 1
     counts["lost"] += not valid
-    return 1
 
 
 def main(argv=None) -> int:
