@@ -62,7 +62,7 @@ class Session:
         self.last_ok = time.monotonic()  # send time of the newest request that got an answer
         self.dead = False
         self.dead_reason: str | None = None
-        self.known_parents: set[str] = set()
+        self.busy_hint: set[str] = set()  # lock nodes a try-lock of ours found busy (see queue.acquire)
         self._lock = threading.Lock()
         self._holds: set[Hold] = set()
         self._waiters: set[threading.Event] = set()

@@ -206,8 +206,12 @@ class _BaseHandle:
             signals.send_async(signals.lock_acquired, sender=type(self), name=self.name, alias=self.using,
                                kind=hold.kind, token=hold.token, wait_time=time.monotonic() - started)
 
-    def release(self, wait: bool = True) -> None:
-        """Release (the outermost release frees the lock). Idempotent; never raises for a lost lock."""
+    def release(self, wait: bool = False) -> None:
+        """Release (the outermost release frees the lock). Idempotent; never raises for a lost lock.
+
+        The delete is sent without waiting for its answer: this session's later requests see it applied, and
+        other clients see the node gone one round trip later. ``wait=True`` waits for the server's answer.
+        """
         owner = current_owner()
         with self._mine_lock:
             entry = self._mine.get(owner)
@@ -221,7 +225,7 @@ class _BaseHandle:
             hold = entry[0]
         self._drop(hold, wait)
 
-    def _drop(self, hold: Hold, wait: bool = True) -> None:
+    def _drop(self, hold: Hold, wait: bool = False) -> None:
         if hold.key is not None:
             with _registry_lock:
                 hold.count -= 1
@@ -462,7 +466,10 @@ class ZkLock(_BaseHandle):
         return hold
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
-        hold.contender.delete(Deadline(hold.session.cfg.connect_timeout) if wait else Deadline(0))
+        if wait:
+            hold.contender.delete(Deadline(hold.session.cfg.connect_timeout))
+        else:
+            hold.contender.delete_nowait()
 
 
 def zk_lock(name: str, *, shared: bool = False, timeout: float | None = None, blocking: bool = True,
@@ -520,7 +527,10 @@ class ZkSemaphore(_BaseHandle):
                 raise LockTimeout(f"semaphore {self.name!r}: session lost while acquiring", name=self.name)
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
-        hold.contender.delete(Deadline(hold.session.cfg.connect_timeout) if wait else Deadline(0))
+        if wait:
+            hold.contender.delete(Deadline(hold.session.cfg.connect_timeout))
+        else:
+            hold.contender.delete_nowait()
 
 
 def zk_semaphore(name: str, max_leases: int, *, timeout: float | None = None, blocking: bool = True,
@@ -591,7 +601,7 @@ class ZkMultiLock:
                 lock.release()
             raise
 
-    def release(self, wait: bool = True) -> None:
+    def release(self, wait: bool = False) -> None:
         for lock in reversed(self.locks):
             lock.release(wait)
 

@@ -85,6 +85,13 @@ def blocker_of(contenders: list[tuple[str, str, str]], own: str, marker: str) ->
     return None
 
 
+def would_block(contenders: list[tuple[str, str, str]], marker: str) -> bool:
+    """Would a new contender of kind ``marker`` have to wait behind this queue?"""
+    if marker == EXCLUSIVE:
+        return bool(contenders)
+    return any(kind == EXCLUSIVE for _, kind, _ in contenders)
+
+
 def wait_result(async_result, session: Session, deadline: Deadline):
     """The value of a kazoo async result, bounded by ``deadline`` and by the session's life."""
     remaining = deadline.remaining()
@@ -256,6 +263,26 @@ class Contender:
         except Exception:
             self.abandon()
 
+    def delete_nowait(self) -> None:
+        """Send the delete and return: later requests of this session see it applied (FIFO per session).
+
+        A connection loss before the answer hands the node to GuaranteedDelete; an ended session took the
+        node with it.
+        """
+        node = self.node
+        if node is None or self.session.dead:
+            self.abandon()
+            return
+        self.session.client.delete_async(node).rawlink(self._on_deleted)
+
+    def _on_deleted(self, result) -> None:
+        try:
+            result.get_nowait()
+        except (ConnectionLoss, OperationTimeoutError):
+            GuaranteedDelete(self).start_later()
+        except Exception:
+            pass  # deleted, NoNode, or the session ended: the node is gone either way
+
     def abandon(self) -> None:
         """Remove our node with a guarantee, without blocking the caller."""
         GuaranteedDelete(self).start()
@@ -280,6 +307,10 @@ class GuaranteedDelete:
         elif c._pending_create is not None:
             c._pending_create.rawlink(self._on_create)
         # else: no create was ever sent
+
+    def start_later(self) -> None:
+        """Retry the delete once the connection is back (called from a kazoo completion callback)."""
+        self._later(self._delete)
 
     def _on_create(self, result) -> None:
         try:
@@ -349,6 +380,17 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
     """
     while True:
         session = get_session()
+        if not blocking and parent in session.busy_hint:
+            # This lock was busy at our last try: one read may settle it without a create and a delete.
+            try:
+                children = call(session, lambda: session.client.get_children_async(parent), deadline)
+            except NoNodeError:
+                children = []
+            except SessionGone:
+                continue
+            if would_block(sort_contenders(children), marker):
+                raise LockNotAcquired(name=name)
+            session.busy_hint.discard(parent)
         contender = Contender(session, parent, marker)
         try:
             children = contender.enqueue(data, deadline)
@@ -357,7 +399,10 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
                 if blocker is None:
                     return contender
                 if not blocking:
-                    contender.abandon()
+                    if len(session.busy_hint) > 10_000:
+                        session.busy_hint.clear()
+                    session.busy_hint.add(parent)
+                    contender.delete_nowait()
                     raise LockNotAcquired(name=name)
                 contender.waited = True
                 contender.wait_for(blocker, deadline)

@@ -98,7 +98,7 @@ def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: b
                 raise LockTimeout(name=name) from None
             continue
         finally:
-            mutex.delete(Deadline(session.cfg.connect_timeout))
+            mutex.delete_nowait()  # FIFO: our next request already sees the mutex released
 
 
 def _take_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,
