@@ -11,6 +11,7 @@ This module knows kazoo and paths, nothing of Django.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -31,6 +32,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from .. import dispatch
 from ..connections import Session
 from ..exceptions import LockNotAcquired, LockTimeout, ZkAuthError, ZkUnavailable
+
+log = logging.getLogger("zklocks")
 
 EXCLUSIVE = "__lock__"
 SHARED = "__rlock__"
@@ -280,12 +283,21 @@ class Contender:
             result.get_nowait()
         except (ConnectionLoss, OperationTimeoutError):
             GuaranteedDelete(self).start_later()
-        except Exception:
-            pass  # deleted, NoNode, or the session ended: the node is gone either way
+        except Exception as exc:
+            _delete_failed(self, exc)
 
     def abandon(self) -> None:
         """Remove our node with a guarantee, without blocking the caller."""
         GuaranteedDelete(self).start()
+
+
+def _delete_failed(contender: Contender, exc: Exception) -> None:
+    """A delete that cannot succeed (e.g. NoAuth) must not leave our node in the queue: end the session."""
+    if isinstance(exc, (NoNodeError, SessionExpiredError, ConnectionClosedError)):
+        return  # the node is gone either way
+    log.warning("zklocks: could not delete %s (%s); closing its session so the node goes with it",
+                contender.node, type(exc).__name__)
+    dispatch.get().call_soon(lambda: contender.session.declare_lost("delete-failed"))
 
 
 class GuaranteedDelete:
@@ -353,8 +365,8 @@ class GuaranteedDelete:
             result.get_nowait()
         except (ConnectionLoss, OperationTimeoutError):
             self._later(self._delete)
-        except Exception:
-            pass  # deleted, NoNode, or the session ended: the node is gone either way
+        except Exception as exc:
+            _delete_failed(self.c, exc)
 
     def _later(self, step: Callable[[], None]) -> None:
         if self.c.session.dead:
