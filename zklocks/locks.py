@@ -18,7 +18,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
-from . import holder, signals
+from . import dispatch, holder, signals
 from .checks import declared_aliases
 from .connections import Session, connections
 from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout, LockUpgradeError
@@ -410,6 +410,26 @@ async def _run_off_loop(fn: Callable, *args: Any) -> Any:
     return await loop.run_in_executor(_executor(), contextvars.copy_context().run, fn, *args)
 
 
+ACQUIRED_AT_DELAY = 1.0
+
+
+def _record_acquired_later(hold: Hold) -> None:
+    """Add acquired_at to a waiter's node, with one asynchronous set, once it has held for a while.
+
+    Short holds never pay for it; the admin shows long holds, which are the ones that matter there. The
+    successor's data watch fires on the set and re-arms without waking (see queue.Contender.wait_for).
+    """
+    acquired_at = time.time()
+
+    def record() -> None:
+        if hold.count > 0 and hold.is_held:
+            contender = hold.contender
+            contender.session.client.set_async(contender.node, holder.payload(
+                acquired_at=round(acquired_at, 3), queued_at=round(contender.queued_at, 3)))
+
+    dispatch.get().call_later(ACQUIRED_AT_DELAY, record)
+
+
 class ZkLock(_BaseHandle):
     """An exclusive or shared (read) lock on one name."""
 
@@ -457,9 +477,7 @@ class ZkLock(_BaseHandle):
             if deadline.expired():  # the session ended between the grant and now
                 raise LockTimeout(f"lock {self.name!r}: session lost while acquiring", name=self.name)
         if contender.waited:
-            # Off the uncontended path: record when a waiter got the lock, without waiting for the answer.
-            contender.session.client.set_async(contender.node, holder.payload(
-                acquired_at=round(time.time(), 3), queued_at=round(contender.queued_at, 3)))
+            _record_acquired_later(hold)
         if key is not None:
             with _registry_lock:
                 _registry[key] = hold

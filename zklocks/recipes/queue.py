@@ -28,6 +28,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType
 
 from .. import dispatch
 from ..connections import Session
@@ -138,7 +139,7 @@ class Contender:
     """One enqueued node of one acquire attempt on one session."""
 
     __slots__ = ("session", "parent", "marker", "guid", "prefix", "node", "name", "token", "_pending_create",
-                 "queued_at", "waited")
+                 "queued_at", "waited", "wakeups")
 
     def __init__(self, session: Session, parent: str, marker: str) -> None:
         self.session = session
@@ -152,6 +153,7 @@ class Contender:
         self._pending_create = None
         self.queued_at = time.time()
         self.waited = False
+        self.wakeups = 0  # watch notifications this contender received while queued
 
     # -- enqueue --
 
@@ -233,9 +235,21 @@ class Contender:
         event = threading.Event()
         client = self.session.client
         with self.session.waking(event):
+            path = f"{self.parent}/{blocker}"
+
+            def on_watch(watched) -> None:
+                if watched.type == EventType.CHANGED:
+                    # The blocker wrote its acquired_at: still there, so watch again without waking up.
+                    client.get_async(path, watch=on_watch).rawlink(on_rearmed)
+                else:
+                    self._woken(event)
+
+            def on_rearmed(result) -> None:
+                if result.exception is not None:
+                    self._woken(event)  # gone (or the connection is): look again
+
             try:
-                call(self.session, lambda: client.get_async(f"{self.parent}/{blocker}",
-                                                            watch=lambda _e: event.set()), deadline)
+                call(self.session, lambda: client.get_async(path, watch=on_watch), deadline)
             except NoNodeError:
                 return  # gone already: look again
             # Wake at least every third of the lease so a silent loss of the session is noticed, and often
@@ -248,6 +262,10 @@ class Contender:
                 event.wait(slice_ if remaining is None else min(remaining, slice_))
                 if not self.session.is_alive():
                     raise SessionGone()
+
+    def _woken(self, event: threading.Event) -> None:
+        self.wakeups += 1
+        event.set()
 
     # -- leaving the queue --
 
