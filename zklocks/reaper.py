@@ -41,7 +41,7 @@ def sweep(client, namespace: str) -> int:
             continue
         if stat.numChildren:
             for internal in INTERNAL_CHILDREN:
-                removed += _delete_if_empty(client, f"{path}/{internal}")
+                _delete_if_empty(client, f"{path}/{internal}")
             stat = client.exists(path)
             if stat is None or stat.numChildren:
                 continue
