@@ -210,3 +210,49 @@ def test_invalid_name_is_value_error():
     for bad in ["", "x" * 201, "a\x01"]:
         with pytest.raises(ValueError):
             zk_lock(bad)
+
+
+def test_a_deleted_node_is_noticed_by_ensure_held_and_by_the_long_hold_watch(zk_server):
+    import json
+
+    from zklocks import LockLost, signals
+
+    lost = []
+    signals.lock_lost.connect(lambda sender, **kw: lost.append(kw), weak=False, dispatch_uid="t-deleted")
+    client = raw_client(zk_server.hosts)
+    try:
+        quick = zk_lock("forced-quick")
+        quick.acquire()
+        (child,) = client.get_children(quick.path)
+        client.delete(f"{quick.path}/{child}")
+        assert quick.is_held  # nothing told us yet ...
+        with pytest.raises(LockLost, match="deleted"):
+            quick.ensure_held()  # ... but one read does
+        quick.release()
+
+        slow = zk_lock("forced-slow")
+        slow.acquire()
+        time.sleep(1.3)  # a long hold: its node is watched
+        (child,) = client.get_children(slow.path)
+        client.delete(f"{slow.path}/{child}")
+        wait_until(lambda: not slow.is_held, timeout=3)
+        wait_until(lambda: any(e["name"] == "forced-slow" and e["reason"] == "deleted" for e in lost), timeout=3)
+        slow.release()
+
+        # A holder that had to wait records acquired_at once its hold is long.
+        first = zk_lock("waited-hold")
+        first.acquire()
+        box = {}
+        t = threading.Thread(target=lambda: box.setdefault("lock", zk_lock("waited-hold", timeout=5)).acquire())
+        t.start()
+        time.sleep(0.3)
+        first.release()
+        t.join(5)
+        (child,) = client.get_children(first.path)
+        wait_until(lambda: "acquired_at" in json.loads(client.get(f"{first.path}/{child}")[0]), timeout=3)
+        data = json.loads(client.get(f"{first.path}/{child}")[0])
+        assert data["acquired_at"] >= data["queued_at"]
+        in_thread(box["lock"].release)
+    finally:
+        signals.lock_lost.disconnect(dispatch_uid="t-deleted")
+        client.stop()

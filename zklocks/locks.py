@@ -18,6 +18,8 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
+from kazoo.protocol.states import EventType
+
 from . import dispatch, holder, signals
 from .checks import declared_aliases
 from .connections import Session, connections
@@ -107,9 +109,10 @@ _registry_lock = threading.Lock()
 
 def reset_after_fork() -> None:
     """A forked child holds nothing: the forking thread's id survives, so stale entries would 're-enter'."""
-    global _registry_lock
+    global _registry_lock, _long_holds
     _registry.clear()
     _registry_lock = threading.Lock()
+    _long_holds = _LongHolds()
 
 
 def _formatter_fields(template: str) -> list[str]:
@@ -410,24 +413,65 @@ async def _run_off_loop(fn: Callable, *args: Any) -> Any:
     return await loop.run_in_executor(_executor(), contextvars.copy_context().run, fn, *args)
 
 
-ACQUIRED_AT_DELAY = 1.0
+LONG_HOLD = 1.0
 
 
-def _record_acquired_later(hold: Hold) -> None:
-    """Add acquired_at to a waiter's node, with one asynchronous set, once it has held for a while.
+class _LongHolds:
+    """Holds younger than LONG_HOLD, looked at by one periodic tick on the dispatch thread.
 
-    Short holds never pay for it; the admin shows long holds, which are the ones that matter there. The
-    successor's data watch fires on the set and re-arms without waking (see queue.Contender.wait_for).
+    Once a hold has lasted LONG_HOLD seconds we watch our own node (the watch marks the hold lost as soon as
+    someone deletes the node, e.g. a force-release from the admin) and, if we had to wait, record acquired_at
+    with one asynchronous set (the successor's data watch re-arms without waking, see
+    queue.Contender.wait_for). Short holds pay for neither; registering one is a list append.
     """
-    acquired_at = time.time()
 
-    def record() -> None:
-        if hold.count > 0 and hold.is_held:
-            contender = hold.contender
-            contender.session.client.set_async(contender.node, holder.payload(
-                acquired_at=round(acquired_at, 3), queued_at=round(contender.queued_at, 3)))
+    def __init__(self) -> None:
+        self._young: list[tuple[float, Hold, bool, float]] = []
+        self._lock = threading.Lock()
+        self._ticking = False
 
-    dispatch.get().call_later(ACQUIRED_AT_DELAY, record)
+    def add(self, hold: Hold, waited: bool) -> None:
+        entry = (time.monotonic(), hold, waited, time.time())
+        with self._lock:
+            self._young.append(entry)
+            if self._ticking:
+                return
+            self._ticking = True
+        dispatch.get().call_later(LONG_HOLD, self._tick)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [e for e in self._young if now - e[0] >= LONG_HOLD]
+            self._young = [e for e in self._young if now - e[0] < LONG_HOLD and e[1].count > 0]
+            self._ticking = bool(self._young)
+            next_at = self._young[0][0] + LONG_HOLD if self._young else None
+        for _, hold, waited, acquired_at in due:
+            if hold.count > 0 and hold.is_held:
+                _watch_own_node(hold, waited, acquired_at)
+        if next_at is not None:
+            dispatch.get().call_at(next_at, self._tick)
+
+
+def _watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
+    def on_own_node(event) -> None:
+        if event.type == EventType.DELETED and hold.count > 0 and not hold.lost:
+            hold.mark_lost("deleted")
+
+    contender = hold.contender
+    client = contender.session.client
+    if waited:
+        client.set_async(contender.node, holder.payload(
+            acquired_at=round(acquired_at, 3), queued_at=round(contender.queued_at, 3)))
+    client.exists_async(contender.node, watch=on_own_node).rawlink(
+        lambda result: result.successful() and result.value is None and on_own_node(_Deleted))
+
+
+_long_holds = _LongHolds()
+
+
+class _Deleted:
+    type = EventType.DELETED
 
 
 class ZkLock(_BaseHandle):
@@ -476,8 +520,7 @@ class ZkLock(_BaseHandle):
                 break
             if deadline.expired():  # the session ended between the grant and now
                 raise LockTimeout(f"lock {self.name!r}: session lost while acquiring", name=self.name)
-        if contender.waited:
-            _record_acquired_later(hold)
+        _long_holds.add(hold, contender.waited)
         if key is not None:
             with _registry_lock:
                 _registry[key] = hold
@@ -540,6 +583,7 @@ class ZkSemaphore(_BaseHandle):
                                       deadline=deadline, name=self.name)
             hold = Hold(self.using, self.name, self.kind, lease, None)
             if lease.session.add_hold(hold):
+                _long_holds.add(hold, lease.waited)
                 return hold
             if deadline.expired():
                 raise LockTimeout(f"semaphore {self.name!r}: session lost while acquiring", name=self.name)
