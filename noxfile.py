@@ -3,6 +3,7 @@
 import glob
 import os
 import shutil
+import subprocess
 
 import nox
 
@@ -10,9 +11,9 @@ nox.options.reuse_existing_virtualenvs = True
 
 
 def interpreter(version: str) -> str:
-    """python3.X from PATH, else from pyenv's versions directory."""
+    """A working python3.X: from PATH (pyenv shims may exist and still refuse), else pyenv's versions."""
     found = shutil.which(f"python{version}")
-    if found:
+    if found and subprocess.run([found, "--version"], capture_output=True).returncode == 0:
         return found
     candidates = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
     return candidates[-1] if candidates else version
