@@ -113,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             redis_server.stop()
 
     (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
+    (out_dir / "bench.md").write_text(markdown(results))
     print(report(results))
     try:
         plot(results, out_dir / "bench.png")
@@ -176,6 +177,42 @@ def report(r: dict) -> str:
                      f"{w['packets_per_handoff']:15.2f}  {w['notifications_per_release']:21.2f}  "
                      f"{w['max_wakeups_per_waiter']:18d}")
     return "\n".join(lines)
+
+
+def markdown(r: dict) -> str:
+    """The same figures as a Markdown table, for BENCHMARKS.md."""
+    med = workloads.median
+    u, f, h, q = r["uncontended"], r["failed_trylock"], r["handoffs"], r["requests_per_cycle"]
+    eight = 8 if 8 in h["zklocks"] else max(h["zklocks"])
+    rows = [
+        ("uncontended acquire+release cycles/s", f"{med(u['zklocks']):.0f}", f"{med(u['kazoo']):.0f}",
+         f"{med(u['redis']):.0f}", f"{_ratio(u['zklocks'], u['kazoo']):.2f}", ">= 2.0"),
+        ("failed try-locks/s (held elsewhere)", f"{med(f['zklocks']):.0f}", f"{med(f['kazoo']):.0f}",
+         f"{med(f['redis']):.0f}", f"{_ratio(f['zklocks'], f['kazoo']):.2f}", ">= 3.0"),
+        (f"contended handoffs/s, {eight} processes", f"{h['zklocks'][eight]:.0f}", f"{h['kazoo'][eight]:.0f}", "",
+         f"{h['zklocks'][eight] / h['kazoo'][eight]:.2f}", ">= 1.3"),
+        ("requests per uncontended cycle (server packets)", f"{q['zklocks']['requests']:.2f}",
+         f"{q['kazoo']['requests']:.2f}", "", "", "<= 3"),
+        ("round trips waited per uncontended cycle", f"{q['zklocks']['waits']:.2f}", f"{q['kazoo']['waits']:.2f}",
+         "", "", "<= 2"),
+    ]
+    if r["waiters"]:
+        big = r["waiters"][-1]
+        rows.append((f"notifications per release, {big['waiters']} waiters",
+                     f"{big['notifications_per_release']:.2f}", "", "", "", "== 1"))
+    out = ["| figure | zklocks | kazoo | redis-py | zklocks ÷ kazoo | target |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    out += ["", "| processes | zklocks handoffs/s | kazoo handoffs/s | ratio |", "| ---: | ---: | ---: | ---: |"]
+    out += [f"| {n} | {h['zklocks'][n]:.0f} | {h['kazoo'][n]:.0f} | {h['zklocks'][n] / h['kazoo'][n]:.2f} |"
+            for n in sorted(h["zklocks"])]
+    out += ["", "| waiters | first handoff ms | mean handoff ms | server packets per handoff | notifications per release "
+            "| max wake-ups of one waiter |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += [f"| {w['waiters']} | {w['first_handoff_ms']:.2f} | {w['mean_handoff_ms']:.2f} | "
+            f"{w['packets_per_handoff']:.2f} | {w['notifications_per_release']:.2f} | {w['max_wakeups_per_waiter']} |"
+            for w in r["waiters"]]
+    for name, figures in r.get("extras", {}).items():
+        out += ["", f"**{name}**: " + ", ".join(f"{k} = {v}" for k, v in figures.items())]
+    return "\n".join(out) + "\n"
 
 
 def plot(r: dict, path: Path) -> None:
