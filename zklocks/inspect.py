@@ -25,7 +25,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 
 from . import holder
 from .multiread import CHILDREN, DATA, fetch
-from .names import decode_name
+from .names import decode_name, encode_name, validate_name
 from .recipes.queue import EXCLUSIVE, sort_contenders
 from .recipes.semaphore import MUTEX, leases, stored_max_leases
 
@@ -296,11 +296,10 @@ def _scrub(message: str, cfg) -> str:
     return message
 
 
-def read_alias(alias: str, names: list[str] | None = None) -> AliasSnapshot:
-    """One alias's locks (or only ``names``); problems become ``error``, never an exception."""
+def read_alias(alias: str, nodes: list[str] | None = None) -> AliasSnapshot:
+    """One alias's locks (or only the lock nodes ``nodes``); problems become ``error``, never an exception."""
     from .connections import connections
     from .exceptions import ZkLocksError
-    from .names import encode_name
 
     started = time.monotonic()
     cfg = None
@@ -309,7 +308,6 @@ def read_alias(alias: str, names: list[str] | None = None) -> AliasSnapshot:
         cfg = pool.cfg
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace)
         session = pool.session()
-        nodes = None if names is None else [encode_name(n) for n in names]
         snap.locks = read_namespace(session.client, cfg.namespace, alias, patience=cfg.connect_timeout, nodes=nodes)
     except NoAuthError:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
@@ -350,9 +348,11 @@ def snapshot(aliases: list[str] | None = None) -> Snapshot:
     return Snapshot(taken_at=taken_at, aliases=[found[a] for a in wanted])
 
 
-def lock_info(alias: str, name: str) -> tuple[LockInfo | None, str | None]:
-    """One lock (None if it has no node) and the alias's error, if any."""
-    snap = read_alias(alias, names=[name])
+def lock_info(alias: str, name: str | None = None, *, node: str | None = None) -> tuple[LockInfo | None, str | None]:
+    """One lock, by name or by lock node name (None if it has no node), and the alias's error, if any."""
+    if node is None:
+        node = encode_name(validate_name(name))
+    snap = read_alias(alias, nodes=[node])
     if snap.error:
         return None, snap.error
     return (snap.locks[0] if snap.locks else None), None

@@ -12,7 +12,7 @@ import weakref
 from collections import namedtuple
 from typing import Any, Callable
 
-from kazoo.exceptions import EXCEPTIONS, BadArgumentsError, MarshallingError, NoNodeError, UnimplementedError
+from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
 from kazoo.protocol.serialization import (
     GetChildren,
     GetData,
@@ -27,7 +27,7 @@ from kazoo.protocol.serialization import (
 
 DATA, CHILDREN = "data", "children"
 BATCH = 200  # operations per request: answers stay far below ZooKeeper's 1 MB packet limit (data is <= 1 KB)
-_UNSUPPORTED = (UnimplementedError, BadArgumentsError, MarshallingError)
+_UNSUPPORTED = (UnimplementedError,)  # what a server older than 3.6 answers to an unknown opcode
 _support: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # client -> bool
 
 
