@@ -188,3 +188,10 @@ def test_snapshot_to_dict_is_json_ready():
         assert '"json-me"' in text and data["aliases"][0]["locks"][0]["holders"][0]["session_id"].startswith("0x")
     finally:
         t.stop()
+
+
+def test_an_empty_lock_node_has_no_kind_and_no_holder():
+    hold("emptied", "once").stop()
+    info, error = inspect.lock_info("default", "emptied")
+    assert error is None and info is not None  # the node stays until the reaper's sweep
+    assert info.kind is None and info.holders == [] and info.waiters == [] and info.held_for() is None

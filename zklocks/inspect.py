@@ -77,7 +77,7 @@ class LockInfo:
     name: str
     node: str  # the lock node's znode name (the encoded name)
     path: str
-    kind: str
+    kind: str | None  # None for a plain lock node with nobody in its queue: nothing tells its kind
     max_leases: int | None = None
     holders: list[Contender] = field(default_factory=list)
     waiters: list[Contender] = field(default_factory=list)
@@ -249,7 +249,9 @@ def read_namespace(client, namespace: str, alias: str = "default", *, patience: 
             found.append((lock, held, [], MUTEX in children))
         else:
             order = sort_contenders(children)
-            if any(marker != EXCLUSIVE for _, marker, _ in order):
+            if not order:
+                lock.kind = None
+            elif any(marker != EXCLUSIVE for _, marker, _ in order):
                 lock.kind = SHARED_KIND
             held, waiting = _split_queue(order)
             found.append((lock, held, waiting, False))

@@ -33,7 +33,7 @@ class Command(BaseCommand):
             raise CommandError(error)
         if info is None or not info.holders:
             raise CommandError(f"lock {clean(name)!r} (alias {alias!r}) has no holder: nothing to release")
-        self.stdout.write(f"lock {clean(info.name)!r} (alias {alias!r}, {info.kind}) is held by:")
+        self.stdout.write(f"lock {clean(info.name)!r} (alias {alias!r}, {info.kind or '-'}) is held by:")
         for h in info.holders:
             self.stdout.write(f"  {who(h)}  token {h.token}, session {h.session_hex}, node {clean(h.node)}")
         self.stdout.write(WARNING)

@@ -31,7 +31,7 @@ class Command(BaseCommand):
         rows = [["ALIAS", "NAME", "KIND", "HOLDER", "HELD FOR", "TOKEN", "QUEUE"]]
         queue_after: dict[int, inspect.LockInfo] = {}  # table row index -> lock whose queue follows it
         for lock in snap.locks:
-            kind = lock.kind + (f"({lock.max_leases})" if lock.max_leases else "")
+            kind = (lock.kind or "-") + (f"({lock.max_leases})" if lock.max_leases else "")
             first = [clean(lock.alias), clean(lock.name), kind]
             for i, h in enumerate(lock.holders or [None]):
                 rows.append((first if i == 0 else ["", "", ""]) + [
