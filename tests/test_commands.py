@@ -13,7 +13,7 @@ from zklocks.testing import free_port
 pytestmark = pytest.mark.zk
 
 
-def run(*args, stdin=None, monkeypatch=None):
+def run(*args):
     out = io.StringIO()
     call_command(*args, stdout=out)
     return out.getvalue()
@@ -117,3 +117,21 @@ def test_release_errors():
         run("zklocks_release", "x", "--alias", "nope", "--yes")
     with pytest.raises(CommandError, match="empty"):
         run("zklocks_release", "", "--yes")
+
+
+def test_release_of_a_semaphore_deletes_its_leases():
+    from tests.helpers import wait_until
+    from tests.lockholders import lease
+
+    a, b = lease("pool", 2, "lease-a"), lease("pool", 2, "lease-b")
+    assert a.acquired.wait(10) and b.acquired.wait(10)
+    c = lease("pool", 2, "lease-c")
+    try:
+        wait_until(lambda: inspect.lock_info("default", "pool")[0].waiters)
+        text = run("zklocks_release", "pool", "--yes")
+        assert text.count("released: node") == 2
+        assert c.acquired.wait(10) and c.token > max(a.token, b.token)
+    finally:
+        for t in (a, b, c):
+            t.stop()
+    assert isinstance(a.lost, LockLost) and isinstance(b.lost, LockLost)
