@@ -234,3 +234,14 @@ def test_semaphore_in_the_list(admin_client):
     finally:
         a.stop()
         b.stop()
+
+
+def test_crafted_lock_keys_are_404(admin_client):
+    from django.contrib.admin.utils import quote
+
+    for key in ("default/..", "default/a/b", "nope/orders", "default/", "default/a\x01"):
+        url = reverse("admin:zklocks_lock_change", args=(quote(key),))
+        assert admin_client.get(url).status_code == 404, key
+    assert Lock.split_key(Lock.make_key("a/b", "orders%3A1")) == ("a/b", "orders%3A1")
+    with pytest.raises(ValueError):
+        Lock.split_key("default/x\ud800")

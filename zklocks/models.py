@@ -38,4 +38,8 @@ class Lock(models.Model):
             raise ValueError(f"not a lock key: {key!r}")
         if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in node):
             raise ValueError(f"not a lock key: {key!r}")
+        try:
+            node.encode("utf-8")  # a lone surrogate must never reach kazoo's connection thread
+        except UnicodeEncodeError:
+            raise ValueError(f"not a lock key: {key!r}") from None
         return unquote(alias), node
