@@ -195,3 +195,25 @@ def test_an_empty_lock_node_has_no_kind_and_no_holder():
     info, error = inspect.lock_info("default", "emptied")
     assert error is None and info is not None  # the node stays until the reaper's sweep
     assert info.kind is None and info.holders == [] and info.waiters == [] and info.held_for() is None
+
+
+def test_concurrent_snapshots_of_an_unreachable_alias_stay_within_connect_timeout(zklocks_settings):
+    import threading
+
+    zklocks_settings(EXTRA_ALIASES={"gone": {"HOSTS": f"127.0.0.1:{free_port()}", "CONNECT_TIMEOUT": 1.0}})
+    took = []
+
+    def look():
+        started = time.monotonic()
+        snap = inspect.snapshot(["gone"])
+        took.append((time.monotonic() - started, snap.aliases[0].error))
+
+    threads = [threading.Thread(target=look) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(took) == 3
+    for seconds, error in took:
+        assert error and "'gone'" in error
+        assert seconds < 1.0 + 0.5 + 1.0  # CONNECT_TIMEOUT, the bound's margin, slack for a loaded machine

@@ -298,8 +298,10 @@ def _scrub(message: str, cfg) -> str:
     return message
 
 
-def read_alias(alias: str, nodes: list[str] | None = None) -> AliasSnapshot:
-    """One alias's locks (or only the lock nodes ``nodes``); problems become ``error``, never an exception."""
+def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.Event | None = None) -> AliasSnapshot:
+    """One alias's locks (or only the lock nodes ``nodes``); problems become ``error``, never an exception.
+
+    ``connected`` is set once a session is at hand (or the attempt is over)."""
     from .connections import connections
     from .exceptions import ZkLocksError
 
@@ -310,6 +312,8 @@ def read_alias(alias: str, nodes: list[str] | None = None) -> AliasSnapshot:
         cfg = pool.cfg
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace)
         session = pool.session()
+        if connected is not None:
+            connected.set()
         snap.locks = read_namespace(session.client, cfg.namespace, alias, patience=cfg.connect_timeout, nodes=nodes)
     except NoAuthError:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
@@ -331,6 +335,38 @@ def read_alias(alias: str, nodes: list[str] | None = None) -> AliasSnapshot:
     return snap
 
 
+def _read_all(wanted: list[tuple[str, list[str] | None]]) -> list[AliasSnapshot]:
+    """Read aliases in parallel. Getting a session is bounded by the alias's CONNECT_TIMEOUT even when another
+    thread is already starting one; the reads themselves are bounded by answers arriving (``_Results``)."""
+    from . import conf
+
+    found: dict[int, AliasSnapshot] = {}
+    running = []
+    for idx, (alias, nodes) in enumerate(wanted):
+        connected = threading.Event()
+
+        def run(idx=idx, alias=alias, nodes=nodes, connected=connected) -> None:
+            try:
+                found[idx] = read_alias(alias, nodes, connected)
+            finally:
+                connected.set()
+
+        t = threading.Thread(target=run, name=f"zklocks-inspect-{alias}", daemon=True)
+        t.start()
+        running.append((idx, alias, t, connected, time.monotonic()))
+    for idx, alias, t, connected, started in running:
+        try:
+            limit = conf.alias_config(alias).connect_timeout
+        except Exception:
+            limit = 0.0  # unknown or invalid alias: read_alias reports it at once
+        if not connected.wait(max(0.0, started + limit + 0.5 - time.monotonic())):
+            found[idx] = AliasSnapshot(alias=alias, namespace="", error=(
+                f"alias {alias!r}: no ZooKeeper session within CONNECT_TIMEOUT={limit:g}s"), seconds=limit)
+            continue
+        t.join()
+    return [found[idx] for idx in range(len(wanted))]
+
+
 def snapshot(aliases: list[str] | None = None) -> Snapshot:
     """All locks of every configured alias (or of ``aliases``), read in parallel: an unreachable alias costs
     its own CONNECT_TIMEOUT, not the sum of them."""
@@ -338,23 +374,14 @@ def snapshot(aliases: list[str] | None = None) -> Snapshot:
 
     wanted = list(conf.aliases() if aliases is None else aliases)
     taken_at = time.time()
-    found: dict[str, AliasSnapshot] = {}
-    threads = []
-    for alias in wanted:
-        t = threading.Thread(target=lambda a=alias: found.__setitem__(a, read_alias(a)),
-                             name=f"zklocks-inspect-{alias}", daemon=True)
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join()
-    return Snapshot(taken_at=taken_at, aliases=[found[a] for a in wanted])
+    return Snapshot(taken_at=taken_at, aliases=_read_all([(alias, None) for alias in wanted]))
 
 
 def lock_info(alias: str, name: str | None = None, *, node: str | None = None) -> tuple[LockInfo | None, str | None]:
     """One lock, by name or by lock node name (None if it has no node), and the alias's error, if any."""
     if node is None:
         node = encode_name(validate_name(name))
-    snap = read_alias(alias, nodes=[node])
+    (snap,) = _read_all([(alias, [node])])
     if snap.error:
         return None, snap.error
     return (snap.locks[0] if snap.locks else None), None
