@@ -28,10 +28,13 @@ def _clip(value: Any) -> Any:
 _prefixes: dict[tuple, str] = {}
 
 
-def payload(**extra: Any) -> bytes:
-    """Node data for a new contender. The fixed part is encoded once per (thread, task, pid)."""
-    if extra:
-        return _encode(_fields(), extra)
+def payload(*, thread: str | None = None, task: tuple[str, str] | None = None, **extra: Any) -> bytes:
+    """Node data for a contender. The fixed part is encoded once per (thread, task, pid).
+
+    ``thread`` and ``task`` default to the calling thread's; give them when writing for another thread.
+    """
+    if extra or thread is not None or task is not None:
+        return _encode(_fields(thread, task), extra)
     thread = threading.current_thread().name
     task = current_task.get()
     key = (thread, task, os.getpid())

@@ -55,7 +55,7 @@ class Hold:
     """One node this process holds (or a semaphore lease), shared by nested acquires of one owner."""
 
     __slots__ = ("alias", "name", "kind", "contender", "session", "count", "lost", "lost_reason", "acquired_at",
-                 "key", "task_id", "__weakref__")
+                 "key", "task", "task_id", "thread_name", "__weakref__")
 
     def __init__(self, alias: str, name: str, kind: str, contender: queue.Contender, key: tuple | None) -> None:
         self.alias = alias
@@ -68,8 +68,9 @@ class Hold:
         self.lost_reason: str | None = None
         self.acquired_at = time.monotonic()
         self.key = key
-        task = holder.current_task.get()
+        task = self.task = holder.current_task.get()
         self.task_id = task[0] if task else None
+        self.thread_name = threading.current_thread().name
 
     @property
     def token(self) -> int:
@@ -462,6 +463,7 @@ def _watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
     client = contender.session.client
     if waited:
         client.set_async(contender.node, holder.payload(
+            thread=hold.thread_name, task=hold.task,
             acquired_at=round(acquired_at, 3), queued_at=round(contender.queued_at, 3)))
     client.exists_async(contender.node, watch=on_own_node).rawlink(
         lambda result: result.successful() and result.value is None and on_own_node(_Deleted))
