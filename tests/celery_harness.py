@@ -189,3 +189,20 @@ def new_key() -> str:
 
 def dump_on_failure(env: CeleryEnv) -> str:
     return json.dumps({"logs": env.logs()})[:20000]
+
+
+@pytest.fixture
+def bad_tasks():
+    """The misconfigured tasks; their system-check problems are forgotten afterwards."""
+    from tests import celery_bad_tasks
+    from zklocks import celery_conf
+    from zklocks.celery.task import _declare
+
+    tasks = (celery_bad_tasks.bad_key_missing, celery_bad_tasks.bad_key_format)
+    for task in tasks:
+        _declare(type(task._get_current_object()) if hasattr(task, "_get_current_object") else type(task))
+    try:
+        yield celery_bad_tasks
+    finally:
+        names = {task.name for task in tasks}
+        celery_conf.declared_task_problems[:] = [p for p in celery_conf.declared_task_problems if p[0] not in names]
