@@ -5,8 +5,10 @@ Every process runs in its own process group and is stopped in a fixture teardown
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -141,6 +143,8 @@ class CeleryEnv:
         for worker in self.workers:
             worker.stop()
         self.workers.clear()
+        if not os.environ.get("ZKLOCKS_KEEP_WORKER_LOGS"):
+            shutil.rmtree(self.dir, ignore_errors=True)
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.name}\n{w.read_log()[-4000:]}" for w in self.workers)
@@ -163,6 +167,7 @@ def celery_app(redis_server):
     app.conf.broker_url = f"{redis_server.url}/0"
     app.conf.result_backend = f"{redis_server.url}/1"
     yield app
+    gc.collect()  # results never waited for unsubscribe in __del__: let them while Redis is still up
     app.close()
 
 

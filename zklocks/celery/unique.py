@@ -20,14 +20,14 @@ import threading
 import time
 from typing import Callable
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from .. import holder
 from ..connections import Pool, connections
 from ..exceptions import ZkLocksError, ZkUnavailable
 from ..names import join_path
 from ..recipes import queue
-from ..recipes.queue import Deadline
+from ..recipes.queue import Deadline, _DeadlinePassed
 from .holders import holder_task_id
 
 log = logging.getLogger("zklocks")
@@ -52,10 +52,9 @@ def _call(pool: Pool, make: Callable[[object], object]):
             return queue.call(session, lambda: make(session), Deadline(pool.cfg.connect_timeout))
         except queue.SessionGone:
             continue  # the session ended under us: one more try on a fresh one
-        except (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError, ZkLocksError):
-            raise
-        except Exception as exc:  # the deadline passed
-            raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: no answer from ZooKeeper ({exc!r})") from exc
+        except _DeadlinePassed:
+            raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: no answer from ZooKeeper within "
+                                f"CONNECT_TIMEOUT={pool.cfg.connect_timeout:g}s") from None
     raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: the session ended twice in a row")
 
 
@@ -77,7 +76,7 @@ def server_now(pool: Pool) -> float:
     if known is None or time.monotonic() - known[0] > CLOCK_REFRESH:
         sent = time.time()
         try:
-            stat = _call(pool, lambda s: s.client.set_data_async(pool.cfg.namespace, b""))
+            stat = _call(pool, lambda s: s.client.set_async(pool.cfg.namespace, b""))
         except (NoNodeError, ZkLocksError):
             log.debug("zklocks: cannot read ZooKeeper's clock for %r; using the local clock", alias)
             with _offsets_lock:
@@ -125,7 +124,7 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
         marker = holder.parse(raw)
         try:
             if marker.get("task_id") == task_id:  # a retry or a re-send of the same task: refresh the marker
-                _call(pool, lambda s: s.client.set_data_async(path, mine, version=stat.version))
+                _call(pool, lambda s: s.client.set_async(path, mine, version=stat.version))
                 return task_id
             if is_live(pool, name, marker, stat):
                 return marker["task_id"]
@@ -145,7 +144,7 @@ def mark_running(using: str, name: str, task_id: str, task_name: str, ttl: float
         raw, stat = _call(pool, lambda s: s.client.get_async(path))
         if holder.parse(raw).get("task_id") == task_id:
             data = _data(task_id, task_name, "running", ttl)
-            _call(pool, lambda s: s.client.set_data_async(path, data, version=stat.version))
+            _call(pool, lambda s: s.client.set_async(path, data, version=stat.version))
     except (NoNodeError, BadVersionError):
         pass  # none (sent without de-duplication), or replaced: not ours to change
 
