@@ -6,7 +6,6 @@ Every process runs in its own process group and is stopped in a fixture teardown
 from __future__ import annotations
 
 import gc
-import json
 import os
 import shutil
 import signal
@@ -190,10 +189,6 @@ def celery_settings(request):
 
 def new_key() -> str:
     return uuid.uuid4().hex[:12]
-
-
-def dump_on_failure(env: CeleryEnv) -> str:
-    return json.dumps({"logs": env.logs()})[:20000]
 
 
 @pytest.fixture

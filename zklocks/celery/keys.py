@@ -1,7 +1,7 @@
 """The lock name of a task execution: a ``lock_key`` template, or the task name plus a digest of the arguments.
 
-Pure functions (no Celery, no ZooKeeper). Every error is an ``InvalidLockName`` (a ValueError) whose message
-starts with the task name, so a worker log line says which task is misconfigured.
+Pure functions (no Celery, no ZooKeeper). A bad key is an ``InvalidLockName`` (a ValueError), arguments that do
+not fit the task a TypeError; both messages start with the task name, so a log line says which task it is.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ def _signature(func: Callable) -> inspect.Signature:
 
 
 def bind_arguments(task_name: str, func: Callable, args: tuple | list, kwargs: dict) -> dict[str, Any]:
-    """The call's arguments by parameter name, defaults applied."""
+    """The call's arguments by parameter name, defaults applied; TypeError (as for any call) if they do not fit."""
     try:
         bound = _signature(func).bind(*args, **kwargs)
     except TypeError as exc:
-        raise InvalidLockName(f"task {task_name!r}: cannot bind the arguments {tuple(args)!r} {kwargs!r} "
-                              f"to {_signature(func)} to build its lock name: {exc}") from None
+        raise TypeError(f"task {task_name!r}: the arguments {tuple(args)!r} {kwargs!r} do not fit "
+                        f"{_signature(func)}: {exc}") from None
     bound.apply_defaults()
     return dict(bound.arguments)
 

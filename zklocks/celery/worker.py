@@ -66,7 +66,7 @@ def forget_revoked(sender=None, request=None, **_: object) -> None:
         if not opts.unique_queued:
             return
         name = sender.lock_name(getattr(request, "args", None), getattr(request, "kwargs", None))
-    except (ZkLocksError, ValueError):
+    except (ZkLocksError, ValueError, TypeError):
         return
     sender._forget_marker(opts, name, request.id)
 
