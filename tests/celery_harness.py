@@ -68,19 +68,23 @@ class CeleryWorker:
             return []
         return [int(p) for p in text.split()]
 
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """Warm shutdown (SIGTERM), then SIGKILL of the whole group if it takes too long."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
+    def terminate(self) -> None:
+        """Ask for a warm shutdown (SIGTERM to the group)."""
+        if self.proc is not None and self.proc.poll() is None:
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """Warm shutdown, then SIGKILL of the whole group if it takes too long."""
+        if self.proc is None:
+            return None
+        self.terminate()
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
         self.kill()
         return self.proc.returncode
 
@@ -139,6 +143,8 @@ class CeleryEnv:
                             "CONNECT_TIMEOUT": self.connect_timeout, "REAP_INTERVAL": 0}}
 
     def cleanup(self) -> None:
+        for worker in self.workers:  # all at once: a warm shutdown can take seconds (gevent: 5 s)
+            worker.terminate()
         for worker in self.workers:
             worker.stop()
         self.workers.clear()

@@ -1,4 +1,4 @@
-"""The threads and solo pools: per-execution handles on a shared task object, and exclusion across pools."""
+"""The threads, solo and gevent pools: per-execution handles on a shared task object, exclusion across pools."""
 
 import pytest
 
@@ -53,3 +53,29 @@ def test_threads_pool_skips_within_one_process(celery_env):
     ran = [v for v in values if v is not None]
     assert ran and len(ran) < 5
     assert_no_overlap(celery_env.records_of(f"run-{key}"))
+
+
+@pytest.fixture(scope="module")
+def gevent_env(zk_server, redis_server, celery_app):
+    env = CeleryEnv(zk_server.hosts, redis_server.url)
+    try:
+        env.worker(pool="gevent", concurrency=8, queue="zk-gevent")
+        env.worker(pool="gevent", concurrency=8, queue="zk-gevent")
+        yield env
+    finally:
+        env.cleanup()
+
+
+def test_gevent_pool_handles_and_exclusion(gevent_env):
+    keys = [new_key() for _ in range(4)]
+    sent = [rec_skip.apply_async((k, 0.8), queue="zk-gevent") for k in keys]
+    values = [r.get(timeout=30) for r in sent]
+    for key, value in zip(keys, values):
+        assert value is not None and value["lock"] == f"rec:{key}" and value["held"] is True
+    key = new_key()
+    burst = [rec_wait.apply_async((key, 0.05), queue="zk-gevent") for _ in range(10)]
+    assert all(r.get(timeout=60) for r in burst)
+    records = gevent_env.records_of(f"run-{key}")
+    assert len(records) == 10
+    assert_no_overlap(records)
+    assert len({r["pid"] for r in records}) == 2

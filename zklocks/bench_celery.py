@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -141,6 +142,7 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
             _stop(proc)
         redis.cleanup()
         zk.cleanup()
+    shutil.rmtree(workdir, ignore_errors=True)  # kept when the run failed: its worker.log says why
     plain_ms = statistics.median(times["plain"]) * 1000
     single_ms = statistics.median(times["single"]) * 1000
     return {
