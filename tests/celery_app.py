@@ -33,7 +33,7 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
 
 from celery import Celery  # noqa: E402
 
-from zklocks import LockLost, LockNotAcquired, signals  # noqa: E402
+from zklocks import LockLost, LockNotAcquired, signals, zk_lock  # noqa: E402
 from zklocks.celery import SingleExecutionTask  # noqa: E402
 
 BROKER = os.environ.get("ZKLOCKS_TEST_BROKER", "redis://127.0.0.1:6379")
@@ -145,10 +145,11 @@ def retry_self(self, key):
 
 @app.task(bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_locked="skip")
 def hold_for(self, key, hold=30.0):
-    """Records that it started (with its pid), then holds the lock for ``hold`` seconds."""
+    """Records that it started (with its pid), then holds the lock (and a lock of its own) for ``hold`` s."""
     lock = self.request.zk_lock
-    record(f"started-{key}", task_id=self.request.id, start=time.monotonic(), token=lock.token)
-    time.sleep(hold)
+    with zk_lock(f"inner:{key}"):
+        record(f"started-{key}", task_id=self.request.id, start=time.monotonic(), token=lock.token)
+        time.sleep(hold)
     return _run(self, key, 0)
 
 

@@ -122,14 +122,17 @@ def test_holder_data_names_the_task(celery_env):
     celery_env.wait_records(f"started-{key}", 1)
     client = raw_client(celery_env.hosts)
     try:
-        parent = join_path(celery_env.namespace, f"rec:{key}")
-        first = sort_contenders(client.get_children(parent))[0][2]
-        data = holder.parse(client.get(f"{parent}/{first}")[0])
+        found = []
+        for name in (f"rec:{key}", f"inner:{key}"):  # the task's lock, and a lock its body took
+            parent = join_path(celery_env.namespace, name)
+            first = sort_contenders(client.get_children(parent))[0][2]
+            found.append(holder.parse(client.get(f"{parent}/{first}")[0]))
     finally:
         client.stop()
         client.close()
-    assert data["task_id"] == r.id
-    assert data["task_name"] == "tests.celery_app.hold_for"
+    for data in found:
+        assert data["task_id"] == r.id
+        assert data["task_name"] == "tests.celery_app.hold_for"
     assert r.get(timeout=30)["task_id"] == r.id
 
 

@@ -2,6 +2,9 @@
 
 Kept free of Celery imports so that system checks run in projects without Celery. Each task option maps to
 one key of the setting (``OPTION_KEYS``); a task attribute left at None takes the setting's value.
+
+Check ids: zklocks.E020 (ZKLOCKS_CELERY not a dict, or an invalid value), W020 (unknown key), E021 (an
+invalid option on a SingleExecutionTask subclass, e.g. a lock_key naming a missing argument).
 """
 
 from __future__ import annotations

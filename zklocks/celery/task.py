@@ -170,9 +170,12 @@ class SingleExecutionTask(Task):
         held = _held_here()
         key = (opts.lock_using, name)
         held.add(key)
+        # Locks the body takes itself also record this task as their holder (shown by the admin).
+        token = holder.current_task.set((request.id, self.name))
         try:
             return super().__call__(*args, **kwargs)
         finally:
+            holder.current_task.reset(token)
             held.discard(key)
             request.zk_lock = previous
 
