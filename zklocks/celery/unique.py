@@ -108,6 +108,7 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
     mine = _data(task_id, task_name, "queued", ttl)
     for _ in range(_ATTEMPTS):
         try:
+            pool.session()  # connect first, so the clock reading below spans one round trip only
             sent = time.time()
             _, stat = _call(pool, lambda s: s.client.create_async(path, mine, acl=s.acl, makepath=True,
                                                                   include_data=True))
