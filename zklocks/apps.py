@@ -10,8 +10,10 @@ class ZkLocksConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import setting_changed
 
+        from . import celery_conf
         from . import checks as zk_checks
         from .receivers import on_setting_changed
 
         checks.register(zk_checks.check_settings, "zklocks")
+        checks.register(celery_conf.check_settings, "zklocks")
         setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")
