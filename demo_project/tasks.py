@@ -1,4 +1,4 @@
-"""The demo's Celery app and tasks, each guarded by zk_lock.
+"""The demo's Celery app and tasks, each a SingleExecutionTask.
 
     celery -A demo_project.tasks worker
 
@@ -10,7 +10,7 @@ import os
 import time
 
 import django
-from celery import Celery, signals
+from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "demo_project.settings")
 django.setup()
@@ -19,37 +19,27 @@ from django.conf import settings  # noqa: E402
 from django.db.models import Count, Sum  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from zklocks import holder, zk_lock  # noqa: E402
+from zklocks.celery import SingleExecutionTask  # noqa: E402
 
 app = Celery("demo_project")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 
-@signals.task_prerun.connect
-def _remember_task(task_id=None, task=None, **kwargs):
-    # Written into the lock nodes this task creates, so that the admin shows which task holds a lock.
-    holder.current_task.set((task_id, task.name))
-
-
-@signals.task_postrun.connect
-def _forget_task(**kwargs):
-    holder.current_task.set(None)
-
-
-@app.task(name="demo.daily_report")
-def daily_report():
-    """One report at a time: later ones queue behind the running one, in order."""
+@app.task(name="demo.daily_report", bind=True, base=SingleExecutionTask, lock_key="report:daily",
+          lock_timeout=60, on_locked="retry")
+def daily_report(self):
+    """One report at a time, across all workers: later ones wait for the running one, in order."""
     from demo_project.shop.models import Report, Reservation
 
-    with zk_lock("report:daily", timeout=60) as lock:
-        time.sleep(settings.DEMO_TASK_DELAY)
-        totals = Reservation.objects.aggregate(n=Count("id"), units=Sum("quantity"))
-        report = Report.objects.create(reservations=totals["n"], units=totals["units"] or 0, token=lock.token)
+    lock = self.request.zk_lock  # this execution's lock: token, is_held, ensure_held()
+    time.sleep(settings.DEMO_TASK_DELAY)
+    totals = Reservation.objects.aggregate(n=Count("id"), units=Sum("quantity"))
+    lock.ensure_held()  # still ours before we write: a lost session raises LockLost here
+    report = Report.objects.create(reservations=totals["n"], units=totals["units"] or 0, token=lock.token)
     return report.pk
 
 
-@app.task(name="demo.audit_stock")
-@zk_lock("stock:{sku}", timeout=60)
+@app.task(name="demo.audit_stock", base=SingleExecutionTask, lock_key="stock:{sku}", lock_timeout=60)
 def audit_stock(sku):
     """Counts a product's stock under the same lock as the reservations: no reservation runs meanwhile."""
     from demo_project.shop.models import Product
