@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.helpers import raw_client, tree, wait_until
+from tests.helpers import HeldInThread, raw_client, tree, wait_until
 from zklocks import LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_lock
 from zklocks.conf import alias_config
 
@@ -136,9 +136,9 @@ def test_decorator_fills_template_from_bound_arguments_and_keeps_metadata():
         """Pay an invoice."""
         seen.append((invoice_id, amount))
         assert in_thread(lambda: zk_lock(f"invoice:{invoice_id}", blocking=False).acquire()) is False
-        other = zk_lock("invoice:other", blocking=False)
-        assert in_thread(other.acquire) is True
-        in_thread(other.release)
+        other = HeldInThread(zk_lock("invoice:other", blocking=False))
+        assert other.acquired is True
+        other.release()
         return "paid"
 
     assert pay(7) == "paid" and pay(invoice_id=8, amount=3) == "paid"
@@ -240,19 +240,17 @@ def test_a_deleted_node_is_noticed_by_ensure_held_and_by_the_long_hold_watch(zk_
         slow.release()
 
         # A holder that had to wait records acquired_at once its hold is long.
-        first = zk_lock("waited-hold")
-        first.acquire()
-        box = {}
-        t = threading.Thread(target=lambda: box.setdefault("lock", zk_lock("waited-hold", timeout=5)).acquire())
-        t.start()
-        time.sleep(0.3)
-        first.release()
-        t.join(5)
-        (child,) = client.get_children(first.path)
-        wait_until(lambda: "acquired_at" in json.loads(client.get(f"{first.path}/{child}")[0]), timeout=3)
-        data = json.loads(client.get(f"{first.path}/{child}")[0])
+        first = HeldInThread(zk_lock("waited-hold"))
+        releaser = threading.Timer(0.3, first.release)
+        releaser.start()
+        second = HeldInThread(zk_lock("waited-hold", timeout=5))
+        assert second.acquired
+        path = first.handle.path
+        (child,) = client.get_children(path)
+        wait_until(lambda: "acquired_at" in json.loads(client.get(f"{path}/{child}")[0]), timeout=3)
+        data = json.loads(client.get(f"{path}/{child}")[0])
         assert data["acquired_at"] >= data["queued_at"]
-        in_thread(box["lock"].release)
+        second.release()
     finally:
         signals.lock_lost.disconnect(dispatch_uid="t-deleted")
         client.stop()

@@ -46,9 +46,29 @@ def _thread_owner() -> object:
         return owner
 
 
+_task_owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_task_owners_lock = threading.Lock()
+
+
+def _task_owner(task: asyncio.Task) -> object:
+    """A fresh object per asyncio task (ids of finished tasks are reused; these objects are not)."""
+    with _task_owners_lock:
+        owner = _task_owners.get(task)
+        if owner is None:
+            owner = _task_owners[task] = ("task", object())
+        return owner
+
+
 def current_owner() -> object:
+    """Who a hold belongs to: the asyncio task when called from a coroutine, else the thread."""
     owner = _owner_var.get()
-    return _thread_owner() if owner is None else owner
+    if owner is not None:
+        return owner
+    if asyncio._get_running_loop() is not None:
+        task = asyncio.current_task()
+        if task is not None:
+            return _task_owner(task)
+    return _thread_owner()
 
 
 class Hold:
@@ -111,9 +131,13 @@ _registry_lock = threading.Lock()
 def reset_after_fork() -> None:
     """A forked child holds nothing: the forking thread's id survives, so stale entries would 're-enter'."""
     global _registry_lock, _long_holds
+    global _async_executor, _async_lock, _task_owners_lock
     _registry.clear()
     _registry_lock = threading.Lock()
     _long_holds = _LongHolds()
+    _async_executor = None  # its threads did not survive the fork; it would start no new ones
+    _async_lock = threading.Lock()
+    _task_owners_lock = threading.Lock()
 
 
 def _formatter_fields(template: str) -> list[str]:
@@ -167,7 +191,7 @@ class _BaseHandle:
         self.blocking = blocking
         self.using = using
         self.release_on_commit = release_on_commit
-        self._mine: dict[object, list] = {}  # owner -> [hold, depth]
+        self._mine: dict[object, list[Hold]] = {}  # owner -> holds, innermost last
         self._mine_lock = threading.Lock()
 
     # -- to be provided by subclasses --
@@ -201,11 +225,7 @@ class _BaseHandle:
             raise LockNotAcquired(name=self.name)
         owner = current_owner()
         with self._mine_lock:
-            entry = self._mine.get(owner)
-            if entry is None:
-                self._mine[owner] = [hold, 1]
-            else:
-                entry[1] += 1
+            self._mine.setdefault(owner, []).append(hold)
         if hold.count == 1:
             signals.send_async(signals.lock_acquired, sender=type(self), name=self.name, alias=self.using,
                                kind=hold.kind, token=hold.token, wait_time=time.monotonic() - started)
@@ -218,15 +238,12 @@ class _BaseHandle:
         """
         owner = current_owner()
         with self._mine_lock:
-            entry = self._mine.get(owner)
-            if entry is None and len(self._mine) == 1:
-                owner, entry = next(iter(self._mine.items()))  # released from another thread of the same owner
-            if entry is None:
-                return
-            entry[1] -= 1
-            if entry[1] == 0:
+            stack = self._mine.get(owner)
+            if not stack:
+                return  # this owner holds nothing through this handle (another thread's hold stays untouched)
+            hold = stack.pop()
+            if not stack:
                 del self._mine[owner]
-            hold = entry[0]
         self._drop(hold, wait)
 
     def _drop(self, hold: Hold, wait: bool = False) -> None:
@@ -249,13 +266,15 @@ class _BaseHandle:
 
     # -- what the holder sees --
 
-    def _hold(self) -> Hold | None:
+    def _hold(self, strict: bool = False) -> Hold | None:
+        """The caller's innermost hold. For the read-only properties, a caller that holds nothing sees the
+        only holder of this handle if there is exactly one (e.g. a monitoring thread)."""
         owner = current_owner()
         with self._mine_lock:
-            entry = self._mine.get(owner)
-            if entry is None and len(self._mine) == 1:
-                entry = next(iter(self._mine.values()))
-        return None if entry is None else entry[0]
+            stack = self._mine.get(owner)
+            if not stack and not strict and len(self._mine) == 1:
+                stack = next(iter(self._mine.values()))
+        return stack[-1] if stack else None
 
     @property
     def token(self) -> int | None:
@@ -271,9 +290,9 @@ class _BaseHandle:
 
     def ensure_held(self) -> None:
         """Raise LockLost unless we still hold the lock; costs one read to catch a force-release."""
-        hold = self._hold()
+        hold = self._hold(strict=True)
         if hold is None:
-            raise LockLost(f"lock {self.name!r} is not held", name=self.name, reason="not held")
+            raise LockLost(f"lock {self.name!r} is not held by this thread", name=self.name, reason="not held")
         hold.check_node()
         if not hold.is_held:
             raise LockLost(name=self.name, reason=hold.lost_reason or "suspended")
@@ -309,39 +328,21 @@ class _BaseHandle:
     # -- async --
 
     async def __aenter__(self):
-        await self._acquire_async(None, None)
+        await _acquire_off_loop(self, None, None)
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         await _run_off_loop(self.__exit__, exc_type, exc, tb)
 
-    async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
-        task = asyncio.current_task()
-        token = _owner_var.set(("task", id(task)) if task is not None else None)
-        try:
-            cancel = threading.Event()
-            future = asyncio.get_running_loop().run_in_executor(
-                _executor(), contextvars.copy_context().run, self._acquire, blocking, timeout, cancel)
-            try:
-                await asyncio.shield(future)
-            except asyncio.CancelledError:
-                # Stop waiting at once; if the acquire still completes, give the lock back.
-                cancel.set()
-                future.add_done_callback(lambda f: f.exception() is None and _executor().submit(
-                    contextvars.copy_context().run, self.release))
-                raise
-        finally:
-            _owner_var.reset(token)
-
     async def acquire_async(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         try:
-            await self._acquire_async(blocking, timeout)
+            await _acquire_off_loop(self, blocking, timeout)
         except LockNotAcquired:
             return False
         return True
 
-    async def release_async(self) -> None:
-        await _run_off_loop(self.release)
+    async def release_async(self, wait: bool = False) -> None:
+        await _run_off_loop(self.release, wait)
 
     # -- decorator --
 
@@ -409,9 +410,33 @@ class _OwnerRelease:
             _owner_var.reset(token)
 
 
+def _owner_context() -> contextvars.Context:
+    """A context for executor threads that carries the calling task as the owner of holds."""
+    token = _owner_var.set(current_owner())
+    try:
+        return contextvars.copy_context()
+    finally:
+        _owner_var.reset(token)
+
+
 async def _run_off_loop(fn: Callable, *args: Any) -> Any:
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), contextvars.copy_context().run, fn, *args)
+    return await loop.run_in_executor(_executor(), _owner_context().run, fn, *args)
+
+
+async def _acquire_off_loop(handle, blocking: bool | None, timeout: float | None) -> None:
+    """Acquire in a thread; if the awaiting task is cancelled, stop waiting and give back a late success."""
+    ctx = _owner_context()
+    cancel = threading.Event()
+    future = asyncio.get_running_loop().run_in_executor(_executor(), ctx.run, handle._acquire, blocking, timeout,
+                                                        cancel)
+    try:
+        await asyncio.shield(future)
+    except asyncio.CancelledError:
+        cancel.set()
+        future.add_done_callback(
+            lambda f: f.cancelled() or f.exception() is not None or _executor().submit(ctx.copy().run, handle.release))
+        raise
 
 
 LONG_HOLD = 1.0
@@ -455,18 +480,39 @@ class _LongHolds:
 
 
 def _watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
-    def on_own_node(event) -> None:
-        if event.type == EventType.DELETED and hold.count > 0 and not hold.lost:
-            hold.mark_lost("deleted")
-
     contender = hold.contender
-    client = contender.session.client
+    session = contender.session
+    client = session.client
+
+    def on_own_node(event) -> None:
+        if hold.count <= 0 or hold.lost:
+            return
+        if event.type == EventType.DELETED:
+            hold.mark_lost("deleted")
+        elif event.type == EventType.NONE:
+            # A connection blip cleared the watch: set it again once the session is back.
+            dispatch.get().call_later(0.05, rearm)
+
+    def on_exists(result) -> None:
+        if not result.successful():
+            if not session.dead:
+                dispatch.get().call_later(0.1, rearm)
+        elif result.value is None:
+            on_own_node(_Deleted)
+
+    def rearm() -> None:
+        if hold.count <= 0 or hold.lost or session.dead:
+            return
+        if not session.connected:
+            dispatch.get().call_later(0.05, rearm)
+            return
+        client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
+
     if waited:
         client.set_async(contender.node, holder.payload(
             thread=hold.thread_name, task=hold.task,
             acquired_at=round(acquired_at, 3), queued_at=round(contender.queued_at, 3)))
-    client.exists_async(contender.node, watch=on_own_node).rawlink(
-        lambda result: result.successful() and result.value is None and on_own_node(_Deleted))
+    rearm()
 
 
 _long_holds = _LongHolds()
@@ -496,8 +542,8 @@ class ZkLock(_BaseHandle):
         return join_path(connections[self.using].cfg.namespace, self.name)
 
     def _acquire_hold(self, blocking: bool, deadline: Deadline) -> Hold:
-        key = (current_owner(), self.using, self.name) if self.reentrant else None
-        if key is not None:
+        key = (current_owner(), self.using, self.name)
+        if self.reentrant:
             with _registry_lock:
                 existing = _registry.get(key)
                 if existing is not None:
@@ -523,9 +569,11 @@ class ZkLock(_BaseHandle):
             if deadline.expired():  # the session ended between the grant and now
                 raise LockTimeout(f"lock {self.name!r}: session lost while acquiring", name=self.name)
         _long_holds.add(hold, contender.waited)
-        if key is not None:
-            with _registry_lock:
-                _registry[key] = hold
+        with _registry_lock:
+            # A non-reentrant hold (SingleExecutionTask) is registered too: a plain zk_lock of the same name in
+            # the task body nests in it instead of queueing behind itself. It never displaces an existing entry.
+            if _registry.setdefault(key, hold) is not hold:
+                hold.key = None
         return hold
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
@@ -694,7 +742,7 @@ class ZkMultiLock:
             self.release()
 
     async def __aenter__(self):
-        await _BaseHandle._acquire_async(self, None, None)  # type: ignore[arg-type]
+        await _acquire_off_loop(self, None, None)
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:

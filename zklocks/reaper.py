@@ -61,6 +61,12 @@ _started: set[int] = set()
 _started_lock = threading.Lock()
 
 
+def reset_after_fork() -> None:
+    global _started_lock
+    _started.clear()
+    _started_lock = threading.Lock()
+
+
 def schedule(pool: Pool) -> None:
     """Start the pool's sweeper thread once (REAP_INTERVAL=0 disables it)."""
     interval = pool.cfg.reap_interval

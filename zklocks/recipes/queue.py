@@ -99,9 +99,8 @@ def would_block(contenders: list[tuple[str, str, str]], marker: str) -> bool:
 def wait_result(async_result, session: Session, deadline: Deadline):
     """The value of a kazoo async result, bounded by ``deadline`` and by the session's life."""
     remaining = deadline.remaining()
-    # A request waits at most the session timeout plus CONNECT_TIMEOUT: kazoo fails it with ConnectionLoss
-    # by then if the server stopped answering.
-    cap = session.timeout + session.cfg.connect_timeout
+    # A healthy server answers in milliseconds: no answer within CONNECT_TIMEOUT is an outage, not a wait.
+    cap = session.cfg.connect_timeout
     limit = cap if remaining is None else min(max(remaining, 0.0), cap)
     try:
         return async_result.get(timeout=limit)
@@ -176,6 +175,8 @@ class Contender:
             except (ConnectionLoss, OperationTimeoutError):
                 self.session.wait_connected(deadline.at)
                 try:
+                    # sync first: we may have reconnected to a server that has not applied our create yet.
+                    call(self.session, lambda: client.sync_async(self.parent), deadline)
                     children = call(self.session, lambda: client.get_children_async(self.parent), deadline)
                 except NoNodeError:
                     children = []
@@ -225,8 +226,15 @@ class Contender:
         return call(self.session, lambda: client.get_children_async(self.parent), deadline)
 
     def blocker(self, children: list[str]) -> str | None:
+        contenders = sort_contenders(children)
+        for _, _, child in contenders:
+            if child != self.name and child.startswith(self.guid):
+                # A create of ours that we could not see when we recovered from a connection loss: never
+                # wait behind our own orphan.
+                self.session.client.delete_async(f"{self.parent}/{child}")
+                contenders = [c for c in contenders if c[2] != child]
         try:
-            return blocker_of(sort_contenders(children), self.name, self.marker)
+            return blocker_of(contenders, self.name, self.marker)
         except KeyError:
             raise SessionGone() from None  # our ephemeral node is gone: the session was expired
 
@@ -277,10 +285,10 @@ class Contender:
             return
         try:
             wait_result(self.session.client.delete_async(node), self.session, deadline)
-        except NoNodeError:
+        except (NoNodeError, SessionGone):
             pass
-        except (SessionGone, ZkAuthError):
-            pass
+        except ZkAuthError as exc:
+            _delete_failed(self, exc)
         except Exception:
             self.abandon()
 
@@ -311,7 +319,7 @@ class Contender:
 
 def _delete_failed(contender: Contender, exc: Exception) -> None:
     """A delete that cannot succeed (e.g. NoAuth) must not leave our node in the queue: end the session."""
-    if isinstance(exc, (NoNodeError, SessionExpiredError, ConnectionClosedError)):
+    if isinstance(exc, (NoNodeError, SessionExpiredError, ConnectionClosedError, SessionGone)):
         return  # the node is gone either way
     log.warning("zklocks: could not delete %s (%s); closing its session so the node goes with it",
                 contender.node, type(exc).__name__)
@@ -357,7 +365,9 @@ class GuaranteedDelete:
         c = self.c
         if c.session.dead:
             return
-        c.session.client.get_children_async(c.parent).rawlink(self._on_children)
+        # sync first: the server we reconnected to may not have applied our create yet.
+        c.session.client.sync_async(c.parent).rawlink(
+            lambda _r: c.session.client.get_children_async(c.parent).rawlink(self._on_children))
 
     def _on_children(self, result) -> None:
         try:
