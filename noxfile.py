@@ -1,18 +1,32 @@
-"""make test-matrix: the suite on Python 3.11 + Django 5.2 and Python 3.12 + Django 6.x."""
+"""make test-matrix: the suite on Python 3.11 + Django 5.2 and on Python 3.12 + Django 6.x."""
+
+import glob
+import os
+import shutil
+import subprocess
 
 import nox
 
 nox.options.reuse_existing_virtualenvs = True
 
 
-@nox.session(python="3.11")
+def interpreter(version: str) -> str:
+    """A working python3.X: from PATH (pyenv shims may exist and still refuse), else pyenv's versions."""
+    found = shutil.which(f"python{version}")
+    if found and subprocess.run([found, "--version"], capture_output=True).returncode == 0:
+        return found
+    candidates = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*/bin/python{version}")))
+    return candidates[-1] if candidates else version
+
+
+@nox.session(python=interpreter("3.11"))
 def django52(session):
     session.install("-r", "requirements.txt")
     session.install("-e", ".", "--no-deps")
     session.run("python", "-m", "pytest", "-q", *session.posargs)
 
 
-@nox.session(python="3.12")
+@nox.session(python=interpreter("3.12"))
 def django6(session):
     session.install("-r", "requirements.txt")
     session.install("Django>=6.0,<7")

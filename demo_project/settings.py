@@ -17,6 +17,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "zklocks",
+    "demo_project.shop",
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -45,7 +46,8 @@ DATABASES = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ.get("ZKLOCKS_DEMO_DB", str(DATA_DIR / "demo.sqlite3")),
         "ATOMIC_REQUESTS": True,
-        "OPTIONS": {"timeout": 20},
+        # WAL: readers never block the writer. SQLite still allows one writer at a time.
+        "OPTIONS": {"timeout": 20, "init_command": "PRAGMA journal_mode=WAL;"},
     }
 }
 ZKLOCKS = {
@@ -58,6 +60,22 @@ ZKLOCKS = {
 }
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# How long the demo's critical sections take, so that the admin shows holders and queues.
+DEMO_WORK_DELAY = float(os.environ.get("DEMO_WORK_DELAY", "0.3"))
+DEMO_READ_DELAY = float(os.environ.get("DEMO_READ_DELAY", "0.05"))
+DEMO_AFTER_DELAY = float(os.environ.get("DEMO_AFTER_DELAY", "0"))  # work after the critical section
+DEMO_TASK_DELAY = float(os.environ.get("DEMO_TASK_DELAY", "2.0"))
+DEMO_LOCK_TIMEOUT = float(os.environ.get("DEMO_LOCK_TIMEOUT", "10"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"zklocks": {"handlers": ["console"], "level": "WARNING"}},
+}
 USE_TZ = True
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

@@ -58,3 +58,32 @@ def tree(client: KazooClient, path: str) -> list[str]:
         out.append(full)
         out.extend(tree(client, full))
     return out
+
+
+class HeldInThread:
+    """Acquire ``handle`` in a thread of its own and keep it until ``release()``: holds belong to their thread."""
+
+    def __init__(self, handle, **acquire_kwargs) -> None:
+        import threading
+
+        self.handle = handle
+        self.token = None
+        self.acquired = None
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(acquire_kwargs,), daemon=True)
+        self._thread.start()
+        self._ready.wait(30)
+
+    def _run(self, kwargs) -> None:
+        try:
+            self.acquired = self.handle.acquire(**kwargs)
+            self.token = self.handle.token
+        finally:
+            self._ready.set()
+        self._stop.wait(120)
+        self.handle.release()
+
+    def release(self) -> None:
+        self._stop.set()
+        self._thread.join(30)

@@ -61,7 +61,7 @@ def test_frozen_server_lock_is_given_up_before_the_server_could_expire_it(own_zk
                 lock.ensure_held()
             wait_until(lambda: lost_events, timeout=3)
             assert lost_events[0]["name"] == "frozen" and lost_events[0]["reason"] == "suspended"
-            assert lost_events[0]["thread"] == "zklocks-dispatch"
+            assert lost_events[0]["thread"] == "zklocks-signals"
             # The session is closed, so a resumed server cannot keep our node alive.
             wait_until(lambda: session.client._stopped.is_set(), timeout=15)
         finally:
@@ -213,7 +213,7 @@ def test_lost_signal_receiver_may_block_and_call_zklocks(own_zk, zk_expire):
             lock.acquire()
             zk_expire(own_zk.hosts, connections["default"].session().client)
             wait_until(lambda: seen, timeout=10)
-            assert seen[0][0] == "victim" and seen[0][2] == "zklocks-dispatch"
+            assert seen[0][0] == "victim" and seen[0][2] == "zklocks-signals"
             lock.release()
     finally:
         signals.lock_lost.disconnect(receiver)

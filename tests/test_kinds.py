@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.helpers import assert_no_overlap, raw_client, read_records, spawn_worker, wait_until
+from tests.helpers import HeldInThread, assert_no_overlap, raw_client, read_records, spawn_worker, wait_until
 from zklocks import LockNotAcquired, LockTimeout, LockUpgradeError, zk_lock, zk_multi_lock, zk_semaphore
 from zklocks.conf import alias_config
 from zklocks.recipes.semaphore import SemaphoreMismatch
@@ -56,9 +56,8 @@ def test_reader_writer_matrix(held, asked, expected):
 
 
 def test_writer_waits_for_all_readers_and_later_readers_queue_behind_it():
-    readers = [zk_lock("rw", shared=True) for _ in range(2)]
-    tokens = [other_thread(lambda r=r: (r.acquire(), r.token)[1]) for r in readers]
-    assert len(set(tokens)) == 2
+    readers = [HeldInThread(zk_lock("rw", shared=True)) for _ in range(2)]
+    assert len({r.token for r in readers}) == 2
     got = threading.Event()
 
     def writer():
@@ -70,10 +69,10 @@ def test_writer_waits_for_all_readers_and_later_readers_queue_behind_it():
     w.start()
     wait_until(lambda: len(children("rw")) == 3, timeout=5)
     assert try_lock("rw", shared=True) is False  # a new reader queues behind the waiting writer: no starvation
-    other_thread(readers[0].release)
+    readers[0].release()
     time.sleep(0.2)
     assert not got.is_set()
-    other_thread(readers[1].release)
+    readers[1].release()
     assert got.wait(5)
     w.join(5)
 
@@ -180,20 +179,41 @@ def test_each_release_notifies_exactly_one_waiter(zk_server):
 # -- semaphores --
 
 def test_semaphore_allows_max_leases_holders():
-    sem = [zk_semaphore("pool", 2) for _ in range(3)]
-    assert other_thread(lambda: sem[0].acquire()) is True
-    assert other_thread(lambda: sem[1].acquire()) is True
-    assert other_thread(lambda: sem[2].acquire(blocking=False)) is False
+    holders = [HeldInThread(zk_semaphore("pool", 2)) for _ in range(2)]
+    assert all(h.acquired for h in holders)
+    assert other_thread(lambda: zk_semaphore("pool", 2, blocking=False).acquire()) is False
     started = time.monotonic()
     with pytest.raises(LockTimeout):
         other_thread(lambda: zk_semaphore("pool", 2, timeout=0.4).__enter__())
     assert time.monotonic() - started < 0.8
-    tokens = {sem[0].token, sem[1].token}
+    tokens = {h.token for h in holders}
     assert len(tokens) == 2 and all(isinstance(t, int) for t in tokens)
-    sem[0].release()
-    assert other_thread(lambda: sem[2].acquire(blocking=False)) is True
-    sem[1].release()
-    sem[2].release()
+    holders[0].release()
+    third = HeldInThread(zk_semaphore("pool", 2, blocking=False))
+    assert third.acquired is True
+    holders[1].release()
+    third.release()
+
+
+def test_one_owner_can_take_two_leases_and_give_both_back():
+    sem = zk_semaphore("twice", 2)
+    assert sem.acquire() and sem.acquire()
+    assert other_thread(lambda: zk_semaphore("twice", 2, blocking=False).acquire()) is False
+    sem.release()
+    sem.release()
+    wait_until(lambda: children("twice") == ["__mutex__"], timeout=3)  # no lease left behind
+
+
+def test_non_blocking_semaphore_fails_at_once_even_with_a_blocking_waiter_queued():
+    holder = HeldInThread(zk_semaphore("full", 1))
+    waiter = threading.Thread(target=lambda: zk_semaphore("full", 1, timeout=3).acquire())
+    waiter.start()
+    time.sleep(0.3)  # the waiter holds the internal mutex while it waits for a lease
+    started = time.monotonic()
+    assert other_thread(lambda: zk_semaphore("full", 1, blocking=False).acquire()) is False
+    assert time.monotonic() - started < 0.5
+    holder.release()
+    waiter.join(10)
 
 
 def test_semaphore_waiter_gets_a_lease_when_one_is_released():
@@ -270,8 +290,7 @@ def test_multi_lock_takes_all_and_exposes_tokens():
 
 
 def test_multi_lock_is_all_or_nothing_on_timeout(zk_server):
-    blocker = zk_lock("m3")
-    other_thread(blocker.acquire)
+    blocker = HeldInThread(zk_lock("m3"))
     started = time.monotonic()
     with pytest.raises(LockTimeout):
         with zk_multi_lock(["m1", "m2", "m3"], timeout=0.5):
@@ -282,7 +301,7 @@ def test_multi_lock_is_all_or_nothing_on_timeout(zk_server):
     with pytest.raises(LockNotAcquired):
         zk_multi_lock(["m1", "m3"], blocking=False).__enter__()
     assert try_lock("m1")
-    other_thread(blocker.release)
+    blocker.release()
 
 
 def test_multi_locks_in_opposite_orders_do_not_deadlock():

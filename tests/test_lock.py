@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.helpers import raw_client, tree, wait_until
+from tests.helpers import HeldInThread, raw_client, tree, wait_until
 from zklocks import LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_lock
 from zklocks.conf import alias_config
 
@@ -136,9 +136,9 @@ def test_decorator_fills_template_from_bound_arguments_and_keeps_metadata():
         """Pay an invoice."""
         seen.append((invoice_id, amount))
         assert in_thread(lambda: zk_lock(f"invoice:{invoice_id}", blocking=False).acquire()) is False
-        other = zk_lock("invoice:other", blocking=False)
-        assert in_thread(other.acquire) is True
-        in_thread(other.release)
+        other = HeldInThread(zk_lock("invoice:other", blocking=False))
+        assert other.acquired is True
+        other.release()
         return "paid"
 
     assert pay(7) == "paid" and pay(invoice_id=8, amount=3) == "paid"
@@ -210,3 +210,47 @@ def test_invalid_name_is_value_error():
     for bad in ["", "x" * 201, "a\x01"]:
         with pytest.raises(ValueError):
             zk_lock(bad)
+
+
+def test_a_deleted_node_is_noticed_by_ensure_held_and_by_the_long_hold_watch(zk_server):
+    import json
+
+    from zklocks import LockLost, signals
+
+    lost = []
+    signals.lock_lost.connect(lambda sender, **kw: lost.append(kw), weak=False, dispatch_uid="t-deleted")
+    client = raw_client(zk_server.hosts)
+    try:
+        quick = zk_lock("forced-quick")
+        quick.acquire()
+        (child,) = client.get_children(quick.path)
+        client.delete(f"{quick.path}/{child}")
+        assert quick.is_held  # nothing told us yet ...
+        with pytest.raises(LockLost, match="deleted"):
+            quick.ensure_held()  # ... but one read does
+        quick.release()
+
+        slow = zk_lock("forced-slow")
+        slow.acquire()
+        time.sleep(1.3)  # a long hold: its node is watched
+        (child,) = client.get_children(slow.path)
+        client.delete(f"{slow.path}/{child}")
+        wait_until(lambda: not slow.is_held, timeout=3)
+        wait_until(lambda: any(e["name"] == "forced-slow" and e["reason"] == "deleted" for e in lost), timeout=3)
+        slow.release()
+
+        # A holder that had to wait records acquired_at once its hold is long.
+        first = HeldInThread(zk_lock("waited-hold"))
+        releaser = threading.Timer(0.3, first.release)
+        releaser.start()
+        second = HeldInThread(zk_lock("waited-hold", timeout=5))
+        assert second.acquired
+        path = first.handle.path
+        (child,) = client.get_children(path)
+        wait_until(lambda: "acquired_at" in json.loads(client.get(f"{path}/{child}")[0]), timeout=3)
+        data = json.loads(client.get(f"{path}/{child}")[0])
+        assert data["acquired_at"] >= data["queued_at"]
+        second.release()
+    finally:
+        signals.lock_lost.disconnect(dispatch_uid="t-deleted")
+        client.stop()

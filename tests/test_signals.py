@@ -31,4 +31,4 @@ def test_acquired_and_released_signals_carry_name_alias_token_and_times():
     assert acquired["name"] == "signalled" and acquired["alias"] == "default" and acquired["token"] == token
     assert acquired["wait_time"] >= 0 and acquired["kind"] == "exclusive"
     assert released["token"] == token and released["held_time"] >= 0
-    assert t1 == t2 == "zklocks-dispatch"
+    assert t1 == t2 == "zklocks-signals"

@@ -63,7 +63,7 @@ class Session:
         self.dead = False
         self.dead_reason: str | None = None
         self.auth_failed = False  # ZooKeeper rejected AUTH (unknown scheme, malformed credential)
-        self.known_parents: set[str] = set()
+        self.busy_hint: set[str] = set()  # lock nodes a try-lock of ours found busy (see queue.acquire)
         self._lock = threading.Lock()
         self._holds: set[Hold] = set()
         self._waiters: set[threading.Event] = set()
@@ -190,6 +190,17 @@ class Session:
         self._wake_waiters()
         self.close(wait=False)
 
+    def forget_after_fork(self) -> None:
+        """In a forked child: no I/O, no locks (another thread of the parent may have held them)."""
+        self.dead = True
+        self.dead_reason = "forked"
+        for hold in list(self._holds):
+            hold.lost = True
+            hold.lost_reason = "forked"
+        self._holds = set()
+        self._lock = threading.Lock()
+        self._waiters = set()
+
     def add_hold(self, hold: Hold) -> bool:
         with self._lock:
             if self.dead:
@@ -230,14 +241,15 @@ class Session:
         """Wait for the connection to come back, at most CONNECT_TIMEOUT (and ``deadline``)."""
         if self.connected:
             return
-        limit = time.monotonic() + self.cfg.connect_timeout
-        if deadline is not None:
-            limit = min(limit, deadline)
+        outage_at = time.monotonic() + self.cfg.connect_timeout
+        limit = outage_at if deadline is None else min(outage_at, deadline)
         while not self.connected:
             if self.dead:
                 return
             remaining = limit - time.monotonic()
             if remaining <= 0:
+                if limit < outage_at:
+                    return  # the caller's own deadline came first: it raises LockTimeout, not an outage
                 raise ZkUnavailable(
                     f"zklocks alias {self.alias!r}: lost the connection to ZooKeeper ({self.cfg.hosts}) and "
                     f"could not reconnect within {self.cfg.connect_timeout:g}s"
@@ -330,6 +342,9 @@ class Pool:
                     raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
                 session = Session(self.cfg)
                 session.start()
+                if self.closed:  # closed while we were connecting: do not leak the new session
+                    session.close(wait=False)
+                    raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
                 self._slots[idx] = session
                 from . import reaper
 
@@ -345,8 +360,13 @@ class Pool:
             session.close(wait=wait)
 
     def drop(self) -> None:
-        """Forget the sessions without closing them (after fork: they belong to the parent)."""
+        """Forget the sessions without closing them (after fork: they belong to the parent).
+
+        Holds on them are lost for this process: a handle the child inherited must not look held.
+        """
         self.closed = True
+        for session in self.sessions():
+            session.forget_after_fork()
         self._slots = [None] * len(self._slots)
 
 
@@ -378,8 +398,9 @@ class ConnectionHandler:
             pool.close(wait=wait)
 
     def drop_all(self) -> None:
-        with self._lock:
-            pools, self._pools = list(self._pools.values()), {}
+        """After fork: another parent thread may have held our lock at the fork, so never take it."""
+        self._lock = threading.Lock()
+        pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.drop()
 
@@ -399,9 +420,10 @@ def _after_fork_in_child() -> None:
     _owner_pid = os.getpid()
     connections.drop_all()
     dispatch.reset_after_fork()
-    from . import locks
+    from . import locks, reaper
 
     locks.reset_after_fork()
+    reaper.reset_after_fork()
 
 
 def _at_exit() -> None:

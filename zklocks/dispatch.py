@@ -1,4 +1,4 @@
-"""The zklocks worker thread: signals, lost-lock deadlines and background clean-up run here.
+"""The zklocks worker threads: lost-lock deadlines and background clean-up on one, signals on another.
 
 kazoo calls state listeners and watch callbacks on its own threads, which must never block. They only
 record a fact and hand a callable to this thread. Receivers of our signals therefore run on a zklocks
@@ -19,7 +19,8 @@ log = logging.getLogger("zklocks")
 
 
 class Dispatcher:
-    def __init__(self) -> None:
+    def __init__(self, name: str = "zklocks-dispatch") -> None:
+        self.name = name
         self._cond = threading.Condition(threading.Lock())
         self._heap: list[tuple[float, int, Callable[[], object]]] = []
         self._seq = itertools.count()
@@ -36,7 +37,7 @@ class Dispatcher:
         with self._cond:
             heapq.heappush(self._heap, (when, next(self._seq), fn))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="zklocks-dispatch", daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
             self._cond.notify()
 
@@ -51,7 +52,7 @@ class Dispatcher:
                     self._cond.wait(self._heap[0][0] - now if self._heap else None)
             try:
                 fn()
-            except Exception:  # a failing receiver must not stop the thread
+            except BaseException:  # nothing a callback raises may stop this thread
                 log.exception("zklocks background call %r failed", fn)
 
     def drain(self, timeout: float = 5.0) -> bool:
@@ -61,14 +62,22 @@ class Dispatcher:
         return done.wait(timeout)
 
 
-dispatcher = Dispatcher()
+# Internal work (lease deadlines, clean-up) and signal receivers get separate threads: a receiver that blocks
+# must never delay the moment a lost lock is declared lost.
+dispatcher = Dispatcher("zklocks-dispatch")
+signal_dispatcher = Dispatcher("zklocks-signals")
 
 
 def reset_after_fork() -> None:
-    """In a forked child the thread is gone; start afresh and never run the parent's pending work."""
-    global dispatcher
-    dispatcher = Dispatcher()
+    """In a forked child the threads are gone; start afresh and never run the parent's pending work."""
+    global dispatcher, signal_dispatcher
+    dispatcher = Dispatcher("zklocks-dispatch")
+    signal_dispatcher = Dispatcher("zklocks-signals")
 
 
 def get() -> Dispatcher:
     return dispatcher
+
+
+def signals() -> Dispatcher:
+    return signal_dispatcher

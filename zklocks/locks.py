@@ -18,7 +18,9 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
-from . import holder, signals
+from kazoo.protocol.states import EventType
+
+from . import dispatch, holder, signals
 from .checks import declared_aliases
 from .connections import Session, connections
 from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout, LockUpgradeError
@@ -44,16 +46,36 @@ def _thread_owner() -> object:
         return owner
 
 
+_task_owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_task_owners_lock = threading.Lock()
+
+
+def _task_owner(task: asyncio.Task) -> object:
+    """A fresh object per asyncio task (ids of finished tasks are reused; these objects are not)."""
+    with _task_owners_lock:
+        owner = _task_owners.get(task)
+        if owner is None:
+            owner = _task_owners[task] = ("task", object())
+        return owner
+
+
 def current_owner() -> object:
+    """Who a hold belongs to: the asyncio task when called from a coroutine, else the thread."""
     owner = _owner_var.get()
-    return _thread_owner() if owner is None else owner
+    if owner is not None:
+        return owner
+    if asyncio._get_running_loop() is not None:
+        task = asyncio.current_task()
+        if task is not None:
+            return _task_owner(task)
+    return _thread_owner()
 
 
 class Hold:
     """One node this process holds (or a semaphore lease), shared by nested acquires of one owner."""
 
     __slots__ = ("alias", "name", "kind", "contender", "session", "count", "lost", "lost_reason", "acquired_at",
-                 "key", "task_id", "__weakref__")
+                 "key", "task", "task_id", "thread_name", "__weakref__")
 
     def __init__(self, alias: str, name: str, kind: str, contender: queue.Contender, key: tuple | None) -> None:
         self.alias = alias
@@ -66,8 +88,9 @@ class Hold:
         self.lost_reason: str | None = None
         self.acquired_at = time.monotonic()
         self.key = key
-        task = holder.current_task.get()
+        task = self.task = holder.current_task.get()
         self.task_id = task[0] if task else None
+        self.thread_name = threading.current_thread().name
 
     @property
     def token(self) -> int:
@@ -107,16 +130,14 @@ _registry_lock = threading.Lock()
 
 def reset_after_fork() -> None:
     """A forked child holds nothing: the forking thread's id survives, so stale entries would 're-enter'."""
-    global _registry_lock
+    global _registry_lock, _long_holds
+    global _async_executor, _async_lock, _task_owners_lock
     _registry.clear()
     _registry_lock = threading.Lock()
-
-
-def _formatter_fields(template: str) -> list[str]:
-    try:
-        return [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
-    except ValueError:
-        return []
+    _long_holds = _LongHolds()
+    _async_executor = None  # its threads did not survive the fork; it would start no new ones
+    _async_lock = threading.Lock()
+    _task_owners_lock = threading.Lock()
 
 
 def render_name(template: str, func: Callable, args: tuple, kwargs: dict, what: str) -> str:
@@ -164,7 +185,7 @@ class _BaseHandle:
         self.blocking = blocking
         self.using = using
         self.release_on_commit = release_on_commit
-        self._mine: dict[object, list] = {}  # owner -> [hold, depth]
+        self._mine: dict[object, list[Hold]] = {}  # owner -> holds, innermost last
         self._mine_lock = threading.Lock()
 
     # -- to be provided by subclasses --
@@ -198,31 +219,28 @@ class _BaseHandle:
             raise LockNotAcquired(name=self.name)
         owner = current_owner()
         with self._mine_lock:
-            entry = self._mine.get(owner)
-            if entry is None:
-                self._mine[owner] = [hold, 1]
-            else:
-                entry[1] += 1
+            self._mine.setdefault(owner, []).append(hold)
         if hold.count == 1:
             signals.send_async(signals.lock_acquired, sender=type(self), name=self.name, alias=self.using,
                                kind=hold.kind, token=hold.token, wait_time=time.monotonic() - started)
 
-    def release(self, wait: bool = True) -> None:
-        """Release (the outermost release frees the lock). Idempotent; never raises for a lost lock."""
+    def release(self, wait: bool = False) -> None:
+        """Release (the outermost release frees the lock). Idempotent; never raises for a lost lock.
+
+        The delete is sent without waiting for its answer: this session's later requests see it applied, and
+        other clients see the node gone one round trip later. ``wait=True`` waits for the server's answer.
+        """
         owner = current_owner()
         with self._mine_lock:
-            entry = self._mine.get(owner)
-            if entry is None and len(self._mine) == 1:
-                owner, entry = next(iter(self._mine.items()))  # released from another thread of the same owner
-            if entry is None:
-                return
-            entry[1] -= 1
-            if entry[1] == 0:
+            stack = self._mine.get(owner)
+            if not stack:
+                return  # this owner holds nothing through this handle (another thread's hold stays untouched)
+            hold = stack.pop()
+            if not stack:
                 del self._mine[owner]
-            hold = entry[0]
         self._drop(hold, wait)
 
-    def _drop(self, hold: Hold, wait: bool = True) -> None:
+    def _drop(self, hold: Hold, wait: bool = False) -> None:
         if hold.key is not None:
             with _registry_lock:
                 hold.count -= 1
@@ -242,13 +260,15 @@ class _BaseHandle:
 
     # -- what the holder sees --
 
-    def _hold(self) -> Hold | None:
+    def _hold(self, strict: bool = False) -> Hold | None:
+        """The caller's innermost hold. For the read-only properties, a caller that holds nothing sees the
+        only holder of this handle if there is exactly one (e.g. a monitoring thread)."""
         owner = current_owner()
         with self._mine_lock:
-            entry = self._mine.get(owner)
-            if entry is None and len(self._mine) == 1:
-                entry = next(iter(self._mine.values()))
-        return None if entry is None else entry[0]
+            stack = self._mine.get(owner)
+            if not stack and not strict and len(self._mine) == 1:
+                stack = next(iter(self._mine.values()))
+        return stack[-1] if stack else None
 
     @property
     def token(self) -> int | None:
@@ -264,9 +284,9 @@ class _BaseHandle:
 
     def ensure_held(self) -> None:
         """Raise LockLost unless we still hold the lock; costs one read to catch a force-release."""
-        hold = self._hold()
+        hold = self._hold(strict=True)
         if hold is None:
-            raise LockLost(f"lock {self.name!r} is not held", name=self.name, reason="not held")
+            raise LockLost(f"lock {self.name!r} is not held by this thread", name=self.name, reason="not held")
         hold.check_node()
         if not hold.is_held:
             raise LockLost(name=self.name, reason=hold.lost_reason or "suspended")
@@ -302,39 +322,21 @@ class _BaseHandle:
     # -- async --
 
     async def __aenter__(self):
-        await self._acquire_async(None, None)
+        await _acquire_off_loop(self, None, None)
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         await _run_off_loop(self.__exit__, exc_type, exc, tb)
 
-    async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
-        task = asyncio.current_task()
-        token = _owner_var.set(("task", id(task)) if task is not None else None)
-        try:
-            cancel = threading.Event()
-            future = asyncio.get_running_loop().run_in_executor(
-                _executor(), contextvars.copy_context().run, self._acquire, blocking, timeout, cancel)
-            try:
-                await asyncio.shield(future)
-            except asyncio.CancelledError:
-                # Stop waiting at once; if the acquire still completes, give the lock back.
-                cancel.set()
-                future.add_done_callback(lambda f: f.exception() is None and _executor().submit(
-                    contextvars.copy_context().run, self.release))
-                raise
-        finally:
-            _owner_var.reset(token)
-
     async def acquire_async(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         try:
-            await self._acquire_async(blocking, timeout)
+            await _acquire_off_loop(self, blocking, timeout)
         except LockNotAcquired:
             return False
         return True
 
-    async def release_async(self) -> None:
-        await _run_off_loop(self.release)
+    async def release_async(self, wait: bool = False) -> None:
+        await _run_off_loop(self.release, wait)
 
     # -- decorator --
 
@@ -406,9 +408,116 @@ class _OwnerRelease:
             _owner_var.reset(token)
 
 
+def _owner_context() -> contextvars.Context:
+    """A context for executor threads that carries the calling task as the owner of holds."""
+    token = _owner_var.set(current_owner())
+    try:
+        return contextvars.copy_context()
+    finally:
+        _owner_var.reset(token)
+
+
 async def _run_off_loop(fn: Callable, *args: Any) -> Any:
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), contextvars.copy_context().run, fn, *args)
+    return await loop.run_in_executor(_executor(), _owner_context().run, fn, *args)
+
+
+async def _acquire_off_loop(handle, blocking: bool | None, timeout: float | None) -> None:
+    """Acquire in a thread; if the awaiting task is cancelled, stop waiting and give back a late success."""
+    ctx = _owner_context()
+    cancel = threading.Event()
+    future = asyncio.get_running_loop().run_in_executor(_executor(), ctx.run, handle._acquire, blocking, timeout,
+                                                        cancel)
+    try:
+        await asyncio.shield(future)
+    except asyncio.CancelledError:
+        cancel.set()
+        future.add_done_callback(
+            lambda f: f.cancelled() or f.exception() is not None or _executor().submit(ctx.copy().run, handle.release))
+        raise
+
+
+LONG_HOLD = 1.0
+
+
+class _LongHolds:
+    """Holds younger than LONG_HOLD, looked at by one periodic tick on the dispatch thread.
+
+    Once a hold has lasted LONG_HOLD seconds we watch our own node (the watch marks the hold lost as soon as
+    someone deletes the node, e.g. a force-release from the admin) and, if we had to wait, record acquired_at
+    with one asynchronous set (the successor's data watch re-arms without waking, see
+    queue.Contender.wait_for). Short holds pay for neither; registering one is a list append.
+    """
+
+    def __init__(self) -> None:
+        self._young: list[tuple[float, Hold, bool, float]] = []
+        self._lock = threading.Lock()
+        self._ticking = False
+
+    def add(self, hold: Hold, waited: bool) -> None:
+        entry = (time.monotonic(), hold, waited, time.time())
+        with self._lock:
+            self._young.append(entry)
+            if self._ticking:
+                return
+            self._ticking = True
+        dispatch.get().call_later(LONG_HOLD, self._tick)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [e for e in self._young if now - e[0] >= LONG_HOLD]
+            self._young = [e for e in self._young if now - e[0] < LONG_HOLD and e[1].count > 0]
+            self._ticking = bool(self._young)
+            next_at = self._young[0][0] + LONG_HOLD if self._young else None
+        for _, hold, waited, acquired_at in due:
+            if hold.count > 0 and hold.is_held:
+                _watch_own_node(hold, waited, acquired_at)
+        if next_at is not None:
+            dispatch.get().call_at(next_at, self._tick)
+
+
+def _watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
+    contender = hold.contender
+    session = contender.session
+    client = session.client
+
+    def on_own_node(event) -> None:
+        if hold.count <= 0 or hold.lost:
+            return
+        if event.type == EventType.DELETED:
+            hold.mark_lost("deleted")
+        elif event.type == EventType.NONE:
+            # A connection blip cleared the watch: set it again once the session is back.
+            dispatch.get().call_later(0.05, rearm)
+
+    def on_exists(result) -> None:
+        if not result.successful():
+            if not session.dead:
+                dispatch.get().call_later(0.1, rearm)
+        elif result.value is None:
+            on_own_node(_Deleted)
+
+    def rearm() -> None:
+        if hold.count <= 0 or hold.lost or session.dead:
+            return
+        if not session.connected:
+            dispatch.get().call_later(0.05, rearm)
+            return
+        client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
+
+    if waited:
+        client.set_async(contender.node, holder.payload(
+            thread=hold.thread_name, task=hold.task,
+            acquired_at=round(acquired_at, 3), queued_at=round(contender.queued_at, 3)))
+    rearm()
+
+
+_long_holds = _LongHolds()
+
+
+class _Deleted:
+    type = EventType.DELETED
 
 
 class ZkLock(_BaseHandle):
@@ -431,8 +540,8 @@ class ZkLock(_BaseHandle):
         return join_path(connections[self.using].cfg.namespace, self.name)
 
     def _acquire_hold(self, blocking: bool, deadline: Deadline) -> Hold:
-        key = (current_owner(), self.using, self.name) if self.reentrant else None
-        if key is not None:
+        key = (current_owner(), self.using, self.name)
+        if self.reentrant:
             with _registry_lock:
                 existing = _registry.get(key)
                 if existing is not None:
@@ -457,17 +566,19 @@ class ZkLock(_BaseHandle):
                 break
             if deadline.expired():  # the session ended between the grant and now
                 raise LockTimeout(f"lock {self.name!r}: session lost while acquiring", name=self.name)
-        if contender.waited:
-            # Off the uncontended path: record when a waiter got the lock, without waiting for the answer.
-            contender.session.client.set_async(contender.node, holder.payload(
-                acquired_at=round(time.time(), 3), queued_at=round(contender.queued_at, 3)))
-        if key is not None:
-            with _registry_lock:
-                _registry[key] = hold
+        _long_holds.add(hold, contender.waited)
+        with _registry_lock:
+            # A non-reentrant hold (SingleExecutionTask) is registered too: a plain zk_lock of the same name in
+            # the task body nests in it instead of queueing behind itself. It never displaces an existing entry.
+            if _registry.setdefault(key, hold) is not hold:
+                hold.key = None
         return hold
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
-        hold.contender.delete(Deadline(hold.session.cfg.connect_timeout) if wait else Deadline(0))
+        if wait:
+            hold.contender.delete(Deadline(hold.session.cfg.connect_timeout))
+        else:
+            hold.contender.delete_nowait()
 
 
 def zk_lock(name: str, *, shared: bool = False, timeout: float | None = None, blocking: bool = True,
@@ -520,12 +631,16 @@ class ZkSemaphore(_BaseHandle):
                                       deadline=deadline, name=self.name)
             hold = Hold(self.using, self.name, self.kind, lease, None)
             if lease.session.add_hold(hold):
+                _long_holds.add(hold, lease.waited)
                 return hold
             if deadline.expired():
                 raise LockTimeout(f"semaphore {self.name!r}: session lost while acquiring", name=self.name)
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
-        hold.contender.delete(Deadline(hold.session.cfg.connect_timeout) if wait else Deadline(0))
+        if wait:
+            hold.contender.delete(Deadline(hold.session.cfg.connect_timeout))
+        else:
+            hold.contender.delete_nowait()
 
 
 def zk_semaphore(name: str, max_leases: int, *, timeout: float | None = None, blocking: bool = True,
@@ -596,7 +711,7 @@ class ZkMultiLock:
                 lock.release()
             raise
 
-    def release(self, wait: bool = True) -> None:
+    def release(self, wait: bool = False) -> None:
         for lock in reversed(self.locks):
             lock.release(wait)
 
@@ -625,7 +740,7 @@ class ZkMultiLock:
             self.release()
 
     async def __aenter__(self):
-        await _BaseHandle._acquire_async(self, None, None)  # type: ignore[arg-type]
+        await _acquire_off_loop(self, None, None)
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:

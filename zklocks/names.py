@@ -33,6 +33,10 @@ def validate_name(name: object) -> str:
         raise InvalidLockName(f"lock name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}")
     if any(_is_control(ch) for ch in name):
         raise InvalidLockName(f"lock name {name!r} contains a control character")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidLockName(f"lock name {name!r} is not valid Unicode (a lone surrogate)") from None
     return name
 
 

@@ -41,7 +41,7 @@ def sweep(client, namespace: str) -> int:
             continue
         if stat.numChildren:
             for internal in INTERNAL_CHILDREN:
-                removed += _delete_if_empty(client, f"{path}/{internal}")
+                _delete_if_empty(client, f"{path}/{internal}")
             stat = client.exists(path)
             if stat is None or stat.numChildren:
                 continue
@@ -59,6 +59,12 @@ def _delete_if_empty(client, path: str, version: int = -1) -> int:
 
 _started: set[int] = set()
 _started_lock = threading.Lock()
+
+
+def reset_after_fork() -> None:
+    global _started_lock
+    _started.clear()
+    _started_lock = threading.Lock()
 
 
 def schedule(pool: Pool) -> None:

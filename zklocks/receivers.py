@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import conf
+from . import celery_conf, conf
 from .connections import connections
 
 
@@ -11,3 +11,5 @@ def on_setting_changed(*, setting: str, **kwargs) -> None:
     if setting == "ZKLOCKS":
         conf.reset()
         connections.close_all(wait=True)
+    elif setting == "ZKLOCKS_CELERY":
+        celery_conf.reset()

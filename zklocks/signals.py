@@ -1,4 +1,4 @@
-"""Signals of zklocks. All are sent from the zklocks dispatch thread, never from kazoo's threads.
+"""Signals of zklocks. All are sent from the ``zklocks-signals`` thread, never from kazoo's threads.
 
 lock_acquired(name, alias, kind, token, wait_time)
 lock_released(name, alias, kind, token, held_time)
@@ -22,4 +22,4 @@ def send_async(signal: Signal, sender: object, **kwargs: object) -> None:
     """Queue ``signal`` for the dispatch thread; free when nobody listens."""
     if not signal.has_listeners(sender):
         return
-    dispatch.get().call_soon(lambda: signal.send_robust(sender, **kwargs))
+    dispatch.signals().call_soon(lambda: signal.send_robust(sender, **kwargs))

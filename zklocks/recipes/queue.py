@@ -11,6 +11,7 @@ This module knows kazoo and paths, nothing of Django.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -28,10 +29,13 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType
 
 from .. import dispatch
 from ..connections import Session
 from ..exceptions import LockNotAcquired, LockTimeout, ZkAuthError, ZkLocksError, ZkUnavailable
+
+log = logging.getLogger("zklocks")
 
 EXCLUSIVE = "__lock__"
 SHARED = "__rlock__"
@@ -92,12 +96,18 @@ def blocker_of(contenders: list[tuple[str, str, str]], own: str, marker: str) ->
     return None
 
 
+def would_block(contenders: list[tuple[str, str, str]], marker: str) -> bool:
+    """Would a new contender of kind ``marker`` have to wait behind this queue?"""
+    if marker == EXCLUSIVE:
+        return bool(contenders)
+    return any(kind == EXCLUSIVE for _, kind, _ in contenders)
+
+
 def wait_result(async_result, session: Session, deadline: Deadline):
     """The value of a kazoo async result, bounded by ``deadline`` and by the session's life."""
     remaining = deadline.remaining()
-    # A request waits at most the session timeout plus CONNECT_TIMEOUT: kazoo fails it with ConnectionLoss
-    # by then if the server stopped answering.
-    cap = session.timeout + session.cfg.connect_timeout
+    # A healthy server answers in milliseconds: no answer within CONNECT_TIMEOUT is an outage, not a wait.
+    cap = session.cfg.connect_timeout
     limit = cap if remaining is None else min(max(remaining, 0.0), cap)
     try:
         return async_result.get(timeout=limit)
@@ -140,7 +150,7 @@ class Contender:
     """One enqueued node of one acquire attempt on one session."""
 
     __slots__ = ("session", "parent", "marker", "guid", "prefix", "node", "name", "token", "_pending_create",
-                 "queued_at", "waited")
+                 "queued_at", "waited", "wakeups")
 
     def __init__(self, session: Session, parent: str, marker: str) -> None:
         self.session = session
@@ -154,6 +164,7 @@ class Contender:
         self._pending_create = None
         self.queued_at = time.time()
         self.waited = False
+        self.wakeups = 0  # watch notifications this contender received while queued
 
     # -- enqueue --
 
@@ -176,6 +187,8 @@ class Contender:
             except (ConnectionLoss, OperationTimeoutError):
                 self.session.wait_connected(deadline.at)
                 try:
+                    # sync first: we may have reconnected to a server that has not applied our create yet.
+                    call(self.session, lambda: client.sync_async(self.parent), deadline)
                     children = call(self.session, lambda: client.get_children_async(self.parent), deadline)
                 except NoNodeError:
                     children = []
@@ -225,8 +238,15 @@ class Contender:
         return call(self.session, lambda: client.get_children_async(self.parent), deadline)
 
     def blocker(self, children: list[str]) -> str | None:
+        contenders = sort_contenders(children)
+        for _, _, child in contenders:
+            if child != self.name and child.startswith(self.guid):
+                # A create of ours that we could not see when we recovered from a connection loss: never
+                # wait behind our own orphan.
+                self.session.client.delete_async(f"{self.parent}/{child}")
+                contenders = [c for c in contenders if c[2] != child]
         try:
-            return blocker_of(sort_contenders(children), self.name, self.marker)
+            return blocker_of(contenders, self.name, self.marker)
         except KeyError:
             raise SessionGone() from None  # our ephemeral node is gone: the session was expired
 
@@ -235,9 +255,21 @@ class Contender:
         event = threading.Event()
         client = self.session.client
         with self.session.waking(event):
+            path = f"{self.parent}/{blocker}"
+
+            def on_watch(watched) -> None:
+                if watched.type == EventType.CHANGED:
+                    # The blocker wrote its acquired_at: still there, so watch again without waking up.
+                    client.get_async(path, watch=on_watch).rawlink(on_rearmed)
+                else:
+                    self._woken(event)
+
+            def on_rearmed(result) -> None:
+                if result.exception is not None:
+                    self._woken(event)  # gone (or the connection is): look again
+
             try:
-                call(self.session, lambda: client.get_async(f"{self.parent}/{blocker}",
-                                                            watch=lambda _e: event.set()), deadline)
+                call(self.session, lambda: client.get_async(path, watch=on_watch), deadline)
             except NoNodeError:
                 return  # gone already: look again
             # Wake at least every third of the lease so a silent loss of the session is noticed, and often
@@ -251,6 +283,10 @@ class Contender:
                 if not self.session.is_alive():
                     raise SessionGone()
 
+    def _woken(self, event: threading.Event) -> None:
+        self.wakeups += 1
+        event.set()
+
     # -- leaving the queue --
 
     def delete(self, deadline: Deadline) -> None:
@@ -261,16 +297,45 @@ class Contender:
             return
         try:
             wait_result(self.session.client.delete_async(node), self.session, deadline)
-        except NoNodeError:
+        except (NoNodeError, SessionGone):
             pass
-        except (SessionGone, ZkAuthError):
-            pass
+        except ZkAuthError as exc:
+            _delete_failed(self, exc)
         except Exception:
             self.abandon()
+
+    def delete_nowait(self) -> None:
+        """Send the delete and return: later requests of this session see it applied (FIFO per session).
+
+        A connection loss before the answer hands the node to GuaranteedDelete; an ended session took the
+        node with it.
+        """
+        node = self.node
+        if node is None or self.session.dead:
+            self.abandon()
+            return
+        self.session.client.delete_async(node).rawlink(self._on_deleted)
+
+    def _on_deleted(self, result) -> None:
+        try:
+            result.get_nowait()
+        except (ConnectionLoss, OperationTimeoutError):
+            GuaranteedDelete(self).start_later()
+        except Exception as exc:
+            _delete_failed(self, exc)
 
     def abandon(self) -> None:
         """Remove our node with a guarantee, without blocking the caller."""
         GuaranteedDelete(self).start()
+
+
+def _delete_failed(contender: Contender, exc: Exception) -> None:
+    """A delete that cannot succeed (e.g. NoAuth) must not leave our node in the queue: end the session."""
+    if isinstance(exc, (NoNodeError, SessionExpiredError, ConnectionClosedError, SessionGone)):
+        return  # the node is gone either way
+    log.warning("zklocks: could not delete %s (%s); closing its session so the node goes with it",
+                contender.node, type(exc).__name__)
+    dispatch.get().call_soon(lambda: contender.session.declare_lost("delete-failed"))
 
 
 class GuaranteedDelete:
@@ -293,6 +358,10 @@ class GuaranteedDelete:
             c._pending_create.rawlink(self._on_create)
         # else: no create was ever sent
 
+    def start_later(self) -> None:
+        """Retry the delete once the connection is back (called from a kazoo completion callback)."""
+        self._later(self._delete)
+
     def _on_create(self, result) -> None:
         try:
             path, stat = result.get_nowait()
@@ -308,7 +377,9 @@ class GuaranteedDelete:
         c = self.c
         if c.session.dead:
             return
-        c.session.client.get_children_async(c.parent).rawlink(self._on_children)
+        # sync first: the server we reconnected to may not have applied our create yet.
+        c.session.client.sync_async(c.parent).rawlink(
+            lambda _r: c.session.client.get_children_async(c.parent).rawlink(self._on_children))
 
     def _on_children(self, result) -> None:
         try:
@@ -334,8 +405,8 @@ class GuaranteedDelete:
             result.get_nowait()
         except (ConnectionLoss, OperationTimeoutError):
             self._later(self._delete)
-        except Exception:
-            pass  # deleted, NoNode, or the session ended: the node is gone either way
+        except Exception as exc:
+            _delete_failed(self.c, exc)
 
     def _later(self, step: Callable[[], None]) -> None:
         if self.c.session.dead:
@@ -361,6 +432,17 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
     """
     while True:
         session = get_session()
+        if not blocking and parent in session.busy_hint:
+            # This lock was busy at our last try: one read may settle it without a create and a delete.
+            try:
+                children = call(session, lambda: session.client.get_children_async(parent), deadline)
+            except NoNodeError:
+                children = []
+            except SessionGone:
+                continue
+            if would_block(sort_contenders(children), marker):
+                raise LockNotAcquired(name=name)
+            session.busy_hint.discard(parent)
         contender = Contender(session, parent, marker)
         try:
             children = contender.enqueue(data, deadline)
@@ -372,7 +454,10 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
                 if blocker is None:
                     return contender
                 if not blocking:
-                    contender.abandon()
+                    if len(session.busy_hint) > 10_000:
+                        session.busy_hint.clear()
+                    session.busy_hint.add(parent)
+                    contender.delete_nowait()
                     raise LockNotAcquired(name=name)
                 contender.waited = True
                 contender.wait_for(blocker, deadline)

@@ -16,7 +16,7 @@ import json
 import re
 import threading
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from ..connections import Session
 from ..exceptions import LockNotAcquired, LockTimeout
@@ -54,15 +54,20 @@ def _ensure_semaphore_node(session: Session, path: str, max_leases: int, deadlin
         return
     except NodeExistsError:
         pass
-    raw, _ = call(session, lambda: client.get_async(path), deadline)
+    raw, stat = call(session, lambda: client.get_async(path), deadline)
     stored = stored_max_leases(raw)
     if stored is None:
         children = call(session, lambda: client.get_children_async(path), deadline)
         if queue.sort_contenders(children):
             raise SemaphoreMismatch(f"{name!r} is in use as a plain lock, not a semaphore")
-        # An empty plain node (e.g. left by a lock of the same name): claim it for the semaphore.
-        call(session, lambda: client.set_async(path, marker_data(max_leases)), deadline)
-        return
+        # A node without our marker: left by a lock of the same name, or re-created by a contender's mutex
+        # right after the reaper removed it. Claim it; if someone else claimed it first, check theirs.
+        try:
+            call(session, lambda: client.set_async(path, marker_data(max_leases), version=stat.version), deadline)
+            return
+        except BadVersionError:
+            raw, _ = call(session, lambda: client.get_async(path), deadline)
+            stored = stored_max_leases(raw)
     if stored != max_leases:
         raise SemaphoreMismatch(
             f"semaphore {name!r} has max_leases={stored} in ZooKeeper but this contender asked for {max_leases}; "
@@ -77,9 +82,20 @@ def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: b
         session = get_session()
         try:
             _ensure_semaphore_node(session, path, max_leases, deadline, name)
+            if not blocking:
+                # All leases taken: fail at once, without queueing for the mutex behind a blocking waiter.
+                children = call(session, lambda: session.client.get_children_async(path), deadline)
+                if len(leases(children)) >= max_leases:
+                    raise LockNotAcquired(name=name)
             # Non-blocking callers still wait for the (short) mutex turn, bounded by CONNECT_TIMEOUT.
             mutex_deadline = deadline if blocking else Deadline(session.cfg.connect_timeout)
-            mutex = queue.acquire(lambda: session, f"{path}/{MUTEX}", EXCLUSIVE, data, blocking=True,
+
+            def same_session() -> Session:
+                if session.dead:
+                    raise SessionGone()  # start over on a fresh session (below)
+                return session
+
+            mutex = queue.acquire(same_session, f"{path}/{MUTEX}", EXCLUSIVE, data, blocking=True,
                                   deadline=mutex_deadline, name=name)
         except SessionGone:
             if deadline.expired():
@@ -94,7 +110,7 @@ def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: b
                 raise LockTimeout(name=name) from None
             continue
         finally:
-            mutex.delete(Deadline(session.cfg.connect_timeout))
+            mutex.delete_nowait()  # FIFO: our next request already sees the mutex released
 
 
 def _take_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,

@@ -29,7 +29,7 @@ class TcpProxy:
         self._blocked = threading.Event()
         self._refuse = False
         self._drop_next = threading.Event()
-        self._drop_opcodes: tuple[int, ...] = (1, 15)
+        self._drop_opcodes: frozenset[int] = frozenset((1, 15))
         self.dropped = threading.Event()  # set when an armed drop happened
         self._stopped = False
         self._thread = threading.Thread(target=self._accept_loop, name="zklocks-proxy", daemon=True)
@@ -53,7 +53,7 @@ class TcpProxy:
 
     def drop_after_next_request(self, opcodes: tuple[int, ...] = (1, 15)) -> None:
         """Forward the next request with one of ``opcodes`` (default: create, create2), then drop."""
-        self._drop_opcodes = opcodes
+        self._drop_opcodes = frozenset(opcodes)
         self.dropped.clear()
         self._drop_next.set()
 
@@ -115,9 +115,9 @@ class TcpProxy:
                     if s is client:
                         requests_seen += 1
                         # The first client packet is the session handshake; then each packet starts with
-                        # length, xid and the request's opcode.
-                        opcode = int.from_bytes(data[8:12], "big", signed=True) if len(data) >= 12 else None
-                        if requests_seen > 1 and self._drop_next.is_set() and opcode in self._drop_opcodes:
+                        # length, xid and the request's opcode (several packets may share one read).
+                        if (requests_seen > 1 and self._drop_next.is_set()
+                                and self._drop_opcodes.intersection(opcodes(data))):
                             self._drop_next.clear()
                             self.dropped.set()
                             return
@@ -132,3 +132,13 @@ class TcpProxy:
             with self._lock:
                 if (client, upstream) in self._pairs:
                     self._pairs.remove((client, upstream))
+
+
+def opcodes(data: bytes) -> list[int]:
+    """Opcodes of the ZooKeeper requests framed in ``data`` (best effort: reads may split packets)."""
+    found, offset = [], 0
+    while offset + 12 <= len(data):
+        length = int.from_bytes(data[offset:offset + 4], "big")
+        found.append(int.from_bytes(data[offset + 8:offset + 12], "big", signed=True))
+        offset += 4 + length
+    return found

@@ -1,0 +1,252 @@
+"""The admin page of lock holders and queues: ``/admin/zklocks/lock/``.
+
+Rows come from ``zklocks.inspect`` snapshots, never from a database table. Views go through
+``admin_site.admin_view`` (staff login, CSRF, never_cache). Viewing needs ``zklocks.view_lock``;
+force-release needs ``zklocks.force_release_lock``, is POST only, and writes a LogEntry.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.views.decorators.http import require_http_methods
+
+from . import conf, inspect
+from .exceptions import ZkLocksError
+from .models import Lock
+from .names import decode_name
+from .release import force_release
+
+REFRESH_CHOICES = (0, 2, 5, 10, 30)
+QUEUE_PREVIEW = 10  # waiters shown per row of the list; the detail page shows all
+
+
+def duration(seconds: float | None) -> str:
+    """'850 ms', '12.3 s', '4 min 05 s', '2 h 03 min', '3 d 4 h'."""
+    if seconds is None:
+        return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def _when(epoch: float | None) -> datetime.datetime | None:
+    return None if epoch is None else datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+
+
+def _contender_row(c: inspect.Contender, now: float, position: int | None = None) -> dict:
+    return {
+        "c": c, "position": position, "since": duration(max(0.0, now - c.since)),
+        "queued_at": _when(c.queued_at), "acquired_at": _when(c.acquired_at), "created_at": _when(c.created_at),
+    }
+
+
+class LockAdmin(admin.ModelAdmin):
+    list_template = "admin/zklocks/lock/change_list.html"
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @staticmethod
+    def has_force_release_permission(request) -> bool:
+        return request.user.has_perm("zklocks.force_release_lock")
+
+    def get_urls(self):
+        info = self.opts.app_label, self.opts.model_name
+
+        def wrap(view):
+            # These views read ZooKeeper, not the database: no request transaction (ATOMIC_REQUESTS) is held
+            # open while a snapshot waits on an alias, and on SQLite the LogEntry write waits its turn.
+            def plain(request, *args, **kwargs):
+                return view(request, *args, **kwargs)
+
+            return self.admin_site.admin_view(transaction.non_atomic_requests(plain))
+
+        return [
+            path("", wrap(self.changelist_view), name="%s_%s_changelist" % info),
+            path("<path:object_id>/change/", wrap(self.detail_view), name="%s_%s_change" % info),
+            path("<path:object_id>/release/", wrap(self.release_view), name="%s_%s_release" % info),
+        ]
+
+    # -- helpers --
+
+    def _context(self, request, title: str, **extra) -> dict:
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts, "app_label": self.opts.app_label, "title": title,
+            "has_view_permission": True, "can_release": self.has_force_release_permission(request), **extra,
+        }
+
+    def _require_view(self, request) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    def _detail_url(self, alias: str, node: str) -> str:
+        return reverse(f"{self.admin_site.name}:zklocks_lock_change", args=(quote(Lock.make_key(alias, node)),))
+
+    def _release_url(self, alias: str, node: str) -> str:
+        return reverse(f"{self.admin_site.name}:zklocks_lock_release", args=(quote(Lock.make_key(alias, node)),))
+
+    def _lookup(self, object_id: str) -> tuple[str, str]:
+        try:
+            alias, node = Lock.split_key(unquote(object_id))
+        except ValueError:
+            raise Http404("No such lock.") from None
+        if alias not in conf.aliases():
+            raise Http404("No such alias.")
+        return alias, node
+
+    # -- list --
+
+    def changelist_view(self, request, extra_context=None):
+        self._require_view(request)
+        query = request.GET.get("q", "").strip()
+        alias_filter = request.GET.get("alias", "")
+        kind_filter = request.GET.get("kind", "")
+        try:
+            refresh = int(request.GET.get("refresh", "0"))
+        except ValueError:
+            refresh = 0
+        refresh = refresh if refresh in REFRESH_CHOICES else 0
+        aliases = conf.aliases()
+        snap = inspect.snapshot([alias_filter] if alias_filter in aliases else aliases)
+        now = snap.taken_at
+        rows = []
+        for lock in snap.locks:
+            if query and query.casefold() not in lock.name.casefold():
+                continue
+            if kind_filter and lock.kind != kind_filter:
+                continue
+            rows.append({
+                "lock": lock, "url": self._detail_url(lock.alias, lock.node),
+                "held_for": duration(lock.held_for(now)),
+                "holders": [_contender_row(h, now) for h in lock.holders],
+                "queue": [_contender_row(w, now, i) for i, w in enumerate(lock.waiters[:QUEUE_PREVIEW], 1)],
+                "more": max(0, lock.queue_length - QUEUE_PREVIEW),
+            })
+        params = {"q": query, "alias": alias_filter, "kind": kind_filter, "refresh": refresh}
+
+        def link(**change) -> str:
+            merged = {k: v for k, v in {**params, **change}.items() if v not in ("", 0, None)}
+            return "?" + urlencode(merged) if merged else "?"
+
+        context = self._context(
+            request, "Locks",
+            rows=rows, errors=[a.error for a in snap.errors], query=query, refresh=refresh,
+            taken_at=_when(now), total=len(snap.locks),
+            held=sum(1 for lock in snap.locks if lock.holders),
+            waiting=sum(lock.queue_length for lock in snap.locks),
+            alias_filter=alias_filter, kind_filter=kind_filter,
+            alias_choices=[{"value": a, "selected": a == alias_filter, "url": link(alias=a)} for a in aliases],
+            alias_all_url=link(alias=""),
+            kind_choices=[{"value": k, "selected": k == kind_filter, "url": link(kind=k)} for k in inspect.KINDS],
+            kind_all_url=link(kind=""),
+            refresh_choices=[{"value": r, "selected": r == refresh, "url": link(refresh=r)} for r in REFRESH_CHOICES],
+            refresh_url=link(),
+            **(extra_context or {}),
+        )
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.list_template, context)
+
+    # -- detail --
+
+    def detail_view(self, request, object_id):
+        self._require_view(request)
+        alias, node = self._lookup(object_id)
+        info, error = inspect.lock_info(alias, node=node)
+        now = time.time()
+        name = info.name if info else decode_name(node)
+        context = self._context(
+            request, f"Lock {name}",
+            alias=alias, name=name, lock=info, error=error, now=_when(now),
+            held_for=duration(info.held_for(now)) if info else None,
+            holders=[_contender_row(h, now) for h in info.holders] if info else [],
+            queue=[_contender_row(w, now, i) for i, w in enumerate(info.waiters, 1)] if info else [],
+            release_url=self._release_url(alias, node),
+            changelist_url=reverse(f"{self.admin_site.name}:zklocks_lock_changelist"),
+        )
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/zklocks/lock/detail.html", context)
+
+    # -- force-release --
+
+    def release_view(self, request, object_id):
+        return require_http_methods(["GET", "POST"])(self._release)(request, object_id)
+
+    def _release(self, request, object_id):
+        if not self.has_force_release_permission(request):
+            raise PermissionDenied
+        alias, node = self._lookup(object_id)
+        detail_url = self._detail_url(alias, node)
+        if request.method == "POST" and request.POST.get("post") == "yes":
+            chosen = request.POST.getlist("holder")
+            try:
+                result = force_release(alias, node, chosen or None)
+            except LookupError:
+                self.message_user(request, "That lock has no node any more: nothing to release.", messages.WARNING)
+                return HttpResponseRedirect(detail_url)
+            except ZkLocksError as exc:
+                self.message_user(request, f"Force-release failed: {exc}", messages.ERROR)
+                return HttpResponseRedirect(detail_url)
+            self._log(request, alias, result)
+            if result.deleted:
+                self.message_user(request, (
+                    f"Force-released {result.lock.name!r}: deleted {len(result.deleted)} holder node(s) "
+                    f"(token{'s' if len(result.deleted) > 1 else ''} "
+                    f"{', '.join(str(c.token) for c in result.deleted)}). The holder's process was not stopped."
+                ), messages.SUCCESS)
+            if result.gone:
+                self.message_user(request, "No longer holding, left alone: " + ", ".join(result.gone),
+                                  messages.WARNING)
+            return HttpResponseRedirect(detail_url)
+        info, error = inspect.lock_info(alias, node=node)
+        now = time.time()
+        context = self._context(
+            request, "Force-release a lock: are you sure?",
+            alias=alias, lock=info, error=error, detail_url=detail_url,
+            name=info.name if info else decode_name(node),
+            holders=[_contender_row(h, now) for h in info.holders] if info else [],
+        )
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/zklocks/lock/release_confirmation.html", context)
+
+    def _log(self, request, alias: str, result) -> None:
+        lock = result.lock
+        if not result.deleted:
+            return
+        parts = [f"{c.node} (token {c.token}, session {c.session_hex}, host {c.host or '?'}, pid {c.pid or '?'})"
+                 for c in result.deleted]
+        LogEntry.objects.create(
+            user_id=request.user.pk, content_type_id=ContentType.objects.get_for_model(Lock).pk,
+            object_id=Lock.make_key(alias, lock.node), object_repr=str(Lock(alias=alias, name=lock.name))[:200],
+            action_flag=CHANGE, change_message="Force-released holder node(s): " + "; ".join(parts),
+        )
+
+
+admin.site.register(Lock, LockAdmin)

@@ -1,0 +1,243 @@
+"""python -m zklocks.bench — zklocks vs kazoo's Lock vs redis-py's Lock, measured in one run.
+
+Starts its own ZooKeeper (default forceSync) and Redis on free ports, prints a table of medians and ratios,
+and writes ``bench-results/bench.json`` and ``bench-results/bench.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from . import workloads
+from .servers import RedisServer, start_zookeeper
+
+
+class Progress:
+    """A one-line progress bar on stderr."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.done = 0
+        self.label = ""
+        self.started = time.monotonic()
+
+    def step(self, label: str | None = None, n: int = 1) -> None:
+        self.done = min(self.total, self.done + n)
+        if label is not None:
+            self.label = label
+        self.draw()
+
+    def set(self, label: str) -> None:
+        self.label = label
+        self.draw()
+
+    def draw(self) -> None:
+        width = 30
+        filled = int(width * self.done / max(1, self.total))
+        elapsed = time.monotonic() - self.started
+        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                         f"{elapsed:5.0f}s {self.label:<40.40}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        sys.stderr.write("\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m zklocks.bench", description=__doc__)
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds per comparison (median taken)")
+    p.add_argument("--seconds", type=float, default=1.0, help="length of one measured round")
+    p.add_argument("--contenders", default="1,2,4,8,16,32", help="process counts for contended handoffs")
+    p.add_argument("--handoff-seconds", type=float, default=3.0)
+    p.add_argument("--waiters", default="1,10,100,1000", help="queue lengths for the scaling run")
+    p.add_argument("--out", default="bench-results")
+    p.add_argument("--no-redis", action="store_true")
+    p.add_argument("--quick", action="store_true", help="a short run (smoke test)")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.seconds, args.handoff_seconds = 2, 0.3, 1.0
+        args.contenders, args.waiters = "1,2,8", "1,10,50"
+    contenders = [int(x) for x in args.contenders.split(",") if x]
+    waiters = [int(x) for x in args.waiters.split(",") if x]
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    progress = Progress(args.rounds * 2 + 1 + 2 * len(contenders) + len(waiters) + 1)
+    zk = start_zookeeper()
+    redis_server = None if args.no_redis else RedisServer().start()
+    results: dict = {
+        "machine": {"python": platform.python_version(), "platform": platform.platform(),
+                    "cpus": os.cpu_count()},
+        "server": {"zookeeper": "standalone, forceSync=yes (default)", "tickTime_ms": zk.tick_time},
+        "args": vars(args),
+    }
+    try:
+        workloads.configure_django(zk.hosts)
+        redis_port = None if redis_server is None else redis_server.port
+        progress.set("uncontended cycles")
+        results["uncontended"] = workloads.uncontended(zk.hosts, redis_port, args.rounds, args.seconds,
+                                                       lambda: progress.step())
+        progress.set("failed try-locks")
+        results["failed_trylock"] = workloads.failed_trylock(zk.hosts, redis_port, args.rounds, args.seconds,
+                                                             lambda: progress.step())
+        progress.set("requests per cycle")
+        results["requests_per_cycle"] = workloads.requests_per_cycle(zk.hosts, zk.port, 500)
+        progress.step()
+        results["handoffs"] = {"zklocks": {}, "kazoo": {}}
+        for n in contenders:
+            for kind in ("zklocks", "kazoo"):
+                progress.set(f"handoffs: {kind}, {n} processes")
+                results["handoffs"][kind][n] = workloads.handoffs(kind, zk.hosts, n, args.handoff_seconds)
+                progress.step()
+        results["waiters"] = []
+        for w in waiters:
+            progress.set(f"{w} waiters")
+            results["waiters"].append(workloads.many_waiters(zk.hosts, zk.port, w))
+            progress.step()
+        progress.set("inspect snapshot")
+        results["extras"] = _extras(zk)
+        progress.step("done")
+    finally:
+        progress.close()
+        from ..connections import close_all
+
+        close_all()
+        zk.cleanup()
+        if redis_server is not None:
+            redis_server.stop()
+
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
+    (out_dir / "bench.md").write_text(markdown(results))
+    print(report(results))
+    try:
+        plot(results, out_dir / "bench.png")
+        print(f"\nwrote {out_dir / 'bench.json'} and {out_dir / 'bench.png'}")
+    except ImportError:
+        print(f"\nwrote {out_dir / 'bench.json'} (matplotlib missing: no plot)")
+    return 0
+
+
+def _extras(zk) -> dict:
+    """Figures measured by the other parts' own benchmarks, when they are present."""
+    extras: dict = {}
+    try:
+        from . import extras as extra_benches
+    except ImportError:
+        return extras
+    for name, fn in extra_benches.ALL.items():
+        try:
+            extras[name] = fn(zk)
+        except Exception as exc:  # one failing extra must not lose the main figures
+            extras[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return extras
+
+
+def _ratio(a: list[float], b: list[float]) -> float:
+    med_a, med_b = workloads.median(a), workloads.median(b)
+    return med_a / med_b if med_b else float("nan")
+
+
+def report(r: dict) -> str:
+    med = workloads.median
+    lines = []
+    u, f = r["uncontended"], r["failed_trylock"]
+    lines.append("figure                                        zklocks      kazoo      redis   zk÷kazoo  target")
+    lines.append(f"uncontended acquire+release cycles/s       {med(u['zklocks']):10.0f} {med(u['kazoo']):10.0f} "
+                 f"{med(u['redis']):10.0f} {_ratio(u['zklocks'], u['kazoo']):9.2f}   >= 2.0")
+    lines.append(f"failed try-locks/s (held elsewhere)        {med(f['zklocks']):10.0f} {med(f['kazoo']):10.0f} "
+                 f"{med(f['redis']):10.0f} {_ratio(f['zklocks'], f['kazoo']):9.2f}   >= 3.0")
+    h = r["handoffs"]
+    eight = 8 if 8 in h["zklocks"] else max(h["zklocks"])
+    lines.append(f"contended handoffs/s, {eight} processes           {h['zklocks'][eight]:10.0f} "
+                 f"{h['kazoo'][eight]:10.0f} {'':>10} {h['zklocks'][eight] / h['kazoo'][eight]:9.2f}   >= 1.3")
+    q = r["requests_per_cycle"]
+    lines.append(f"requests per uncontended cycle (server)    {q['zklocks']['requests']:10.2f} "
+                 f"{q['kazoo']['requests']:10.2f} {'':>10} {'':>9}   <= 3")
+    lines.append(f"round trips waited per cycle               {q['zklocks']['waits']:10.2f} "
+                 f"{q['kazoo']['waits']:10.2f} {'':>10} {'':>9}   <= 2")
+    if r["waiters"]:
+        big = r["waiters"][-1]
+        lines.append(f"notifications per release, {big['waiters']} waiters   "
+                     f"{big['notifications_per_release']:10.2f} {'':>10} {'':>10} {'':>9}   == 1")
+    for name, figures in r.get("extras", {}).items():
+        lines.append(f"{name}: {figures}")
+    lines.append("")
+    lines.append("contended handoffs/s by processes:  " + "  ".join(
+        f"{n}: {h['zklocks'][n]:.0f} vs {h['kazoo'][n]:.0f}" for n in sorted(h["zklocks"])))
+    lines.append("waiters  first handoff ms  mean handoff ms  packets/handoff  notifications/release  "
+                 "max wakeups/waiter")
+    for w in r["waiters"]:
+        lines.append(f"{w['waiters']:7d}  {w['first_handoff_ms']:16.2f}  {w['mean_handoff_ms']:15.2f}  "
+                     f"{w['packets_per_handoff']:15.2f}  {w['notifications_per_release']:21.2f}  "
+                     f"{w['max_wakeups_per_waiter']:18d}")
+    return "\n".join(lines)
+
+
+def markdown(r: dict) -> str:
+    """The same figures as a Markdown table, for BENCHMARKS.md."""
+    med = workloads.median
+    u, f, h, q = r["uncontended"], r["failed_trylock"], r["handoffs"], r["requests_per_cycle"]
+    eight = 8 if 8 in h["zklocks"] else max(h["zklocks"])
+    rows = [
+        ("uncontended acquire+release cycles/s", f"{med(u['zklocks']):.0f}", f"{med(u['kazoo']):.0f}",
+         f"{med(u['redis']):.0f}", f"{_ratio(u['zklocks'], u['kazoo']):.2f}", ">= 2.0"),
+        ("failed try-locks/s (held elsewhere)", f"{med(f['zklocks']):.0f}", f"{med(f['kazoo']):.0f}",
+         f"{med(f['redis']):.0f}", f"{_ratio(f['zklocks'], f['kazoo']):.2f}", ">= 3.0"),
+        (f"contended handoffs/s, {eight} processes", f"{h['zklocks'][eight]:.0f}", f"{h['kazoo'][eight]:.0f}", "",
+         f"{h['zklocks'][eight] / h['kazoo'][eight]:.2f}", ">= 1.3"),
+        ("requests per uncontended cycle (server packets)", f"{q['zklocks']['requests']:.2f}",
+         f"{q['kazoo']['requests']:.2f}", "", "", "<= 3"),
+        ("round trips waited per uncontended cycle", f"{q['zklocks']['waits']:.2f}", f"{q['kazoo']['waits']:.2f}",
+         "", "", "<= 2"),
+    ]
+    if r["waiters"]:
+        big = r["waiters"][-1]
+        rows.append((f"notifications per release, {big['waiters']} waiters",
+                     f"{big['notifications_per_release']:.2f}", "", "", "", "== 1"))
+    out = ["| figure | zklocks | kazoo | redis-py | zklocks ÷ kazoo | target |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    out += ["", "| processes | zklocks handoffs/s | kazoo handoffs/s | ratio |", "| ---: | ---: | ---: | ---: |"]
+    out += [f"| {n} | {h['zklocks'][n]:.0f} | {h['kazoo'][n]:.0f} | {h['zklocks'][n] / h['kazoo'][n]:.2f} |"
+            for n in sorted(h["zklocks"])]
+    out += ["", "| waiters | first handoff ms | mean handoff ms | server packets per handoff | notifications per release "
+            "| max wake-ups of one waiter |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+    out += [f"| {w['waiters']} | {w['first_handoff_ms']:.2f} | {w['mean_handoff_ms']:.2f} | "
+            f"{w['packets_per_handoff']:.2f} | {w['notifications_per_release']:.2f} | {w['max_wakeups_per_waiter']} |"
+            for w in r["waiters"]]
+    for name, figures in r.get("extras", {}).items():
+        out += ["", f"**{name}**: " + ", ".join(f"{k} = {v}" for k, v in figures.items())]
+    return "\n".join(out) + "\n"
+
+
+def plot(r: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    h = r["handoffs"]
+    ns = sorted(h["zklocks"])
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for kind, style in (("zklocks", "o-"), ("kazoo", "s--")):
+        rates = [h[kind][n] for n in ns]
+        ax1.plot(ns, rates, style, label=kind)
+        ax2.plot(ns, [1000.0 / x if x else float("nan") for x in rates], style, label=kind)
+    ax1.set(xscale="log", xlabel="contending processes", ylabel="acquire+release cycles/s",
+            title="Throughput on one lock")
+    ax2.set(xscale="log", xlabel="contending processes", ylabel="ms per handoff", title="Handoff latency")
+    for ax in (ax1, ax2):
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""The measured loops. Each returns plain numbers; __main__ turns them into tables, JSON and a plot.
+
+Every comparison runs in one process against one server, in alternating rounds, so drift affects both sides.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import statistics
+import threading
+import time
+from typing import Callable
+
+from kazoo.client import KazooClient
+from kazoo.recipe.lock import Lock
+
+from ..testing import mntr
+
+
+def configure_django(hosts: str, namespace: str = "/zklocks-bench", pool_size: int = 1) -> None:
+    from django.conf import settings
+
+    if not settings.configured:
+        settings.configure(INSTALLED_APPS=["zklocks"], USE_TZ=True, ZKLOCKS={"default": {
+            "HOSTS": hosts, "NAMESPACE": namespace, "SESSION_TIMEOUT": 10.0, "CONNECT_TIMEOUT": 10.0,
+            "POOL_SIZE": pool_size, "REAP_INTERVAL": 0}})
+        import django
+
+        django.setup()
+
+
+def rate(fn: Callable[[], object], seconds: float) -> float:
+    """Calls per second of ``fn`` over about ``seconds`` (after a short warm-up)."""
+    for _ in range(20):
+        fn()
+    n, started = 0, time.perf_counter()
+    end = started + seconds
+    while True:
+        for _ in range(20):
+            fn()
+        n += 20
+        now = time.perf_counter()
+        if now >= end:
+            return n / (now - started)
+
+
+def kazoo_client(hosts: str) -> KazooClient:
+    client = KazooClient(hosts=hosts, timeout=10.0)
+    client.start(timeout=20)
+    return client
+
+
+# -- uncontended cycles and failed try-locks --
+
+def uncontended(hosts: str, redis_port: int | None, rounds: int, seconds: float, tick: Callable[[], None]) -> dict:
+    from zklocks import lock_path, zk_lock
+
+    kz = kazoo_client(hosts)
+    zl = zk_lock("bench:uncontended")
+    kl = Lock(kz, lock_path("bench:uncontended-kazoo"))
+    rl = None
+    if redis_port is not None:
+        import redis
+
+        rl = redis.Redis(port=redis_port).lock("bench:uncontended")
+
+    def z():
+        zl.acquire()
+        zl.release()
+
+    def k():
+        kl.acquire()
+        kl.release()
+
+    def r():
+        rl.acquire()
+        rl.release()
+
+    out: dict[str, list[float]] = {"zklocks": [], "kazoo": [], "redis": []}
+    for _ in range(rounds):
+        out["zklocks"].append(rate(z, seconds))
+        out["kazoo"].append(rate(k, seconds))
+        if rl is not None:
+            out["redis"].append(rate(r, seconds))
+        tick()
+    kz.stop()
+    kz.close()
+    return out
+
+
+def failed_trylock(hosts: str, redis_port: int | None, rounds: int, seconds: float, tick) -> dict:
+    from zklocks import lock_path, zk_lock
+
+    holder = kazoo_client(hosts)
+    held = Lock(holder, lock_path("bench:busy"), identifier="holder")
+    held.acquire()
+    kz = kazoo_client(hosts)
+    zl = zk_lock("bench:busy", blocking=False)
+    kl = Lock(kz, lock_path("bench:busy"))
+    rl = None
+    if redis_port is not None:
+        import redis
+
+        client = redis.Redis(port=redis_port)
+        client.lock("bench:busy").acquire()
+        rl = client.lock("bench:busy")
+    out: dict[str, list[float]] = {"zklocks": [], "kazoo": [], "redis": []}
+    for _ in range(rounds):
+        out["zklocks"].append(rate(lambda: zl.acquire(), seconds))
+        out["kazoo"].append(rate(lambda: kl.acquire(blocking=False), seconds))
+        if rl is not None:
+            out["redis"].append(rate(lambda: rl.acquire(blocking=False), seconds))
+        tick()
+    held.release()
+    for c in (holder, kz):
+        c.stop()
+        c.close()
+    return out
+
+
+# -- requests per cycle --
+
+def requests_per_cycle(hosts: str, port: int, cycles: int) -> dict:
+    """Server-side packets received per uncontended cycle, and round trips the caller waited on."""
+    from kazoo.handlers import utils as kazoo_utils
+
+    from zklocks import lock_path, zk_lock
+
+    zl = zk_lock("bench:requests")
+    kz = kazoo_client(hosts)
+    kl = Lock(kz, lock_path("bench:requests-kazoo"))
+    zl.acquire()
+    zl.release()
+    kl.acquire()
+    kl.release()
+    time.sleep(0.2)
+
+    waits = threading.local()
+    original_get = kazoo_utils.AsyncResult.get
+
+    def counting_get(self, block=True, timeout=None):
+        if block and not self.ready():
+            waits.n = getattr(waits, "n", 0) + 1
+        return original_get(self, block, timeout)
+
+    def measure(fn) -> tuple[float, float]:
+        waits.n = 0
+        before = int(mntr(port)["zk_packets_received"])
+        for _ in range(cycles):
+            fn()
+        time.sleep(0.2)  # let the last asynchronous delete arrive
+        after = int(mntr(port)["zk_packets_received"])
+        return (after - before - 1) / cycles, waits.n / cycles  # -1: the mntr connection's own packet
+
+    kazoo_utils.AsyncResult.get = counting_get
+    try:
+        z = measure(lambda: (zl.acquire(), zl.release()))
+        k = measure(lambda: (kl.acquire(), kl.release()))
+    finally:
+        kazoo_utils.AsyncResult.get = original_get
+    kz.stop()
+    kz.close()
+    return {"zklocks": {"requests": z[0], "waits": z[1]}, "kazoo": {"requests": k[0], "waits": k[1]}}
+
+
+# -- contended handoffs, N processes --
+
+def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter) -> None:
+    configure_django(hosts)
+    if kind == "zklocks":
+        from zklocks import zk_lock
+
+        lock = zk_lock(name)
+
+        def cycle():
+            lock.acquire()
+            lock.release()
+    else:
+        from zklocks import lock_path
+
+        client = kazoo_client(hosts)
+        klock = Lock(client, lock_path(name))
+
+        def cycle():
+            klock.acquire()
+            klock.release()
+    cycle()
+    n = 0
+    while time.time() < start_at.value:
+        time.sleep(0.001)
+    while time.time() < stop_at.value:
+        cycle()
+        n += 1
+    with counter.get_lock():
+        counter.value += n
+
+
+def handoffs(kind: str, hosts: str, processes: int, seconds: float) -> float:
+    """Acquire/release handoffs per second among ``processes`` processes on one lock."""
+    ctx = multiprocessing.get_context("spawn")
+    start_at, stop_at = ctx.Value("d", 1e12), ctx.Value("d", 1e12)
+    counter = ctx.Value("q", 0)
+    name = f"bench:handoff:{kind}:{processes}"
+    procs = [ctx.Process(target=_contender, args=(kind, hosts, name, start_at, stop_at, counter), daemon=True)
+             for _ in range(processes)]
+    for p in procs:
+        p.start()
+    time.sleep(1.0 + 0.15 * processes)  # interpreters start and connect
+    now = time.time()
+    start_at.value = now + 0.5
+    stop_at.value = now + 0.5 + seconds
+    for p in procs:
+        p.join(seconds + 60)
+        if p.is_alive():
+            p.kill()
+    return counter.value / seconds
+
+
+# -- many waiters: one release wakes one waiter --
+
+def _waiter_process(hosts: str, name: str, sessions: int, ready, go, done_times) -> None:
+    configure_django(hosts, pool_size=sessions)
+    from zklocks import zk_lock
+
+    def wait_once():
+        lock = zk_lock(name)
+        with ready.get_lock():
+            ready.value += 1
+        lock.acquire()
+        done_times.put((time.monotonic(), lock._hold().contender.wakeups))
+        lock.release(wait=True)
+
+    threads = [threading.Thread(target=wait_once, daemon=True) for _ in range(sessions)]
+    for t in threads:
+        t.start()
+        time.sleep(0.002)
+    for t in threads:
+        t.join(600)
+
+
+def many_waiters(hosts: str, port: int, waiters: int, per_process: int = 250) -> dict:
+    """Queue ``waiters`` sessions behind one holder, release, and watch the queue drain."""
+    from zklocks import lock_path, zk_lock
+
+    ctx = multiprocessing.get_context("spawn")
+    name = f"bench:waiters:{waiters}"
+    holder = zk_lock(name)
+    holder.acquire()
+    ready = ctx.Value("q", 0)
+    times = ctx.Queue()
+    procs = []
+    left = waiters
+    while left > 0:
+        n = min(per_process, left)
+        left -= n
+        procs.append(ctx.Process(target=_waiter_process, args=(hosts, name, n, ready, None, times), daemon=True))
+    for p in procs:
+        p.start()
+    kz = kazoo_client(hosts)
+    path = lock_path(name)
+    deadline = time.monotonic() + 300
+    while len(kz.get_children(path)) < waiters + 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    # Every waiter has enqueued; let each set its watch.
+    while time.monotonic() < deadline:
+        watches = int(mntr(port).get("zk_watch_count", "0"))
+        if watches >= waiters:
+            break
+        time.sleep(0.1)
+    watches_before = int(mntr(port).get("zk_watch_count", "0"))
+    packets_before = int(mntr(port)["zk_packets_received"])
+    released = time.monotonic()
+    holder.release(wait=True)
+    # One release: exactly one watch fires (one-shot watches disappear when they fire).
+    first, wakeups = times.get(timeout=60)
+    stamps, wakes = [first], [wakeups]
+    for _ in range(waiters - 1):
+        stamp, wakeups = times.get(timeout=120)
+        stamps.append(stamp)
+        wakes.append(wakeups)
+    drained = max(stamps)
+    packets_after = int(mntr(port)["zk_packets_received"])
+    watches_after = int(mntr(port).get("zk_watch_count", "0"))
+    for p in procs:
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+    kz.stop()
+    kz.close()
+    return {
+        "waiters": waiters,
+        "first_handoff_ms": (first - released) * 1000,
+        "mean_handoff_ms": (drained - released) * 1000 / waiters,
+        "watches_before": watches_before,
+        "watches_after": watches_after,
+        "notifications_per_release": (watches_before - watches_after) / waiters,
+        "packets_per_handoff": (packets_after - packets_before) / waiters,
+        "max_wakeups_per_waiter": max(wakes),
+    }
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")

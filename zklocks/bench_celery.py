@@ -1,0 +1,177 @@
+"""Per-task overhead of ``SingleExecutionTask`` against a plain task on the same worker.
+
+    python -m zklocks.bench_celery [--n 300] [--pool prefork] [--json]
+
+Starts its own ZooKeeper server (Debian's package), Redis server and one ``celery worker`` (concurrency 1)
+that serves two tasks returning their argument: a plain one and a ``SingleExecutionTask``. It then sends them
+alternately, one at a time, and times each round trip (``delay(...).get()``). The figure is the ratio of the
+median round trips, measured in one run. ``run()`` returns the figures for other benchmark drivers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+WORKER_APP = "zklocks.bench_celery:worker_app"
+_worker_app = None
+
+
+def build_app(broker: str):
+    from celery import Celery
+
+    from .celery import SingleExecutionTask
+
+    app = Celery("zklocks_bench", set_as_current=False)
+    app.conf.update(broker_url=f"{broker}/0", result_backend=f"{broker}/1", worker_prefetch_multiplier=1,
+                    worker_hijack_root_logger=False, broker_connection_retry_on_startup=True,
+                    task_default_queue="zklocks-bench")
+
+    @app.task(name="zklocks_bench.plain")
+    def plain(x):
+        return x
+
+    @app.task(name="zklocks_bench.single", base=SingleExecutionTask, lock_key="zklocks-bench:single")
+    def single(x):
+        return x
+
+    return app
+
+
+def _configure_django(hosts: str) -> None:
+    import django
+    from django.conf import settings
+
+    if settings.configured:
+        return
+    settings.configure(
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"], DATABASES={}, USE_TZ=True,
+        ZKLOCKS={"default": {"HOSTS": hosts, "NAMESPACE": "/zklocks-bench", "SESSION_TIMEOUT": 10.0,
+                             "REAP_INTERVAL": 0}},
+    )
+    django.setup()
+
+
+def __getattr__(name: str) -> Any:
+    """``celery -A zklocks.bench_celery:worker_app``: the worker's app, configured from the environment."""
+    global _worker_app
+    if name != "worker_app":
+        raise AttributeError(name)
+    if _worker_app is None:
+        _configure_django(os.environ["ZKLOCKS_BENCH_HOSTS"])
+        _worker_app = build_app(os.environ["ZKLOCKS_BENCH_BROKER"])
+    return _worker_app
+
+
+def _start_worker(hosts: str, broker: str, pool: str, logdir: Path) -> subprocess.Popen:
+    env = dict(os.environ, ZKLOCKS_BENCH_HOSTS=hosts, ZKLOCKS_BENCH_BROKER=broker)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    log = logdir / "worker.log"
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", WORKER_APP, "worker", "-P", pool, "-c", "1", "-l", "WARNING",
+             "-Q", "zklocks-bench", "-n", f"bench-{os.getpid()}@localhost", "--without-gossip", "--without-mingle",
+             "--without-heartbeat"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    return proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    import signal
+
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _round_trip(task, i: int) -> float:
+    started = time.perf_counter()
+    if task.delay(i).get(timeout=30) != i:
+        raise RuntimeError(f"{task.name} returned a wrong value")
+    return time.perf_counter() - started
+
+
+def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]:
+    """Start ZooKeeper, Redis and a worker; time ``n`` round trips of each task; stop everything."""
+    from .testing import ZkServer
+    from .testing.redis import RedisServer
+
+    workdir = Path(tempfile.mkdtemp(prefix="zklocks-bench-celery-"))
+    zk, redis, proc = ZkServer(tick_time=2000), RedisServer(), None
+    try:
+        zk.start()
+        redis.start()
+        _configure_django(zk.hosts)
+        proc = _start_worker(zk.hosts, redis.url, pool, workdir)
+        app = build_app(redis.url)
+        plain, single = app.tasks["zklocks_bench.plain"], app.tasks["zklocks_bench.single"]
+        deadline = time.monotonic() + 60
+        while True:  # the worker is up once it answers
+            try:
+                _round_trip(plain, -1)
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"the bench worker did not start; see {workdir}/worker.log") from None
+        for i in range(warmup):
+            _round_trip(plain, i)
+            _round_trip(single, i)
+        times: dict[str, list[float]] = {"plain": [], "single": []}
+        for i in range(n):  # alternate, so drift and noise hit both alike
+            times["plain"].append(_round_trip(plain, i))
+            times["single"].append(_round_trip(single, i))
+        app.close()
+    finally:
+        if proc is not None:
+            _stop(proc)
+        redis.cleanup()
+        zk.cleanup()
+    shutil.rmtree(workdir, ignore_errors=True)  # kept when the run failed: its worker.log says why
+    plain_ms = statistics.median(times["plain"]) * 1000
+    single_ms = statistics.median(times["single"]) * 1000
+    return {
+        "pool": pool, "n": n,
+        "plain_median_ms": round(plain_ms, 3), "single_median_ms": round(single_ms, 3),
+        "plain_p90_ms": round(statistics.quantiles(times["plain"], n=10)[-1] * 1000, 3),
+        "single_p90_ms": round(statistics.quantiles(times["single"], n=10)[-1] * 1000, 3),
+        "overhead_ms": round(single_ms - plain_ms, 3), "ratio": round(single_ms / plain_ms, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=300, help="round trips per task (default 300)")
+    parser.add_argument("--pool", default="prefork", choices=["prefork", "threads", "solo"])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    figures = run(n=args.n, pool=args.pool)
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print(f"Celery round trip, one worker ({figures['pool']} pool, concurrency 1), {figures['n']} calls each, "
+          "alternating:")
+    print(f"  plain task           median {figures['plain_median_ms']:7.2f} ms   p90 {figures['plain_p90_ms']:7.2f} ms")
+    print(f"  SingleExecutionTask  median {figures['single_median_ms']:7.2f} ms   p90 "
+          f"{figures['single_p90_ms']:7.2f} ms")
+    print(f"  ratio of medians {figures['ratio']:.2f}  (overhead {figures['overhead_ms']:.2f} ms per task)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

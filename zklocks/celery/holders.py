@@ -1,0 +1,31 @@
+"""Who holds a lock: the task id in the holder's node data (read on the contention path only)."""
+
+from __future__ import annotations
+
+from kazoo.exceptions import NoNodeError
+
+from .. import holder
+from ..connections import connections
+from ..names import join_path
+from ..recipes import queue
+from ..recipes.queue import EXCLUSIVE, Deadline
+
+
+def holder_task_id(using: str, name: str) -> str | None:
+    """The task id recorded by the exclusive holder of ``name`` (None if free, shared, or unknown)."""
+    pool = connections[using]
+    parent = join_path(pool.cfg.namespace, name)
+    deadline = Deadline(pool.cfg.connect_timeout)
+    try:
+        session = pool.session()
+        children = queue.call(session, lambda: session.client.get_children_async(parent), deadline)
+        contenders = queue.sort_contenders(children)
+        if not contenders or contenders[0][1] != EXCLUSIVE:
+            return None
+        first = f"{parent}/{contenders[0][2]}"
+        data, _ = queue.call(session, lambda: session.client.get_async(first), deadline)
+    except NoNodeError:
+        return None
+    except Exception:  # advisory only: on any trouble, treat it as plain contention
+        return None
+    return holder.parse(data).get("task_id")

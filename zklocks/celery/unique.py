@@ -1,0 +1,181 @@
+"""Enqueue-time de-duplication: one marker node per lock name while a task of that key is queued or running.
+
+The marker is ``<lock node>/__queued__``, a *persistent* node, so it outlives the producer that wrote it (a
+cron job that enqueues and exits must not lose the de-duplication). Its data is the usual holder JSON plus
+``state`` ("queued" or "running") and ``ttl``. A marker is live while:
+
+- state "queued": its age on ZooKeeper's clock (``mtime`` against the server's time now) is below ``ttl``;
+- state "running": the lock is held by the marker's task (the worker's ephemeral node proves it is alive).
+
+So a producer or worker that dies leaves a marker that blocks new tasks for at most ``ttl`` (queued) or the
+session timeout plus one tick (running). A stale marker is deleted with a version check, so two producers
+cannot both replace it. No TTL nodes: they need a server flag and the server's container sweep, which runs
+once a minute by default and would make the bound coarse.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from .. import holder
+from ..connections import Pool, connections
+from ..exceptions import ZkLocksError, ZkUnavailable
+from ..names import join_path
+from ..recipes import queue
+from ..recipes.queue import Deadline, _DeadlinePassed
+from .holders import holder_task_id
+
+log = logging.getLogger("zklocks")
+
+MARKER = "__queued__"
+CLOCK_REFRESH = 60.0  # seconds between measurements of the offset to ZooKeeper's clock
+_ATTEMPTS = 8
+
+_offsets: dict[str, tuple[float, float]] = {}  # alias -> (measured at, monotonic; server minus local seconds)
+_offsets_lock = threading.Lock()
+
+
+def marker_path(pool: Pool, name: str) -> str:
+    return join_path(pool.cfg.namespace, name) + "/" + MARKER
+
+
+def _call(pool: Pool, make: Callable[[object], object]):
+    """One request on the calling thread's session, bounded by CONNECT_TIMEOUT; ZkUnavailable on trouble."""
+    for _ in range(2):
+        session = pool.session()
+        try:
+            return queue.call(session, lambda: make(session), Deadline(pool.cfg.connect_timeout))
+        except queue.SessionGone:
+            continue  # the session ended under us: one more try on a fresh one
+        except _DeadlinePassed:
+            raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: no answer from ZooKeeper within "
+                                f"CONNECT_TIMEOUT={pool.cfg.connect_timeout:g}s") from None
+    raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: the session ended twice in a row")
+
+
+def _note_offset(alias: str, stat, sent: float, answered: float) -> None:
+    offset = stat.mtime / 1000.0 - (sent + answered) / 2
+    with _offsets_lock:
+        _offsets[alias] = (time.monotonic(), offset)
+
+
+def server_now(pool: Pool) -> float:
+    """ZooKeeper's wall clock now (seconds), from an offset measured at most CLOCK_REFRESH seconds ago.
+
+    The measurement is an empty write to the alias's NAMESPACE node, whose answer carries the server's time;
+    its error is half a round trip. If the write is refused, the local clock is used.
+    """
+    alias = pool.cfg.alias
+    with _offsets_lock:
+        known = _offsets.get(alias)
+    if known is None or time.monotonic() - known[0] > CLOCK_REFRESH:
+        sent = time.time()
+        try:
+            stat = _call(pool, lambda s: s.client.set_async(pool.cfg.namespace, b""))
+        except (NoNodeError, ZkLocksError):
+            log.debug("zklocks: cannot read ZooKeeper's clock for %r; using the local clock", alias)
+            with _offsets_lock:
+                _offsets[alias] = (time.monotonic(), 0.0)
+        else:
+            _note_offset(alias, stat, sent, time.time())
+        with _offsets_lock:
+            known = _offsets[alias]
+    return time.time() + known[1]
+
+
+def _data(task_id: str, task_name: str, state: str, ttl: float) -> bytes:
+    return holder.payload(kind="unique", state=state, ttl=float(ttl), task_id=task_id, task_name=task_name)
+
+
+def is_live(pool: Pool, name: str, marker: dict, stat) -> bool:
+    if marker.get("state") == "running":
+        return marker.get("task_id") is not None and holder_task_id(pool.cfg.alias, name) == marker["task_id"]
+    ttl = marker.get("ttl")
+    if not isinstance(ttl, (int, float)):
+        return False  # not ours, or damaged: stale
+    return server_now(pool) - stat.mtime / 1000.0 < ttl
+
+
+def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> str:
+    """Own the marker of ``name`` for ``task_id``; return the task id that owns it (ours, or a live other)."""
+    pool = connections[using]
+    path = marker_path(pool, name)
+    mine = _data(task_id, task_name, "queued", ttl)
+    for _ in range(_ATTEMPTS):
+        try:
+            pool.session()  # connect first, so the clock reading below spans one round trip only
+            sent = time.time()
+            _, stat = _call(pool, lambda s: s.client.create_async(path, mine, acl=s.acl, makepath=True,
+                                                                  include_data=True))
+            _note_offset(pool.cfg.alias, stat, sent, time.time())
+            return task_id
+        except NodeExistsError:
+            pass
+        except NoNodeError:
+            continue  # the lock node was reaped between makepath and create
+        try:
+            raw, stat = _call(pool, lambda s: s.client.get_async(path))
+        except NoNodeError:
+            continue
+        marker = holder.parse(raw)
+        try:
+            if marker.get("task_id") == task_id:  # a retry or a re-send of the same task: refresh the marker
+                _call(pool, lambda s: s.client.set_async(path, mine, version=stat.version))
+                return task_id
+            if is_live(pool, name, marker, stat):
+                return marker["task_id"]
+            log.info("zklocks: removing the stale queued marker of %r (task %s, state %s)", name,
+                     marker.get("task_id"), marker.get("state"))
+            _call(pool, lambda s: s.client.delete_async(path, version=stat.version))
+        except (BadVersionError, NoNodeError):
+            continue  # it changed under us: look again
+    raise ZkLocksError(f"queued marker of {name!r} kept changing; gave up after {_ATTEMPTS} attempts")
+
+
+def mark_running(using: str, name: str, task_id: str, task_name: str, ttl: float) -> None:
+    """The task started: its lock (held now) keeps the marker live instead of the marker's age."""
+    pool = connections[using]
+    path = marker_path(pool, name)
+    try:
+        raw, stat = _call(pool, lambda s: s.client.get_async(path))
+        if holder.parse(raw).get("task_id") == task_id:
+            data = _data(task_id, task_name, "running", ttl)
+            _call(pool, lambda s: s.client.set_async(path, data, version=stat.version))
+    except (NoNodeError, BadVersionError):
+        pass  # none (sent without de-duplication), or replaced: not ours to change
+
+
+def release(using: str, name: str, task_id: str) -> bool:
+    """Delete the marker of ``name`` if it belongs to ``task_id``; True if it did."""
+    pool = connections[using]
+    path = marker_path(pool, name)
+    for _ in range(_ATTEMPTS):
+        try:
+            raw, stat = _call(pool, lambda s: s.client.get_async(path))
+        except NoNodeError:
+            return False
+        if holder.parse(raw).get("task_id") != task_id:
+            return False
+        try:
+            _call(pool, lambda s: s.client.delete_async(path, version=stat.version))
+            return True
+        except NoNodeError:
+            return False
+        except BadVersionError:
+            continue
+    return False
+
+
+def read(using: str, name: str) -> dict | None:
+    """The marker's data (None if there is none); for tests and inspection."""
+    pool = connections[using]
+    try:
+        raw, _ = _call(pool, lambda s: s.client.get_async(marker_path(pool, name)))
+    except NoNodeError:
+        return None
+    return holder.parse(raw)

@@ -1,0 +1,77 @@
+"""Worker hooks: sessions per pool process, closed on the way out; markers of revoked tasks removed.
+
+- ``worker_process_init`` (each prefork child): the child already dropped the sessions it inherited (the
+  at-fork hook of ``zklocks.connections``); it opens its own here, so the first task does not pay for the
+  connect and an unreachable ZooKeeper shows in the log at start-up.
+- ``worker_process_shutdown`` (each prefork child, which leaves through ``os._exit`` and so skips atexit) and
+  ``worker_shutdown`` (the main process): close every session, so the server drops our nodes at once instead
+  of a session timeout later.
+- ``task_revoked``: a revoked or expired task never runs, so its queued marker is removed here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery import signals as celery_signals
+
+from .. import celery_conf
+from ..connections import connections
+from ..exceptions import ZkLocksError
+
+log = logging.getLogger("zklocks")
+
+CLOSE_WAIT = 3.0  # seconds a shutting-down process waits for its sessions to close
+
+
+def aliases_in_use() -> set[str]:
+    from .task import SingleExecutionTask
+
+    found = {celery_conf.task_defaults()["USING"]}
+    stack = list(SingleExecutionTask.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack.extend(cls.__subclasses__())
+        using = cls.__dict__.get("lock_using")
+        if isinstance(using, str) and using:
+            found.add(using)
+    return found
+
+
+def open_sessions(**_: object) -> None:
+    for alias in sorted(aliases_in_use()):
+        try:
+            connections[alias].session()
+        except ZkLocksError as exc:
+            log.warning("zklocks: cannot open a ZooKeeper session for alias %r in this worker process: %s", alias,
+                        exc)
+
+
+def close_sessions(**_: object) -> None:
+    """Close every session, waiting at most CLOSE_WAIT seconds (an unreachable server must not stall exit)."""
+    done = threading.Thread(target=connections.close_all, kwargs={"wait": True}, name="zklocks-close-all",
+                            daemon=True)
+    done.start()
+    done.join(CLOSE_WAIT)
+
+
+def forget_revoked(sender=None, request=None, **_: object) -> None:
+    from .task import SingleExecutionTask
+
+    if not isinstance(sender, SingleExecutionTask) or request is None or not getattr(request, "id", None):
+        return
+    try:
+        opts = sender.lock_options()
+        if not opts.unique_queued:
+            return
+        name = sender.lock_name(getattr(request, "args", None), getattr(request, "kwargs", None))
+    except (ZkLocksError, ValueError, TypeError):
+        return
+    sender._forget_marker(opts, name, request.id)
+
+
+celery_signals.worker_process_init.connect(open_sessions, weak=False, dispatch_uid="zklocks.open_sessions")
+celery_signals.worker_process_shutdown.connect(close_sessions, weak=False, dispatch_uid="zklocks.close_child")
+celery_signals.worker_shutdown.connect(close_sessions, weak=False, dispatch_uid="zklocks.close_main")
+celery_signals.task_revoked.connect(forget_revoked, weak=False, dispatch_uid="zklocks.forget_revoked")

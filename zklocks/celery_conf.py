@@ -1,0 +1,150 @@
+"""Defaults of ``SingleExecutionTask`` options: ``settings.ZKLOCKS_CELERY``, validated, cached.
+
+Kept free of Celery imports so that system checks run in projects without Celery. Each task option maps to
+one key of the setting (``OPTION_KEYS``); a task attribute left at None takes the setting's value.
+
+Check ids: zklocks.E020 (ZKLOCKS_CELERY not a dict, or an invalid value), W020 (unknown key), E021 (an
+invalid option on a SingleExecutionTask subclass, e.g. a lock_key naming a missing argument).
+"""
+
+from __future__ import annotations
+
+import functools
+import string
+from typing import Any
+
+from .conf import Problem
+
+ON_LOCKED = ("skip", "retry", "raise")
+ON_UNAVAILABLE = ("fail", "retry")
+
+DEFAULTS: dict[str, Any] = {
+    "LOCK_TIMEOUT": 0.0,        # seconds to wait for the lock before on_locked applies
+    "ON_LOCKED": "skip",        # skip | retry | raise
+    "ON_UNAVAILABLE": "fail",   # fail | retry: what a ZooKeeper outage at acquire time does
+    "RETRY_COUNTDOWN": 1.0,     # seconds before a retry (jittered by +-25 %)
+    "MAX_RETRIES": 10,          # retries for contention or an outage before the task fails
+    "USING": "default",         # connection alias
+    "UNIQUE_QUEUED": False,     # enqueue-time de-duplication
+    "UNIQUE_TIMEOUT": 3600.0,   # seconds after which a queued marker is stale
+}
+
+# task attribute -> ZKLOCKS_CELERY key (Celery's ``from_config`` pattern)
+OPTION_KEYS: tuple[tuple[str, str], ...] = (
+    ("lock_timeout", "LOCK_TIMEOUT"),
+    ("on_locked", "ON_LOCKED"),
+    ("on_unavailable", "ON_UNAVAILABLE"),
+    ("lock_retry_countdown", "RETRY_COUNTDOWN"),
+    ("lock_max_retries", "MAX_RETRIES"),
+    ("lock_using", "USING"),
+    ("unique_queued", "UNIQUE_QUEUED"),
+    ("unique_timeout", "UNIQUE_TIMEOUT"),
+)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def value_problem(key: str, value: Any) -> str | None:
+    """Why ``value`` is not acceptable for ``key`` (None when it is)."""
+    if key in ("LOCK_TIMEOUT", "RETRY_COUNTDOWN"):
+        if not _number(value) or value < 0:
+            return f"{key} must be a number of seconds >= 0, not {value!r}"
+    elif key == "UNIQUE_TIMEOUT":
+        if not _number(value) or value <= 0:
+            return f"{key} must be a positive number of seconds, not {value!r}"
+    elif key == "MAX_RETRIES":
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return f"{key} must be an integer >= 0, not {value!r}"
+    elif key == "ON_LOCKED":
+        if value not in ON_LOCKED:
+            return f"{key} must be one of {', '.join(ON_LOCKED)}, not {value!r}"
+    elif key == "ON_UNAVAILABLE":
+        if value not in ON_UNAVAILABLE:
+            return f"{key} must be one of {', '.join(ON_UNAVAILABLE)}, not {value!r}"
+    elif key == "USING":
+        if not isinstance(value, str) or not value:
+            return f"{key} must be a connection alias (a non-empty string), not {value!r}"
+    elif key == "UNIQUE_QUEUED":
+        if not isinstance(value, bool):
+            return f"{key} must be True or False, not {value!r}"
+    return None
+
+
+def validate(raw: Any) -> tuple[dict[str, Any], list[Problem]]:
+    """Merge ``raw`` (the setting, or None) over DEFAULTS. Invalid values keep their default. Pure."""
+    values = dict(DEFAULTS)
+    if raw is None:
+        return values, []
+    if not isinstance(raw, dict):
+        return values, [Problem("zklocks.E020", None, "settings.ZKLOCKS_CELERY must be a dict.",
+                                'For example ZKLOCKS_CELERY = {"ON_LOCKED": "retry"}.')]
+    problems: list[Problem] = []
+    unknown = sorted(str(k) for k in set(raw) - set(DEFAULTS))
+    if unknown:
+        problems.append(Problem("zklocks.W020", None, f"ZKLOCKS_CELERY: unknown option(s) {', '.join(unknown)}.",
+                                f"Known options: {', '.join(sorted(DEFAULTS))}."))
+    for key in DEFAULTS:
+        if key not in raw:
+            continue
+        why = value_problem(key, raw[key])
+        if why is None:
+            values[key] = raw[key]
+        else:
+            problems.append(Problem("zklocks.E020", None, f"ZKLOCKS_CELERY: {why}.",
+                                    f"Remove it to use the default ({DEFAULTS[key]!r})."))
+    return values, problems
+
+
+@functools.cache
+def _cached() -> tuple[dict[str, Any], tuple[Problem, ...]]:
+    from django.conf import settings
+
+    values, problems = validate(getattr(settings, "ZKLOCKS_CELERY", None))
+    return values, tuple(problems)
+
+
+def task_defaults() -> dict[str, Any]:
+    return _cached()[0]
+
+
+def reset() -> None:
+    _cached.cache_clear()
+
+
+def template_fields(template: str) -> list[str] | str:
+    """Top-level argument names a lock_key template uses, or the reason it cannot be parsed."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        return str(exc)
+    fields = []
+    for _, field, _, _ in parsed:
+        if field is None:
+            continue
+        if field == "" or field.isdigit():
+            return "positional fields ({} or {0}) cannot be filled: name the argument, e.g. {account_id}"
+        head = field.split(".", 1)[0].split("[", 1)[0]
+        fields.append(head)
+    return fields
+
+
+def check_settings(app_configs=None, **kwargs) -> list:
+    """System check: ZKLOCKS_CELERY, and the options of SingleExecutionTask subclasses imported so far."""
+    from django.conf import settings
+    from django.core import checks
+
+    _, problems = validate(getattr(settings, "ZKLOCKS_CELERY", None))
+    messages = []
+    for p in problems:
+        cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
+        messages.append(cls(p.msg, hint=p.hint, id=p.id))
+    for where, msg in dict.fromkeys(declared_task_problems):
+        messages.append(checks.Error(f"{where}: {msg}", hint="Fix the option on the task (see the README, Celery).",
+                                     id="zklocks.E021"))
+    return messages
+
+
+# (task name, problem) recorded when a SingleExecutionTask subclass is created.
+declared_task_problems: list[tuple[str, str]] = []

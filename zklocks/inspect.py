@@ -1,0 +1,387 @@
+"""Read-only snapshot of every lock's holders and queue: the one reader the admin and the CLI use.
+
+Reads are pipelined with kazoo's async API and batched with ZooKeeper's multiRead (``multiread.py``): every
+request of a round is sent before any answer is awaited, so a namespace of thousands of nodes costs four
+rounds of a few requests each, not thousands of round trips:
+
+1. the namespace's children (the lock nodes);
+2. each lock node's data (a semaphore marks itself there) and children;
+3. each contender's and lease's data, and each semaphore's internal mutex children;
+4. the data of the semaphores' mutex contenders (their waiters).
+
+Nodes that vanish between rounds (a release, an expiry) are skipped. Answers are awaited with a bound that is
+reset whenever one arrives: an alias whose server stops answering gives an error after CONNECT_TIMEOUT, and a
+large namespace that answers steadily is never cut short.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kazoo.exceptions import NoAuthError, NoNodeError
+
+from . import holder
+from .multiread import CHILDREN, DATA, fetch
+from .names import decode_name, encode_name, validate_name
+from .recipes.queue import EXCLUSIVE, sort_contenders
+from .recipes.semaphore import MUTEX, leases, stored_max_leases
+
+EXCLUSIVE_KIND, SHARED_KIND, SEMAPHORE_KIND = "exclusive", "shared", "semaphore"
+KINDS = (EXCLUSIVE_KIND, SHARED_KIND, SEMAPHORE_KIND)
+
+
+class NoAnswer(Exception):
+    """ZooKeeper stopped answering in the middle of a snapshot."""
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One holder or waiter: a node in a lock's queue (or a semaphore lease)."""
+
+    node: str  # the child node's name, e.g. "<guid>__lock__0000000007"
+    mode: str  # "exclusive", "shared" or "lease"
+    sequence: int
+    token: int  # the node's czxid: the fencing token
+    session_id: int  # the ephemeralOwner: the ZooKeeper session that holds the node
+    created_at: float  # the server's clock when the node was created (epoch seconds)
+    host: str | None = None
+    pid: int | str | None = None
+    thread: str | None = None
+    task_id: str | None = None
+    task_name: str | None = None
+    queued_at: float | None = None
+    acquired_at: float | None = None
+    raw: str | None = None  # foreign node data (e.g. a kazoo Lock identifier), verbatim
+
+    @property
+    def session_hex(self) -> str:
+        return f"0x{self.session_id:x}"
+
+    @property
+    def since(self) -> float:
+        """When this contender started holding (holders) or waiting (waiters)."""
+        return self.acquired_at or self.queued_at or self.created_at
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["session_id"] = self.session_hex
+        return data
+
+
+@dataclass
+class LockInfo:
+    alias: str
+    name: str
+    node: str  # the lock node's znode name (the encoded name)
+    path: str
+    kind: str | None  # None for a plain lock node with nobody in its queue: nothing tells its kind
+    max_leases: int | None = None
+    holders: list[Contender] = field(default_factory=list)
+    waiters: list[Contender] = field(default_factory=list)
+
+    @property
+    def holder(self) -> Contender | None:
+        return self.holders[0] if self.holders else None
+
+    @property
+    def held_since(self) -> float | None:
+        return min((h.since for h in self.holders), default=None)
+
+    def held_for(self, now: float | None = None) -> float | None:
+        since = self.held_since
+        return None if since is None else max(0.0, (time.time() if now is None else now) - since)
+
+    @property
+    def queue_length(self) -> int:
+        return len(self.waiters)
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        return {
+            "alias": self.alias, "name": self.name, "path": self.path, "kind": self.kind,
+            "max_leases": self.max_leases, "held_for": self.held_for(now),
+            "holders": [h.to_dict() for h in self.holders], "waiters": [w.to_dict() for w in self.waiters],
+        }
+
+
+@dataclass
+class AliasSnapshot:
+    alias: str
+    namespace: str
+    locks: list[LockInfo] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0  # how long the read took
+
+
+@dataclass
+class Snapshot:
+    taken_at: float
+    aliases: list[AliasSnapshot]
+
+    @property
+    def locks(self) -> list[LockInfo]:
+        return [lock for a in self.aliases for lock in a.locks]
+
+    @property
+    def errors(self) -> list[AliasSnapshot]:
+        return [a for a in self.aliases if a.error]
+
+    def find(self, alias: str, name: str) -> LockInfo | None:
+        for lock in self.locks:
+            if lock.alias == alias and lock.name == name:
+                return lock
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "taken_at": self.taken_at,
+            "aliases": [
+                {"alias": a.alias, "namespace": a.namespace, "error": a.error, "seconds": round(a.seconds, 4),
+                 "locks": [lock.to_dict(self.taken_at) for lock in a.locks]}
+                for a in self.aliases
+            ],
+        }
+
+
+# -- reading one namespace (kazoo only, no Django) --
+
+
+class _Results:
+    """Waits for async results with a bound that restarts whenever an answer arrives."""
+
+    def __init__(self, patience: float) -> None:
+        self.patience = patience
+        self.last = time.monotonic()
+
+    def wait(self, result) -> Any:
+        while True:
+            remaining = self.last + self.patience - time.monotonic()
+            if remaining <= 0:
+                raise NoAnswer(f"ZooKeeper did not answer within {self.patience:g}s")
+            if result.wait(min(remaining, 0.5)):
+                break
+        self.last = time.monotonic()
+        return result.get_nowait()
+
+
+def _int(value: Any) -> int | str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, str)):
+        return value
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _str(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None:
+    if answer is None:
+        return None  # gone since the listing
+    raw, stat = answer
+    data = holder.parse(raw)
+    created = stat.ctime / 1000.0
+    acquired = _float(data.get("acquired_at"))
+    if mode == "lease":
+        acquired = created  # a lease node is created at the moment the lease is taken
+    return Contender(
+        node=child, mode=mode, sequence=sequence, token=stat.czxid, session_id=stat.ephemeralOwner,
+        created_at=created, host=_str(data.get("host")), pid=_int(data.get("pid")), thread=_str(data.get("thread")),
+        task_id=_str(data.get("task_id")), task_name=_str(data.get("task_name")),
+        queued_at=_float(data.get("queued_at")) or created, acquired_at=acquired, raw=data.get("raw"),
+    )
+
+
+def _split_queue(order: list[tuple[str, str, str]]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """Holders and waiters of a fair queue: shared contenders hold until the first exclusive one."""
+    holders = []
+    for idx, entry in enumerate(order):
+        if entry[1] == EXCLUSIVE:
+            if idx == 0:
+                holders.append(entry)
+            break
+        holders.append(entry)
+    return holders, order[len(holders):]
+
+
+def _mode(marker: str) -> str:
+    return {EXCLUSIVE: "exclusive", "lease": "lease"}.get(marker, "shared")
+
+
+def read_namespace(client, namespace: str, alias: str = "default", *, patience: float = 5.0,
+                   nodes: list[str] | None = None) -> list[LockInfo]:
+    """Every lock below ``namespace`` (or only the lock nodes in ``nodes``), sorted by name.
+
+    Raises NoAnswer if the server stops answering for ``patience`` seconds, NoAuthError if reads are refused.
+    """
+    results = _Results(patience)
+    ns = namespace.rstrip("/")
+    if nodes is None:
+        try:
+            nodes = results.wait(client.get_children_async(ns))
+        except NoNodeError:
+            return []
+    # Round 2: every lock node's data (a semaphore's marker) and children.
+    answers = fetch(client, [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))],
+                    results.wait)
+    found: list[tuple[LockInfo, list, list, bool]] = []
+    for idx, node in enumerate(nodes):
+        data, children = answers[2 * idx], answers[2 * idx + 1]
+        if data is None or children is None:
+            continue  # reaped since the listing
+        max_leases = stored_max_leases(data[0])
+        lock = LockInfo(alias=alias, name=decode_name(node), node=node, path=f"{ns}/{node}", kind=EXCLUSIVE_KIND,
+                        max_leases=max_leases)
+        if max_leases is not None:
+            lock.kind = SEMAPHORE_KIND
+            held = [(c[-10:], "lease", c) for c in leases(children)]
+            found.append((lock, held, [], MUTEX in children))
+        else:
+            order = sort_contenders(children)
+            if not order:
+                lock.kind = None
+            elif any(marker != EXCLUSIVE for _, marker, _ in order):
+                lock.kind = SHARED_KIND
+            held, waiting = _split_queue(order)
+            found.append((lock, held, waiting, False))
+    # Round 3: every holder's and waiter's data, and the semaphores' internal mutex queues.
+    ops = []
+    for lock, held, waiting, mutex in found:
+        ops.extend((DATA, f"{lock.path}/{child}") for _, _, child in held + waiting)
+        if mutex:
+            ops.append((CHILDREN, f"{lock.path}/{MUTEX}"))
+    answers = iter(fetch(client, ops, results.wait))
+    mutex_queues = []
+    for lock, held, waiting, mutex in found:
+        for target, entries in ((lock.holders, held), (lock.waiters, waiting)):
+            for seq, marker, child in entries:
+                c = _contender(child, _mode(marker), int(seq), next(answers))
+                if c is not None:
+                    target.append(c)
+        if mutex:
+            mutex_queues.append((lock, sort_contenders(next(answers) or [])))
+    # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order).
+    ops = [(DATA, f"{lock.path}/{MUTEX}/{child}") for lock, order in mutex_queues for _, _, child in order]
+    answers = iter(fetch(client, ops, results.wait))
+    for lock, order in mutex_queues:
+        for seq, _, child in order:
+            c = _contender(child, "exclusive", int(seq), next(answers))
+            if c is not None:
+                lock.waiters.append(c)
+    out = [entry[0] for entry in found]
+    out.sort(key=lambda lock: lock.name)
+    return out
+
+
+# -- Django side: every configured alias --
+
+
+def _scrub(message: str, cfg) -> str:
+    """Never show a credential, whatever an error message carries."""
+    for _scheme, credential in getattr(cfg, "auth", ()) or ():
+        if credential:
+            message = message.replace(credential, "***")
+            secret = credential.split(":", 1)[-1]
+            if secret:
+                message = message.replace(secret, "***")
+    return message
+
+
+def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.Event | None = None) -> AliasSnapshot:
+    """One alias's locks (or only the lock nodes ``nodes``); problems become ``error``, never an exception.
+
+    ``connected`` is set once a session is at hand (or the attempt is over)."""
+    from .connections import connections
+    from .exceptions import ZkLocksError
+
+    started = time.monotonic()
+    cfg = None
+    try:
+        pool = connections[alias]
+        cfg = pool.cfg
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace)
+        session = pool.session()
+        if connected is not None:
+            connected.set()
+        snap.locks = read_namespace(session.client, cfg.namespace, alias, patience=cfg.connect_timeout, nodes=nodes)
+    except NoAuthError:
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
+        snap.error = (f"alias {alias!r}: ZooKeeper refused to list {cfg.namespace if cfg else 'the namespace'} "
+                      "(NoAuth): check the alias's AUTH and READ_ACL")
+    except NoAnswer as exc:
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
+        snap.error = f"alias {alias!r}: {exc}"
+    except ZkLocksError as exc:
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
+        text = str(exc)
+        snap.error = text if repr(alias) in text else f"alias {alias!r}: {text}"
+    except Exception as exc:  # a snapshot reports, it never fails the page or the command
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
+        snap.error = f"alias {alias!r}: {type(exc).__name__}: {exc}"
+    if snap.error:
+        snap.error = _scrub(snap.error, cfg)
+    snap.seconds = time.monotonic() - started
+    return snap
+
+
+def _read_all(wanted: list[tuple[str, list[str] | None]]) -> list[AliasSnapshot]:
+    """Read aliases in parallel. Getting a session is bounded by the alias's CONNECT_TIMEOUT even when another
+    thread is already starting one; the reads themselves are bounded by answers arriving (``_Results``)."""
+    from . import conf
+
+    found: dict[int, AliasSnapshot] = {}
+    running = []
+    for idx, (alias, nodes) in enumerate(wanted):
+        connected = threading.Event()
+
+        def run(idx=idx, alias=alias, nodes=nodes, connected=connected) -> None:
+            try:
+                found[idx] = read_alias(alias, nodes, connected)
+            finally:
+                connected.set()
+
+        t = threading.Thread(target=run, name=f"zklocks-inspect-{alias}", daemon=True)
+        t.start()
+        running.append((idx, alias, t, connected, time.monotonic()))
+    for idx, alias, t, connected, started in running:
+        try:
+            limit = conf.alias_config(alias).connect_timeout
+        except Exception:
+            limit = 0.0  # unknown or invalid alias: read_alias reports it at once
+        if not connected.wait(max(0.0, started + limit + 0.5 - time.monotonic())):
+            found[idx] = AliasSnapshot(alias=alias, namespace="", error=(
+                f"alias {alias!r}: no ZooKeeper session within CONNECT_TIMEOUT={limit:g}s"), seconds=limit)
+            continue
+        t.join()
+    return [found[idx] for idx in range(len(wanted))]
+
+
+def snapshot(aliases: list[str] | None = None) -> Snapshot:
+    """All locks of every configured alias (or of ``aliases``), read in parallel: an unreachable alias costs
+    its own CONNECT_TIMEOUT, not the sum of them."""
+    from . import conf
+
+    wanted = list(conf.aliases() if aliases is None else aliases)
+    taken_at = time.time()
+    return Snapshot(taken_at=taken_at, aliases=_read_all([(alias, None) for alias in wanted]))
+
+
+def lock_info(alias: str, name: str | None = None, *, node: str | None = None) -> tuple[LockInfo | None, str | None]:
+    """One lock, by name or by lock node name (None if it has no node), and the alias's error, if any."""
+    if node is None:
+        node = encode_name(validate_name(name))
+    (snap,) = _read_all([(alias, [node])])
+    if snap.error:
+        return None, snap.error
+    return (snap.locks[0] if snap.locks else None), None

@@ -1,0 +1,34 @@
+"""Plain-text rendering of snapshots for the management commands: safe for a terminal."""
+
+from __future__ import annotations
+
+import re
+
+from zklocks.admin import duration
+from zklocks.inspect import Contender
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def clean(value: object) -> str:
+    """Node data comes from anywhere: never let it drive the terminal (escape sequences, newlines)."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", "" if value is None else str(value))
+
+
+def who(c: Contender) -> str:
+    if c.raw is not None:
+        return f"[foreign] {clean(c.raw)}"
+    text = f"{clean(c.host or '?')} pid {clean(c.pid or '?')}"
+    if c.thread:
+        text += f" {clean(c.thread)}"
+    if c.task_name or c.task_id:
+        text += f" task {clean(c.task_name or '')}{' [' + clean(c.task_id) + ']' if c.task_id else ''}"
+    return text
+
+
+def table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+
+
+__all__ = ["clean", "who", "table", "duration"]

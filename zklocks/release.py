@@ -1,0 +1,53 @@
+"""Force-release: delete a lock holder's node, for the admin and ``manage.py zklocks_release``.
+
+This does not stop a live holder. Its handle learns of the loss through ``ensure_held()`` (one read), and the
+next holder's higher fencing token lets a fenced resource refuse the old holder's late writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from .connections import connections
+from .exceptions import ZkAuthError, ZkLocksError
+from .inspect import Contender, LockInfo, lock_info
+
+
+@dataclass
+class Released:
+    lock: LockInfo
+    deleted: list[Contender] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)  # asked for, but no longer holders
+
+
+def force_release(alias: str, node: str, holders: list[str] | None = None) -> Released:
+    """Delete the current holders' nodes of the lock node ``node`` (only those in ``holders``, if given).
+
+    Raises ZkLocksError when the alias cannot be read or written, LookupError when the lock has no node.
+    """
+    info, error = lock_info(alias, node=node)
+    if error:
+        raise ZkLocksError(error)
+    if info is None:
+        raise LookupError(f"alias {alias!r} has no lock node {node!r}")
+    targets = info.holders if holders is None else [h for h in info.holders if h.node in holders]
+    result = Released(lock=info, gone=[n for n in (holders or []) if n not in {h.node for h in targets}])
+    pool = connections[alias]
+    client = pool.session().client
+    for contender in targets:
+        # Child names carry a fresh guid per acquire: this path can only ever be this holder's node.
+        try:
+            client.delete_async(f"{info.path}/{contender.node}").get(timeout=pool.cfg.connect_timeout)
+        except NoNodeError:
+            result.gone.append(contender.node)
+            continue
+        except NoAuthError as exc:
+            raise ZkAuthError(f"alias {alias!r}: ZooKeeper refused to delete {contender.node} (NoAuth)") from exc
+        except (KazooException, KazooTimeoutError) as exc:
+            raise ZkLocksError(f"alias {alias!r}: deleting {contender.node} failed ({type(exc).__name__}); "
+                               "look again before retrying") from exc
+        result.deleted.append(contender)
+    return result
