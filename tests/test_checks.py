@@ -116,12 +116,12 @@ def test_options_acl_and_digest_credentials_are_checked():
         Error("ZKLOCKS['default']: OPTIONS use_sll: not a KazooClient argument.",
               hint="Accepted: ca, certfile, check_hostname, command_retry, connection_retry, handler, keyfile, "
                    "keyfile_password, logger, randomize_hosts, read_only, sasl_options, use_ssl, verify_certs.",
-              id="zklocks.E021"),
+              id="zklocks.E013"),
         Error("ZKLOCKS['default']: OPTIONS hosts, timeout: set by zklocks itself.",
-              hint="Use the alias's own settings instead (HOSTS, SESSION_TIMEOUT).", id="zklocks.E021"),
+              hint="Use the alias's own settings instead (HOSTS, SESSION_TIMEOUT).", id="zklocks.E013"),
         Error("ZKLOCKS['default']: ACL must be a non-empty list of kazoo.security.ACL.",
               hint='For example [make_digest_acl("user", "secret", all=True)]; or leave it out and set AUTH.',
-              id="zklocks.E022"),
+              id="zklocks.E014"),
     ]
 
 

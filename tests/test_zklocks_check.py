@@ -91,7 +91,7 @@ def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(z
             "ADMIN (and 4 more node(s) below it).",
             hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
                  "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
-            id="zklocks.W020")]
+            id="zklocks.W002")]
 
         lines, failed = run_check("--fix-acls")
         assert failed is None, lines
@@ -123,7 +123,7 @@ def test_a_wrong_password_is_caught_before_the_first_lock(zk_server, ns):
             "every lock of this alias will fail with NoAuth.",
             hint="ZooKeeper accepts any digest password at connect time and refuses later: check the password in "
                  "AUTH, or grant this identity CREATE, DELETE and READ on the namespace.",
-            id="zklocks.E020")]
+            id="zklocks.E015")]
 
 
 def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
@@ -140,7 +140,7 @@ def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
             f"ZKLOCKS['default']: could not check the ACLs of {ns}: zklocks alias 'default': ZooKeeper at {hosts} "
             "is unavailable (no session within CONNECT_TIMEOUT=1s)",
             hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
-            id="zklocks.W021")]
+            id="zklocks.W003")]
         assert time.monotonic() - started < 2.0
         # The network check is a deploy check: a plain `manage.py check` (and runserver, migrate...) skips it.
         started = time.monotonic()

@@ -3,12 +3,12 @@
 Stable ids: zklocks.E001 (no/invalid ZKLOCKS), E002 (alias not a dict / bad alias key), E003 (HOSTS),
 E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZE), E008 (AUTH),
 E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias),
-W001 (unknown option), E021 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
-E022 (ACL not a list of kazoo ACL entries).
+W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
+E014 (ACL not a list of kazoo ACL entries).
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
-E020 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
-W020 (the namespace or lock nodes have a weaker ACL than configured), W021 (the ACLs could not be checked).
+E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
+W002 (the namespace or lock nodes have a weaker ACL than configured), W003 (the ACLs could not be checked).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def acl_messages(where: str, result) -> list[checks.CheckMessage]:
             f"{where}: in {first.path}, {first.detail}{more}; every lock of this alias will fail with NoAuth.",
             hint="ZooKeeper accepts any digest password at connect time and refuses later: check the password in "
                  "AUTH, or grant this identity CREATE, DELETE and READ on the namespace.",
-            id="zklocks.E020"))
+            id="zklocks.E015"))
     weaker = result.weaker
     if weaker:
         first = weaker[0]
@@ -92,7 +92,7 @@ def acl_messages(where: str, result) -> list[checks.CheckMessage]:
             f"{where}: {first.path} has a weaker ACL than configured: {first.detail}{more}.",
             hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
                  "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
-            id="zklocks.W020"))
+            id="zklocks.W002"))
     return out
 
 
@@ -100,4 +100,4 @@ def _unchecked(where: str, cfg, exc: Exception) -> checks.CheckMessage:
     return checks.Warning(
         f"{where}: could not check the ACLs of {cfg.namespace}: {exc}",
         hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
-        id="zklocks.W021")
+        id="zklocks.W003")

@@ -137,17 +137,17 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
     unknown_options = sorted(str(k) for k in options if k not in KAZOO_OPTIONS and k not in RESERVED_OPTIONS)
     reserved = sorted(k for k in options if k in RESERVED_OPTIONS)
     if unknown_options:
-        problems.append(_problem("zklocks.E021", alias,
+        problems.append(_problem("zklocks.E013", alias,
                                  f"OPTIONS {', '.join(unknown_options)}: not a KazooClient argument.",
                                  f"Accepted: {', '.join(sorted(KAZOO_OPTIONS))}."))
     if reserved:
         owners = ", ".join(sorted({RESERVED_OPTIONS[k] for k in reserved if RESERVED_OPTIONS[k]}))
-        problems.append(_problem("zklocks.E021", alias, f"OPTIONS {', '.join(reserved)}: set by zklocks itself.",
+        problems.append(_problem("zklocks.E013", alias, f"OPTIONS {', '.join(reserved)}: set by zklocks itself.",
                                  f"Use the alias's own settings instead ({owners})." if owners else
                                  "A session id cannot be shared."))
     acl = raw.get("ACL")
     if acl is not None and not (isinstance(acl, (list, tuple)) and acl and all(isinstance(a, ACL) for a in acl)):
-        problems.append(_problem("zklocks.E022", alias, "ACL must be a non-empty list of kazoo.security.ACL.",
+        problems.append(_problem("zklocks.E014", alias, "ACL must be a non-empty list of kazoo.security.ACL.",
                                  'For example [make_digest_acl("user", "secret", all=True)]; or leave it out '
                                  "and set AUTH."))
     read_acl = raw.get("READ_ACL", "world")

@@ -6,7 +6,7 @@ were created with: a namespace made before AUTH was configured stays open to any
 password locks this alias out (ZooKeeper accepts any digest password at connect time and answers NoAuth later).
 
 ``audit()`` reads ACLs only; ``probe()`` also creates and deletes one ephemeral node. Both are used by
-``manage.py zklocks_check`` and by the deploy system check (zklocks.E020, W020, W021).
+``manage.py zklocks_check`` and by the deploy system check (zklocks.E015, W002, W003).
 """
 
 from __future__ import annotations
@@ -200,7 +200,8 @@ def _remaining(deadline: float | None, cfg: conf.AliasConfig) -> float:
 
 
 def _auth_error(cfg: conf.AliasConfig, exc: Exception) -> ZkAuthError:
-    what = "authentication failed" if isinstance(exc, AuthFailedError) else "ZooKeeper refused to show the ACLs (NoAuth)"
+    what = ("authentication failed" if isinstance(exc, AuthFailedError)
+            else "ZooKeeper refused to show the ACLs (NoAuth)")
     return ZkAuthError(f"zklocks alias {cfg.alias!r}: {what}; check AUTH and the ACL of {cfg.namespace}")
 
 

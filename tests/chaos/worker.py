@@ -12,8 +12,8 @@ While holding, a thread polls ``is_held`` every 5 ms; ``valid_until`` is the las
 (taken *before* the call), and a thread that sees it False stops holding at once, as an application must.
 
 A thread that acquires while ``<dir>/want-long-hold`` exists claims it (one rename wins), records
-``{"ev": "long", "id", "sid", "name", "pid", "node"}`` and holds for the session timeout + 1.5 s, unless it loses the lock first: the
-controller then freezes the server that thread's session talks to.
+``{"ev": "long", "id", "sid", "name", "pid", "node"}`` and holds for the session timeout + 1.5 s unless it
+loses the lock first: the controller has a holder to freeze the server of, to expire, or to kill.
 
 Control files in ``<dir>``: ``stop`` (finish the current hold, stop acquiring, then write ``idle-<pid>`` and
 keep the sessions open) and ``exit`` (close every session and exit 0).
