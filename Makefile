@@ -1,4 +1,5 @@
-# make test   — installs what is missing (Debian: zookeeper, redis-server, chromium; a venv with requirements.txt)
+# make test   — installs what is missing (Debian: zookeeper, redis-server, chromium, openssl for the TLS test
+#               certificates; a venv with requirements.txt)
 #               and runs the suite against servers it starts itself.
 # make demo   — the same set-up, then the demo site with ZooKeeper, Redis, a Celery worker and a load generator.
 SHELL := /bin/bash
@@ -16,6 +17,8 @@ system-deps:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v keytool >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \

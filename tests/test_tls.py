@@ -26,13 +26,8 @@ basicConstraints=CA:FALSE
 extendedKeyUsage=serverAuth,clientAuth
 """
 
-pytestmark = pytest.mark.skipif(shutil.which("openssl") is None or shutil.which("keytool") is None,
-                                reason="TLS tests need openssl and keytool (Java) to make certificates")
-
-
 def sh(*args, cwd):
     subprocess.run(args, cwd=cwd, check=True, capture_output=True, timeout=60)
-
 
 def make_pki(d, name="ca"):
     """A CA, a server and a client certificate signed by it (PEM), the server's PKCS12 keystore and a
@@ -50,7 +45,6 @@ def make_pki(d, name="ca"):
     sh("keytool", "-importcert", "-noprompt", "-alias", "ca", "-file", f"{name}.pem", "-keystore", "trust.p12",
        "-storetype", "PKCS12", "-storepass", PASSWORD, cwd=d)
     return d
-
 
 @pytest.fixture(scope="module")
 def tls_zk(tmp_path_factory):
@@ -71,23 +65,19 @@ def tls_zk(tmp_path_factory):
     finally:
         server.cleanup()
 
-
 def run_check():
     out = io.StringIO()
     call_command("zklocks_check", stdout=out)
     return out.getvalue().splitlines()
 
-
 def tls_options(pki, ca="ca.pem"):
     return {"use_ssl": True, "verify_certs": True, "ca": str(pki / ca), "certfile": str(pki / "client.pem"),
             "keyfile": str(pki / "client.key")}
-
 
 def settings_for(hosts, **extra):
     return override_settings(ZKLOCKS={"default": {"HOSTS": hosts, "NAMESPACE": f"/tls-{uuid.uuid4().hex[:8]}",
                                                   "SESSION_TIMEOUT": 2.0, "CONNECT_TIMEOUT": 2.0,
                                                   "REAP_INTERVAL": 0, **extra}})
-
 
 def test_locks_work_over_tls_with_options(tls_zk):
     hosts, pki = tls_zk
@@ -106,7 +96,6 @@ def test_locks_work_over_tls_with_options(tls_zk):
         finally:
             close_all()
 
-
 def test_plaintext_client_on_the_tls_port_is_unavailable_not_a_hang(tls_zk):
     hosts, _ = tls_zk
     with settings_for(hosts):
@@ -115,7 +104,6 @@ def test_plaintext_client_on_the_tls_port_is_unavailable_not_a_hang(tls_zk):
             zk_lock("plain").acquire(timeout=None)
         assert time.monotonic() - started < 3.0
     close_all()
-
 
 def test_a_server_certificate_from_another_ca_is_refused(tls_zk, tmp_path):
     hosts, pki = tls_zk
@@ -127,7 +115,6 @@ def test_a_server_certificate_from_another_ca_is_refused(tls_zk, tmp_path):
             zk_lock("mitm").acquire(timeout=None)
         assert time.monotonic() - started < 3.0
     close_all()
-
 
 def test_the_server_asks_for_a_client_certificate(tls_zk):
     hosts, pki = tls_zk
