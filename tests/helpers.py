@@ -87,3 +87,23 @@ class HeldInThread:
     def release(self) -> None:
         self._stop.set()
         self._thread.join(30)
+
+
+def in_thread(fn, *args):
+    """Run ``fn(*args)`` in a new thread (a different lock owner) and return its result or raise its error."""
+    import threading
+
+    box = {}
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")

@@ -8,7 +8,7 @@ import pytest
 from django.core import checks
 from django.test import override_settings
 
-from tests.helpers import raw_client, tree, wait_until
+from tests.helpers import in_thread, raw_client, tree, wait_until
 from zklocks import (
     LockNotAcquired,
     ZkConfigError,
@@ -26,23 +26,6 @@ from zklocks.testing import ZkEnsemble, ZkServer, free_port
 
 TRICKY = ["..", ".", "/", "/leading", "trailing/", "a/b", "a/../../../escape", "a%2Fb", "a%252Fb", "%", "100%",
           "%41", "A", "a", "ünïcødé ✓", "日本語", "<script>alert(1)</script>", "a b", "zookeeper", "x" * 200]
-
-
-def in_thread(fn):
-    box = {}
-
-    def run():
-        try:
-            box["v"] = fn()
-        except BaseException as exc:  # noqa: BLE001
-            box["e"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(30)
-    if "e" in box:
-        raise box["e"]
-    return box.get("v")
 
 
 # -- names --

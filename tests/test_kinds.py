@@ -5,30 +5,13 @@ import time
 
 import pytest
 
-from tests.helpers import HeldInThread, assert_no_overlap, raw_client, read_records, spawn_worker, wait_until
+from tests.helpers import HeldInThread, assert_no_overlap, in_thread, raw_client, read_records, spawn_worker, wait_until
 from zklocks import LockNotAcquired, LockTimeout, LockUpgradeError, zk_lock, zk_multi_lock, zk_semaphore
 from zklocks.conf import alias_config
 from zklocks.recipes.semaphore import SemaphoreMismatch
 from zklocks.testing import four_letter
 
 pytestmark = pytest.mark.zk
-
-
-def other_thread(fn):
-    box = {}
-
-    def run():
-        try:
-            box["v"] = fn()
-        except BaseException as exc:  # noqa: BLE001
-            box["e"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(30)
-    if "e" in box:
-        raise box["e"]
-    return box.get("v")
 
 
 def try_lock(name, shared=False):
@@ -39,7 +22,7 @@ def try_lock(name, shared=False):
             lock.release()
         return got
 
-    return other_thread(attempt)
+    return in_thread(attempt)
 
 
 # -- reader/writer matrix --
@@ -181,10 +164,10 @@ def test_each_release_notifies_exactly_one_waiter(zk_server):
 def test_semaphore_allows_max_leases_holders():
     holders = [HeldInThread(zk_semaphore("pool", 2)) for _ in range(2)]
     assert all(h.acquired for h in holders)
-    assert other_thread(lambda: zk_semaphore("pool", 2, blocking=False).acquire()) is False
+    assert in_thread(lambda: zk_semaphore("pool", 2, blocking=False).acquire()) is False
     started = time.monotonic()
     with pytest.raises(LockTimeout):
-        other_thread(lambda: zk_semaphore("pool", 2, timeout=0.4).__enter__())
+        in_thread(lambda: zk_semaphore("pool", 2, timeout=0.4).__enter__())
     assert time.monotonic() - started < 0.8
     tokens = {h.token for h in holders}
     assert len(tokens) == 2 and all(isinstance(t, int) for t in tokens)
@@ -198,7 +181,7 @@ def test_semaphore_allows_max_leases_holders():
 def test_one_owner_can_take_two_leases_and_give_both_back():
     sem = zk_semaphore("twice", 2)
     assert sem.acquire() and sem.acquire()
-    assert other_thread(lambda: zk_semaphore("twice", 2, blocking=False).acquire()) is False
+    assert in_thread(lambda: zk_semaphore("twice", 2, blocking=False).acquire()) is False
     sem.release()
     sem.release()
     wait_until(lambda: children("twice") == ["__mutex__"], timeout=3)  # no lease left behind
@@ -210,7 +193,7 @@ def test_non_blocking_semaphore_fails_at_once_even_with_a_blocking_waiter_queued
     waiter.start()
     time.sleep(0.3)  # the waiter holds the internal mutex while it waits for a lease
     started = time.monotonic()
-    assert other_thread(lambda: zk_semaphore("full", 1, blocking=False).acquire()) is False
+    assert in_thread(lambda: zk_semaphore("full", 1, blocking=False).acquire()) is False
     assert time.monotonic() - started < 0.5
     holder.release()
     waiter.join(10)
@@ -237,7 +220,7 @@ def test_semaphore_waiter_gets_a_lease_when_one_is_released():
 def test_semaphore_max_leases_mismatch_is_refused():
     with zk_semaphore("agree", 3):
         with pytest.raises(SemaphoreMismatch, match="max_leases=3 .* asked for 2"):
-            other_thread(lambda: zk_semaphore("agree", 2).acquire())
+            in_thread(lambda: zk_semaphore("agree", 2).acquire())
     with pytest.raises(ValueError):
         zk_semaphore("bad", 0)
 

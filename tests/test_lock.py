@@ -6,28 +6,11 @@ import time
 
 import pytest
 
-from tests.helpers import HeldInThread, raw_client, tree, wait_until
+from tests.helpers import HeldInThread, in_thread, raw_client, tree, wait_until
 from zklocks import LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_lock
 from zklocks.conf import alias_config
 
 pytestmark = pytest.mark.zk
-
-
-def in_thread(fn, *args):
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            box["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(30)
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
 
 
 def test_context_manager_returns_handle_with_token(zk_server):

@@ -2,7 +2,6 @@
 
 import asyncio
 import os
-import threading
 import time
 
 import pytest

@@ -2,7 +2,6 @@
 keystore on a secure client port; kazoo's ``use_ssl`` options passed through ``OPTIONS``."""
 
 import io
-import shutil
 import subprocess
 import threading
 import time

@@ -171,7 +171,29 @@ def _executor() -> ThreadPoolExecutor:
         return _async_executor
 
 
-class _BaseHandle:
+class _Acquirable:
+    """``acquire() -> bool`` on top of a raising ``_acquire``."""
+
+    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None) -> None:
+        raise NotImplementedError
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire; False if held elsewhere (``blocking=False``) or not acquired within ``timeout``."""
+        try:
+            self._acquire(blocking, timeout)
+        except LockNotAcquired:
+            return False
+        return True
+
+    async def acquire_async(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        try:
+            await _acquire_off_loop(self, blocking, timeout)
+        except LockNotAcquired:
+            return False
+        return True
+
+
+class _BaseHandle(_Acquirable):
     """Shared machinery: per-owner holds, properties, context-manager, decorator and async protocols."""
 
     kind = "exclusive"
@@ -200,14 +222,6 @@ class _BaseHandle:
         raise NotImplementedError
 
     # -- acquire / release --
-
-    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
-        """Acquire; False if held elsewhere (``blocking=False``) or not acquired within ``timeout``."""
-        try:
-            self._acquire(blocking, timeout)
-        except LockNotAcquired:
-            return False
-        return True
 
     def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None) -> None:
         blocking = self.blocking if blocking is None else blocking
@@ -327,13 +341,6 @@ class _BaseHandle:
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
         await _run_off_loop(self.__exit__, exc_type, exc, tb)
-
-    async def acquire_async(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
-        try:
-            await _acquire_off_loop(self, blocking, timeout)
-        except LockNotAcquired:
-            return False
-        return True
 
     async def release_async(self, wait: bool = False) -> None:
         await _run_off_loop(self.release, wait)
@@ -653,7 +660,7 @@ def zk_semaphore(name: str, max_leases: int, *, timeout: float | None = None, bl
 MemberSpec = str | tuple[str, str] | ZkLock
 
 
-class ZkMultiLock:
+class ZkMultiLock(_Acquirable):
     """Several locks taken as one: all or none, in sorted order, under one overall deadline.
 
     Members are names (exclusive), ``(name, "shared")`` / ``(name, "exclusive")`` pairs, or ZkLock handles.
@@ -686,13 +693,6 @@ class ZkMultiLock:
         if isinstance(spec, tuple) and len(spec) == 2 and spec[1] in ("shared", "exclusive"):
             return ZkLock(spec[0], shared=spec[1] == "shared", using=using)
         raise ValueError(f"zk_multi_lock member {spec!r}: give a name, (name, 'shared'|'exclusive') or a zk_lock")
-
-    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
-        try:
-            self._acquire(blocking, timeout)
-        except LockNotAcquired:
-            return False
-        return True
 
     def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None) -> None:
         blocking = self.blocking if blocking is None else blocking

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         close_all()
         zk.cleanup()
         if redis_server is not None:
-            redis_server.stop()
+            redis_server.cleanup()
 
     (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
     (out_dir / "bench.md").write_text(markdown(results))
