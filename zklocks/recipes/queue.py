@@ -96,6 +96,16 @@ def blocker_of(contenders: list[tuple[str, str, str]], own: str, marker: str) ->
     return None
 
 
+def blocking_ahead(contenders: list[tuple[str, str, str]], own: str, marker: str) -> int:
+    """How many contenders ahead of ``own`` keep it waiting (all of them for exclusive, exclusive ones for shared)."""
+    ahead = []
+    for _, kind, child in contenders:
+        if child == own:
+            break
+        ahead.append(kind)
+    return len(ahead) if marker == EXCLUSIVE else ahead.count(EXCLUSIVE)
+
+
 def would_block(contenders: list[tuple[str, str, str]], marker: str) -> bool:
     """Would a new contender of kind ``marker`` have to wait behind this queue?"""
     if marker == EXCLUSIVE:
@@ -237,7 +247,8 @@ class Contender:
         client = self.session.client
         return call(self.session, lambda: client.get_children_async(self.parent), deadline)
 
-    def blocker(self, children: list[str]) -> str | None:
+    def blocker(self, children: list[str]) -> tuple[str | None, bool]:
+        """(the child we wait for or None, whether it is the only contender ahead that keeps us waiting)."""
         contenders = sort_contenders(children)
         for _, _, child in contenders:
             if child != self.name and child.startswith(self.guid):
@@ -246,13 +257,18 @@ class Contender:
                 self.session.client.delete_async(f"{self.parent}/{child}")
                 contenders = [c for c in contenders if c[2] != child]
         try:
-            return blocker_of(contenders, self.name, self.marker)
+            blocker = blocker_of(contenders, self.name, self.marker)
         except KeyError:
             raise SessionGone() from None  # our ephemeral node is gone: the session was expired
+        return blocker, blocker is not None and blocking_ahead(contenders, self.name, self.marker) == 1
 
-    def wait_for(self, blocker: str, deadline: Deadline) -> None:
-        """Block until ``blocker`` changes or the session state does; _DeadlinePassed at the deadline."""
+    def wait_for(self, blocker: str, deadline: Deadline) -> bool:
+        """Block until ``blocker`` changes or the session state does; _DeadlinePassed at the deadline.
+
+        True when the blocker is known to be deleted (its watch said so, or it was gone already).
+        """
         event = threading.Event()
+        deleted: list[bool] = []
         client = self.session.client
         with self.session.waking(event):
             path = f"{self.parent}/{blocker}"
@@ -262,16 +278,20 @@ class Contender:
                     # The blocker wrote its acquired_at: still there, so watch again without waking up.
                     client.get_async(path, watch=on_watch).rawlink(on_rearmed)
                 else:
+                    if watched.type == EventType.DELETED:
+                        deleted.append(True)
                     self._woken(event)
 
             def on_rearmed(result) -> None:
                 if result.exception is not None:
+                    if isinstance(result.exception, NoNodeError):
+                        deleted.append(True)
                     self._woken(event)  # gone (or the connection is): look again
 
             try:
                 call(self.session, lambda: client.get_async(path, watch=on_watch), deadline)
             except NoNodeError:
-                return  # gone already: look again
+                return True  # gone already
             # Wake at least every third of the lease so a silent loss of the session is noticed, and often
             # when an async caller may cancel.
             slice_ = self.session.timeout / 3 if deadline.cancel is None else 0.05
@@ -282,6 +302,9 @@ class Contender:
                 event.wait(slice_ if remaining is None else min(remaining, slice_))
                 if not self.session.is_alive():
                     raise SessionGone()
+            if not self.session.is_alive():
+                raise SessionGone()
+            return bool(deleted)
 
     def _woken(self, event: threading.Event) -> None:
         self.wakeups += 1
@@ -450,7 +473,7 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
                 # Lease holders are no contenders of this queue: granting it would ignore them.
                 raise SemaphoreMismatch(f"{name!r} is in use as a semaphore, not a plain lock")
             while True:
-                blocker = contender.blocker(children)
+                blocker, alone = contender.blocker(children)
                 if blocker is None:
                     return contender
                 if not blocking:
@@ -460,7 +483,11 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
                     contender.delete_nowait()
                     raise LockNotAcquired(name=name)
                 contender.waited = True
-                contender.wait_for(blocker, deadline)
+                if contender.wait_for(blocker, deadline) and alone:
+                    # The only contender ahead of us is gone, and none can join ahead of us (sequence numbers
+                    # only grow): the lock is ours without reading the queue again. Otherwise the blocker may
+                    # have left because its session died while another contender still holds: look again.
+                    return contender
                 children = contender.children(deadline)
         except SessionGone:
             if deadline.expired():
