@@ -113,7 +113,7 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
     from .testing.redis import RedisServer
 
     workdir = Path(tempfile.mkdtemp(prefix="zklocks-bench-celery-"))
-    zk, redis, proc = ZkServer(tick_time=2000), RedisServer(), None
+    zk, redis, proc = ZkServer(tick_time=2000, force_sync=True), RedisServer(), None  # as in production
     try:
         zk.start()
         redis.start()
