@@ -13,3 +13,14 @@ def _zk(request):
 def pytest_addoption(parser):
     parser.addoption("--chaos-long", action="store_true", default=False,
                      help="run the long form of the chaos suite (make chaos)")
+
+
+@pytest.fixture
+def own_zk():
+    """A standalone server of the test's own, for faults that would disturb the shared one."""
+    from zklocks.testing import ZkServer
+
+    server = ZkServer(tick_time=100)
+    server.start()
+    yield server
+    server.cleanup()

@@ -67,3 +67,16 @@ def lease(name: str, max_leases: int, thread: str) -> LockThread:
 def _waiting(alias: str, name: str) -> int:
     info, _ = inspect.lock_info(alias, name)
     return 0 if info is None else info.queue_length
+
+
+def busy_orders_lock():
+    """'orders:7' held by thread 'web-1' (as task shop.charge) with two waiters queued behind it."""
+    holder = hold("orders:7", "web-1", task=("task-abc", "shop.charge"))
+    waiters = [queue_behind("orders:7", "waiter-a", 1), queue_behind("orders:7", "waiter-b", 2)]
+    return holder, waiters
+
+
+def stop_all(holder, waiters) -> None:
+    holder.stop()
+    for w in waiters:
+        w.stop()

@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.helpers import wait_until
-from tests.lockholders import hold, queue_behind
+from tests.lockholders import busy_orders_lock, hold, stop_all
 from zklocks import LockLost, inspect
 from zklocks.admin import duration
 from zklocks.models import Lock
@@ -44,13 +44,9 @@ def staff(*perms):
 
 @pytest.fixture
 def busy_lock():
-    """'orders:7' held by thread 'web-1' with two waiters queued behind it."""
-    holder = hold("orders:7", "web-1", task=("task-abc", "shop.charge"))
-    waiters = [queue_behind("orders:7", "waiter-a", 1), queue_behind("orders:7", "waiter-b", 2)]
+    holder, waiters = busy_orders_lock()
     yield holder, waiters
-    holder.stop()
-    for w in waiters:
-        w.stop()
+    stop_all(holder, waiters)
 
 
 def test_anonymous_users_are_sent_to_the_login_page(client):

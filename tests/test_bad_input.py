@@ -22,7 +22,7 @@ from zklocks.conf import alias_config
 from zklocks.connections import close_all
 from zklocks.names import decode_name, encode_name
 from zklocks.recipes.semaphore import SemaphoreMismatch
-from zklocks.testing import ZkEnsemble, ZkServer, free_port
+from zklocks.testing import ZkEnsemble, free_port
 
 TRICKY = ["..", ".", "/", "/leading", "trailing/", "a/b", "a/../../../escape", "a%2Fb", "a%252Fb", "%", "100%",
           "%41", "A", "a", "ünïcødé ✓", "日本語", "<script>alert(1)</script>", "a b", "zookeeper", "x" * 200]
@@ -233,13 +233,6 @@ def test_an_ensemble_without_quorum_refuses_sessions_and_is_unavailable():
     finally:
         ensemble.cleanup()
 
-
-@pytest.fixture
-def own_zk():
-    server = ZkServer(tick_time=100)
-    server.start()
-    yield server
-    server.cleanup()
 
 
 def test_a_frozen_server_is_unavailable_within_connect_timeout(own_zk):

@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.lockholders import hold, queue_behind
+from tests.lockholders import busy_orders_lock, hold, stop_all
 from zklocks import LockLost, inspect
 from zklocks.testing import free_port
 
@@ -21,12 +21,9 @@ def run(*args):
 
 @pytest.fixture
 def busy():
-    holder = hold("orders:7", "web-1", task=("task-abc", "shop.charge"))
-    waiters = [queue_behind("orders:7", "waiter-a", 1), queue_behind("orders:7", "waiter-b", 2)]
+    holder, waiters = busy_orders_lock()
     yield holder, waiters
-    holder.stop()
-    for w in waiters:
-        w.stop()
+    stop_all(holder, waiters)
 
 
 def test_status_table(busy):

@@ -9,19 +9,10 @@ from django.test import override_settings
 from tests.helpers import raw_client, tree, wait_until
 from zklocks import LockLost, LockTimeout, ZkUnavailable, lock_path, signals, zk_lock
 from zklocks.connections import close_all, connections
-from zklocks.testing import ZkServer
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.zk
 
-
-@pytest.fixture
-def own_zk():
-    """A server of the test's own, for faults that would disturb the shared one."""
-    server = ZkServer(tick_time=100)
-    server.start()
-    yield server
-    server.cleanup()
 
 
 def use(hosts, **options):
