@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 DEB_PACKAGES := zookeeper redis-server chromium
 STAMP := $(VENV)/.requirements-stamp
 
-.PHONY: test test-slow chaos test-matrix demo bench system-deps venv clean
+.PHONY: test chaos test-matrix demo bench system-deps venv clean
 
 system-deps:
 	@missing=""; \
@@ -36,9 +36,6 @@ venv: $(STAMP)
 
 test: system-deps venv
 	timeout 1800 $(BIN)/python -m pytest -q -p no:randomly
-
-test-slow: system-deps venv
-	timeout 3600 $(BIN)/python -m pytest -q -m slow
 
 chaos: system-deps venv
 	timeout 1800 $(BIN)/python -m pytest -q -m chaos -p no:randomly tests/test_chaos.py --chaos-long
