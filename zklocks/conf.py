@@ -50,10 +50,6 @@ class AliasConfig:
     options: dict = field(default_factory=dict)
     reap_interval: float = 60.0
 
-    @property
-    def chroot_free_hosts(self) -> str:
-        return self.hosts
-
 
 @dataclass(frozen=True)
 class Problem:

@@ -212,10 +212,6 @@ class Session:
         with self._lock:
             self._holds.discard(hold)
 
-    def holds(self) -> list[Hold]:
-        with self._lock:
-            return list(self._holds)
-
     @contextmanager
     def waking(self, event: threading.Event) -> Iterator[threading.Event]:
         """Set ``event`` on any change of the connection state while inside the block."""
@@ -387,9 +383,6 @@ class ConnectionHandler:
             if pool is None:
                 pool = self._pools[alias] = Pool(cfg)
         return pool
-
-    def pools(self) -> list[Pool]:
-        return list(self._pools.values())
 
     def close_all(self, wait: bool = True) -> None:
         with self._lock:

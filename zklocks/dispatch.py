@@ -10,7 +10,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import threading
 import time
 from typing import Callable
@@ -25,7 +24,6 @@ class Dispatcher:
         self._heap: list[tuple[float, int, Callable[[], object]]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
 
     def call_soon(self, fn: Callable[[], object]) -> None:
         self.call_at(0.0, fn)
@@ -54,12 +52,6 @@ class Dispatcher:
                 fn()
             except BaseException:  # nothing a callback raises may stop this thread
                 log.exception("zklocks background call %r failed", fn)
-
-    def drain(self, timeout: float = 5.0) -> bool:
-        """Wait until everything already due has run (tests, interpreter exit)."""
-        done = threading.Event()
-        self.call_soon(done.set)
-        return done.wait(timeout)
 
 
 # Internal work (lease deadlines, clean-up) and signal receivers get separate threads: a receiver that blocks

@@ -81,36 +81,20 @@ def sort_contenders(children: list[str]) -> list[tuple[str, str, str]]:
     return out
 
 
-def blocker_of(contenders: list[tuple[str, str, str]], own: str, marker: str) -> str | None:
-    """The child we must wait for, or None when we hold the lock. Raises KeyError if we are not queued."""
-    for idx, (_, _, child) in enumerate(contenders):
-        if child == own:
-            break
-    else:
-        raise KeyError(own)
-    if marker == EXCLUSIVE:
-        return contenders[idx - 1][2] if idx else None
-    for j in range(idx - 1, -1, -1):
-        if contenders[j][1] == EXCLUSIVE:
-            return contenders[j][2]
-    return None
-
-
-def blocking_ahead(contenders: list[tuple[str, str, str]], own: str, marker: str) -> int:
-    """How many contenders ahead of ``own`` keep it waiting (all of them for exclusive, exclusive ones for shared)."""
+def blockers_ahead(contenders: list[tuple[str, str, str]], own: str | None, marker: str) -> list[str]:
+    """The children ahead of ``own`` (or of a new contender, for ``None``) that keep it waiting, in queue order:
+    every one for an exclusive contender, the exclusive ones for a shared contender. The last one is the single
+    node to watch. Raises KeyError if ``own`` is not queued."""
     ahead = []
     for _, kind, child in contenders:
         if child == own:
             break
-        ahead.append(kind)
-    return len(ahead) if marker == EXCLUSIVE else ahead.count(EXCLUSIVE)
-
-
-def would_block(contenders: list[tuple[str, str, str]], marker: str) -> bool:
-    """Would a new contender of kind ``marker`` have to wait behind this queue?"""
-    if marker == EXCLUSIVE:
-        return bool(contenders)
-    return any(kind == EXCLUSIVE for _, kind, _ in contenders)
+        if marker == EXCLUSIVE or kind == EXCLUSIVE:
+            ahead.append(child)
+    else:
+        if own is not None:
+            raise KeyError(own)
+    return ahead
 
 
 def wait_result(async_result, session: Session, deadline: Deadline):
@@ -257,10 +241,10 @@ class Contender:
                 self.session.client.delete_async(f"{self.parent}/{child}")
                 contenders = [c for c in contenders if c[2] != child]
         try:
-            blocker = blocker_of(contenders, self.name, self.marker)
+            ahead = blockers_ahead(contenders, self.name, self.marker)
         except KeyError:
             raise SessionGone() from None  # our ephemeral node is gone: the session was expired
-        return blocker, blocker is not None and blocking_ahead(contenders, self.name, self.marker) == 1
+        return (ahead[-1] if ahead else None), len(ahead) == 1
 
     def wait_for(self, blocker: str, deadline: Deadline) -> bool:
         """Block until ``blocker`` changes or the session state does; _DeadlinePassed at the deadline.
@@ -463,7 +447,7 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
                 children = []
             except SessionGone:
                 continue
-            if would_block(sort_contenders(children), marker):
+            if blockers_ahead(sort_contenders(children), None, marker):
                 raise LockNotAcquired(name=name)
             session.busy_hint.discard(parent)
         contender = Contender(session, parent, marker)
