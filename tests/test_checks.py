@@ -61,7 +61,7 @@ def test_bad_timeouts_pool_and_options():
                             "AUTH": "user:pw", "OPTIONS": [], "COLOUR": "red"}}) == [
         Warning("ZKLOCKS['default']: unknown option(s) COLOUR.",
                 hint="Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, NAMESPACE, OPTIONS, POOL_SIZE, READ_ACL, "
-                     "REAP_INTERVAL, SESSION_TIMEOUT.", id="zklocks.W001"),
+                     "REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME.", id="zklocks.W001"),
         Error("ZKLOCKS['default']: SESSION_TIMEOUT must be a positive number of seconds, not 0.",
               hint="For example 10.0.", id="zklocks.E005"),
         Error("ZKLOCKS['default']: CONNECT_TIMEOUT must be a positive number of seconds, not '5'.",
@@ -73,6 +73,17 @@ def test_bad_timeouts_pool_and_options():
         Error("ZKLOCKS['default']: OPTIONS must be a dict of KazooClient keyword arguments.",
               hint='For example {"use_ssl": True, "ca": "/etc/zk/ca.pem"}.', id="zklocks.E009"),
     ]
+
+
+@pytest.mark.parametrize("tick", [0, -1, "2", True, 5.5])
+def test_bad_tick_time(tick):
+    assert run({"default": {**OK, "SESSION_TIMEOUT": 10, "TICK_TIME": tick}}) == [
+        Error(f"ZKLOCKS['default']: TICK_TIME must be a positive number of seconds, at most SESSION_TIMEOUT/2, "
+              f"not {tick!r}.",
+              hint="Give the servers' tickTime from zoo.cfg in seconds (tickTime=2000 is 2.0), or leave it out: "
+                   "zklocks then assumes SESSION_TIMEOUT/2.", id="zklocks.E016"),
+    ]
+    assert run({"default": {**OK, "SESSION_TIMEOUT": 10, "TICK_TIME": 2}}) == []
 
 
 def test_decorator_with_unknown_alias_is_reported():

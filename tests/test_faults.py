@@ -7,7 +7,7 @@ import pytest
 from django.test import override_settings
 
 from tests.helpers import raw_client, tree, wait_until
-from zklocks import LockLost, LockTimeout, ZkUnavailable, lock_path, signals, zk_lock
+from zklocks import LockLost, LockTimeout, ZkUnavailable, clock, lock_path, signals, zk_lock
 from zklocks.connections import close_all, connections
 from zklocks.testing.proxy import TcpProxy
 
@@ -39,14 +39,14 @@ def test_frozen_server_lock_is_given_up_before_the_server_could_expire_it(own_zk
         lock.acquire()
         session = connections["default"].session()
         timeout = session.timeout
-        last_ok = session.last_ok
+        lease_deadline = session.lease_deadline()
         own_zk.pause()
         try:
-            paused_at = time.monotonic()
+            paused_at = clock.now()
             wait_until(lambda: not lock.is_held, timeout=timeout + 1, interval=0.01)
-            gave_up = time.monotonic()
-            # No later than (send time of the last answered request) + (negotiated timeout).
-            assert gave_up <= last_ok + timeout + 0.05
+            gave_up = clock.now()
+            # No later than the proven lease deadline (lease.py), which the server cannot beat.
+            assert gave_up <= lease_deadline + 0.05
             assert gave_up - paused_at < timeout
             with pytest.raises(LockLost):
                 lock.ensure_held()

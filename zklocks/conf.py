@@ -23,7 +23,7 @@ from .exceptions import ZkConfigError
 DEFAULT_ALIAS = "default"
 KNOWN_KEYS = frozenset(
     {"HOSTS", "NAMESPACE", "SESSION_TIMEOUT", "CONNECT_TIMEOUT", "POOL_SIZE", "AUTH", "ACL", "OPTIONS",
-     "READ_ACL", "REAP_INTERVAL"}
+     "READ_ACL", "REAP_INTERVAL", "TICK_TIME"}
 )
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(:\d{1,5})?$")
 _NAMESPACE = re.compile(r"^(/[A-Za-z0-9_.:\-]+)+$")
@@ -49,6 +49,7 @@ class AliasConfig:
     read_acl: str = "world"  # "world": anyone may read lock nodes; "auth": only the configured identity
     options: dict = field(default_factory=dict)
     reap_interval: float = 60.0
+    tick_time: float | None = None  # the servers' tickTime in seconds, if known (shortens lease proofs)
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,16 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
     if not (_positive_number(reap) or reap == 0):
         problems.append(_problem("zklocks.E011", alias, f"REAP_INTERVAL must be >= 0 seconds, not {reap!r}.",
                                  "0 turns the background sweep of empty lock nodes off."))
+    tick_time = raw.get("TICK_TIME")
+    session_timeout = timeouts["SESSION_TIMEOUT"]
+    if tick_time is not None and not (
+        _positive_number(tick_time) and (not _positive_number(session_timeout) or tick_time <= session_timeout / 2)
+    ):
+        problems.append(_problem("zklocks.E016", alias,
+                                 f"TICK_TIME must be a positive number of seconds, at most SESSION_TIMEOUT/2, "
+                                 f"not {tick_time!r}.",
+                                 "Give the servers' tickTime from zoo.cfg in seconds (tickTime=2000 is 2.0), or "
+                                 "leave it out: zklocks then assumes SESSION_TIMEOUT/2."))
     if any(p.id.startswith("zklocks.E") for p in problems):
         return None, problems
     return AliasConfig(
@@ -168,6 +179,7 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
         read_acl=read_acl,
         options=dict(options),
         reap_interval=float(reap),
+        tick_time=float(tick_time) if tick_time is not None else None,
     ), problems
 
 

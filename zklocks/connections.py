@@ -1,8 +1,8 @@
 """Per-alias pools of kazoo sessions: lazy, thread-safe, fork-safe.
 
-A :class:`Session` wraps one KazooClient and knows how long its lease on the server is certain: the server
-can expire it no earlier than (send time of the last request that got an answer) + (negotiated session
-timeout). Past that moment every hold on the session is lost, the session is closed (a frozen server that
+A :class:`Session` wraps one KazooClient and knows how long its lease is certain: lease.py proves, from the
+session's own traffic, the earliest moment the deciding leader could expire it; while something is held or
+awaited, the session renews that proof ahead of time. Past that moment every hold on the session is lost, the session is closed (a frozen server that
 resumes must not keep our nodes alive) and the pool opens a fresh one for the next acquire.
 """
 
@@ -21,21 +21,13 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
-from . import conf, dispatch
+from . import clock, conf, dispatch, lease
 from .exceptions import ZkAuthError, ZkUnavailable
 
 if TYPE_CHECKING:
     from .locks import Hold
 
 log = logging.getLogger("zklocks")
-
-_PING_XID = -2
-
-
-def loss_margin(timeout: float) -> float:
-    """Slack kept between our bound and the server's earliest expiry (thread scheduling, clock reads)."""
-    return min(0.05 * timeout + 0.02, 0.5)
-
 
 def build_acl(cfg: conf.AliasConfig) -> list | None:
     """The ACL for every node zklocks creates: CREATE/DELETE/WRITE/ADMIN only for the configured identity."""
@@ -59,16 +51,19 @@ class Session:
         self.pid = os.getpid()
         self.acl = build_acl(cfg)
         self.timeout = cfg.session_timeout  # replaced by the negotiated value on connect
-        self.last_ok = time.monotonic()  # send time of the newest request that got an answer
+        self.lease_start = -float("inf")  # see lease.py: no leader can expire us before lease_start + timeout
         self.dead = False
         self.dead_reason: str | None = None
         self.auth_failed = False  # ZooKeeper rejected AUTH (unknown scheme, malformed credential)
         self.busy_hint: set[str] = set()  # lock nodes a try-lock of ours found busy (see queue.acquire)
+        self.renewals = 0  # lease renewal rounds sent (sync + an empty write), for tests and benchmarks
         self._lock = threading.Lock()
         self._holds: set[Hold] = set()
         self._waiters: set[threading.Event] = set()
         self._connected = threading.Event()
-        self._loss_check_armed = False
+        self._keeper_armed = False
+        self._renewing = False
+        self._evidence = self._new_evidence()
         options = dict(cfg.options)
         retry = options.pop("connection_retry", None) or {
             "max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": max(0.1, min(1.0, cfg.session_timeout / 4)),
@@ -84,43 +79,61 @@ class Session:
         self._instrument(self.client._connection)
         self.client.add_listener(self._on_state)
 
-    # -- lease bookkeeping (runs on kazoo's connection thread: record only, never block) --
+    # -- lease evidence (runs on kazoo's connection thread: record only, never block) --
+
+    def _new_evidence(self) -> lease.Evidence:
+        gap = lease.relay_gap(self.timeout, self.cfg.tick_time)
+        return lease.Evidence(gap, horizon=self.timeout + gap + 1.0)
 
     def _instrument(self, conn) -> None:
-        """Record send times of requests, and which of them were answered, from kazoo's I/O loop."""
-        sent: dict[int | None, float] = {}
+        """Record send times and opcodes of requests, and their answers, from kazoo's I/O loop."""
+        sent: dict[int | None, tuple[float, int]] = {}
         orig_submit, orig_read_header, orig_connect = conn._submit, conn._read_header, conn._connect
 
         def _submit(request, timeout, xid=None):
-            sent[xid] = time.monotonic()
+            sent[xid] = (clock.now(), request.type)
             return orig_submit(request, timeout, xid)
 
         def _read_header(timeout):
             header, buf, offset = orig_read_header(timeout)
-            t = sent.pop(header.xid, None)
-            if t is not None and t > self.last_ok:
-                self.last_ok = t
+            entry = sent.pop(header.xid, None)
+            if entry is not None:
+                proven = self._evidence.answered(entry[0], clock.now(), entry[1], header.err)
+                if proven is not None and proven > self.lease_start:
+                    self.lease_start = proven
             return header, buf, offset
 
         def _connect(*args, **kwargs):
-            started = time.monotonic()
+            started = clock.now()
+            new_session = not self.client._session_id
             sent.clear()
             read_timeout, connect_timeout = orig_connect(*args, **kwargs)
             # kazoo reads with 2/3 of the negotiated timeout; the server may have changed what we asked for.
             self.timeout = read_timeout * 1.5 / 1000.0
-            if self.lease_expired():
-                self._declare_lost_soon("suspended")
+            self._evidence = evidence = self._new_evidence()
+            if new_session:
+                # createSession is a quorum write that the leader's tracker touches when it applies it.
+                self.lease_start = started
             else:
-                self.last_ok = started
+                evidence.reconnected(started, clock.now())
+                if self.lease_expired() and self._has_interest():
+                    self._declare_lost_soon("suspended")
             return read_timeout, connect_timeout
 
         conn._submit, conn._read_header, conn._connect = _submit, _read_header, _connect
 
     def lease_deadline(self) -> float:
-        return self.last_ok + self.timeout - loss_margin(self.timeout)
+        """On the clock of clock.now(): from then on, the deciding leader may have expired this session."""
+        return self.lease_start + self.timeout - lease.loss_margin(self.timeout)
+
+    def lease_remaining(self) -> float:
+        return self.lease_deadline() - clock.now()
 
     def lease_expired(self) -> bool:
-        return time.monotonic() >= self.lease_deadline()
+        return self.lease_remaining() <= 0
+
+    def _has_interest(self) -> bool:
+        return bool(self._holds or self._waiters)
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
@@ -132,25 +145,80 @@ class Session:
             self.auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
             self._declare_lost_soon("expired")
         elif state == KazooState.SUSPENDED:
-            self._arm_loss_check()
+            self._arm_keeper()
         self._wake_waiters()
 
-    def _arm_loss_check(self) -> None:
-        with self._lock:
-            if self._loss_check_armed or self.dead:
-                return
-            self._loss_check_armed = True
-        dispatch.get().call_at(self.lease_deadline(), self._loss_check)
+    # -- keeping the lease while something is held or awaited --
 
-    def _loss_check(self) -> None:
+    def renew_ahead(self) -> float:
+        """Start a renewal round when the lease has this much left: a round is a sync and a write, in turn."""
+        return max(0.1, 0.25 * (self.timeout - lease.relay_gap(self.timeout, self.cfg.tick_time)))
+
+    def _arm_keeper(self, at: float | None = None) -> None:
         with self._lock:
-            self._loss_check_armed = False
-        if self.dead:
+            if self._keeper_armed or self.dead:
+                return
+            self._keeper_armed = True
+        if at is None:
+            at = max(clock.now(), self.lease_deadline() - self.renew_ahead())
+        dispatch.get().call_at(at, self._keep)
+
+    def _keep(self) -> None:
+        """On the dispatch thread: declare the loss at the lease deadline, renew ahead of it."""
+        with self._lock:
+            self._keeper_armed = False
+        if self.dead or not self._has_interest():
             return
-        if self.lease_expired():
+        remaining = self.lease_remaining()
+        if remaining <= 0:
             self.declare_lost("suspended")
-        elif not self._connected.is_set():
-            self._arm_loss_check()  # a late answer moved the bound; check again then
+            return
+        ahead = self.renew_ahead()
+        if remaining <= ahead:
+            if not self._renewing and self._connected.is_set():
+                self._renew()
+            # Look again soon: the round may not be enough (a late answer, a reconnect), and the deadline stands.
+            self._arm_keeper(clock.now() + min(remaining, ahead / 4))
+        else:
+            self._arm_keeper(self.lease_deadline() - ahead)
+
+    def _renew(self) -> None:
+        """One round of lease.py's proof: a sync (S2), then, once it is answered, an empty write (S3)."""
+        self._renewing = True
+        self.renewals += 1
+        client = self.client
+
+        def done(_result=None) -> None:
+            self._renewing = False
+
+        def on_sync(result) -> None:
+            if not result.successful() or self.dead:
+                done()
+                return
+            try:
+                txn = client.transaction()
+                txn.check("/", -1)  # a transaction that changes nothing, committed by a quorum all the same
+                txn.commit_async().rawlink(done)
+            except Exception:
+                done()
+
+        try:
+            client.sync_async("/").rawlink(on_sync)
+        except Exception:
+            done()
+
+    def refresh_lease(self, deadline: float | None) -> None:
+        """Before a new acquire: if the lease is about to run out, send the S2 of a proof (one sync).
+
+        The acquire's create then completes it. A session that served holds a moment ago never needs this, so
+        the uncontended fast path keeps its request count.
+        """
+        if self.lease_remaining() > 2 * self.renew_ahead():
+            return
+        result = self.client.sync_async("/")
+        limit = self.cfg.connect_timeout if deadline is None else max(0.0, min(self.cfg.connect_timeout,
+                                                                               deadline - time.monotonic()))
+        result.wait(limit)
 
     def _mark_dead(self, reason: str) -> bool:
         """Mark the session unusable; True for the caller that did it first."""
@@ -168,11 +236,17 @@ class Session:
     # -- public --
 
     def is_alive(self) -> bool:
-        """True while the server cannot have expired this session."""
+        """True while no leader can have expired this session (see lease.py).
+
+        A lease that ran out while something was held or awaited is a loss: the session is closed so that a
+        server that wakes up cannot keep our nodes. Without holds or waiters it only means that the next acquire
+        proves the lease again (refresh_lease).
+        """
         if self.dead:
             return False
         if self.lease_expired():
-            self._declare_lost_soon("suspended")
+            if self._has_interest():
+                self._declare_lost_soon("suspended")
             return False
         return True
 
@@ -206,7 +280,8 @@ class Session:
             if self.dead:
                 return False
             self._holds.add(hold)
-            return True
+        self._arm_keeper()
+        return True
 
     def remove_hold(self, hold: Hold) -> None:
         with self._lock:
@@ -217,6 +292,7 @@ class Session:
         """Set ``event`` on any change of the connection state while inside the block."""
         with self._lock:
             self._waiters.add(event)
+        self._arm_keeper()
         try:
             yield event
         finally:
@@ -278,7 +354,6 @@ class Session:
             raise ZkUnavailable(f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable "
                                 f"({detail})") from error
         self._connected.set()
-        self.last_ok = max(self.last_ok, time.monotonic() - 0.001)
 
     def close(self, wait: bool = True) -> None:
         """End the session on the server (its ephemeral nodes go at once) and stop kazoo's threads."""

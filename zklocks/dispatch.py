@@ -11,8 +11,9 @@ import heapq
 import itertools
 import logging
 import threading
-import time
 from typing import Callable
+
+from . import clock
 
 log = logging.getLogger("zklocks")
 
@@ -29,7 +30,7 @@ class Dispatcher:
         self.call_at(0.0, fn)
 
     def call_later(self, delay: float, fn: Callable[[], object]) -> None:
-        self.call_at(time.monotonic() + delay, fn)
+        self.call_at(clock.now() + delay, fn)
 
     def call_at(self, when: float, fn: Callable[[], object]) -> None:
         with self._cond:
@@ -43,7 +44,7 @@ class Dispatcher:
         while True:
             with self._cond:
                 while True:
-                    now = time.monotonic()
+                    now = clock.now()
                     if self._heap and self._heap[0][0] <= now:
                         _, _, fn = heapq.heappop(self._heap)
                         break

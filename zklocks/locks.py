@@ -109,12 +109,22 @@ class Hold:
                            token=self.token, reason=reason, task_id=self.task_id)
 
     def check_node(self) -> None:
-        """One read: is our node still there? (A force-release or a lost session removes it.)"""
+        """Is our node still there? (A force-release or a lost session removes it.)
+
+        A sync goes first, pipelined: the read then reflects everything the leader had committed when it
+        answered the sync, not what a server cut off from the leader still believes.
+        """
         if not self.is_held:
             return
+        client = self.session.client
+        node = self.contender.node
+
+        def synced_exists():
+            client.sync_async(node)
+            return client.exists_async(node)
+
         try:
-            stat = queue.call(self.session, lambda: self.session.client.exists_async(self.contender.node),
-                              Deadline(self.session.cfg.connect_timeout))
+            stat = queue.call(self.session, synced_exists, Deadline(self.session.cfg.connect_timeout))
         except queue.SessionGone:
             self.mark_lost(self.session.dead_reason or "expired")
             return
@@ -297,7 +307,7 @@ class _BaseHandle(_Acquirable):
         return hold is not None and hold.is_held
 
     def ensure_held(self) -> None:
-        """Raise LockLost unless we still hold the lock; costs one read to catch a force-release."""
+        """Raise LockLost unless we still hold the lock; costs a sync and a read to catch a force-release."""
         hold = self._hold(strict=True)
         if hold is None:
             raise LockLost(f"lock {self.name!r} is not held by this thread", name=self.name, reason="not held")

@@ -450,6 +450,7 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
             if blockers_ahead(sort_contenders(children), None, marker):
                 raise LockNotAcquired(name=name)
             session.busy_hint.discard(parent)
+        session.refresh_lease(deadline.at)  # a session idle for long must prove its lease again (lease.py)
         contender = Contender(session, parent, marker)
         try:
             children = contender.enqueue(data, deadline)

@@ -1,0 +1,27 @@
+"""The clock of every lease: it keeps running while the machine is suspended.
+
+``time.monotonic()`` stops during a suspend on Linux, so a laptop that sleeps through a session timeout would wake
+believing its leases were still good. ``CLOCK_BOOTTIME`` counts the suspended time too. Elsewhere the monotonic
+clock is the best there is.
+"""
+
+from __future__ import annotations
+
+import time
+
+try:
+    _BOOTTIME: int | None = time.CLOCK_BOOTTIME  # type: ignore[attr-defined]
+    time.clock_gettime(_BOOTTIME)
+except (AttributeError, OSError):  # not Linux
+    _BOOTTIME = None
+
+
+def now() -> float:
+    """Seconds on a clock that runs through suspends (CLOCK_BOOTTIME on Linux)."""
+    if _BOOTTIME is None:
+        return time.monotonic()
+    return time.clock_gettime(_BOOTTIME)
+
+
+def runs_through_suspend() -> bool:
+    return _BOOTTIME is not None

@@ -1,0 +1,137 @@
+"""The lease rule: the earliest moment the deciding leader could expire our session (RECIPES §7, §7b).
+
+Only the leader's session tracker expires sessions, at (its last touch of the session) + (session timeout) or
+later. A follower answers our pings and reads by itself; it passes our touches on to the leader only in its reply to
+the leader's next PING, and a follower cut off from the leader goes on answering for a while. An answer alone
+therefore proves nothing about the leader. What does, on one connection (one server, hence one leader link):
+
+1. Q1, any request, sent at ``a1`` and answered at ``r1``. The server recorded our touch between the two.
+2. S2, a request that goes through the leader (a ``sync`` or a write), sent at least ``relay_gap`` after ``r1``.
+   The leader pings each follower every tickTime/2; ``relay_gap`` is at least one tickTime, so the leader sent a
+   PING after our touch and before it answered S2. Leader -> follower is one FIFO stream, so the follower handled
+   that PING, and sent its reply carrying our touch, before it handled S2's answer and passed it to us.
+3. S3, a write, sent after S2's answer. Follower -> leader is one FIFO stream too, so the leader applied our touch
+   (at a time >= ``a1``) before S3. S3 is committed by a quorum: the server's leader was the deciding leader when
+   it proposed S3, and any later leader is established after a quorum member acknowledged S3, so it gives every
+   session a fresh timeout from a moment after ``a1``.
+
+Then no leader can expire the session before ``a1 + timeout``. Two shortcuts follow the same argument:
+a **new session** is created by a quorum write that the leader's tracker touches (lease from the connect's send
+time), and a **reconnect** re-validates the session at the leader (it acts as Q1 and S2 at once; the next write
+completes the proof).
+
+Assumptions: clock rates agree within the margin kept by :func:`loss_margin`; the leader's ping loop runs at its
+period of tickTime/2 (a whole-JVM pause delays its answers too); global sessions (``localSessionsEnabled`` off,
+ZooKeeper's default).
+
+This module is pure bookkeeping: times in, a proven lease start out. It knows no kazoo and no Django.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+# ZooKeeper opcodes (zookeeper.jute / ZooDefs.OpCode).
+SYNC = 9
+WRITES = frozenset({
+    1,   # create
+    2,   # delete
+    5,   # setData
+    7,   # setACL
+    13,  # check
+    14,  # multi (a write transaction; multiRead is 22)
+    15,  # create2
+    16,  # reconfig
+    19,  # createContainer
+    20,  # deleteContainer
+    21,  # createTTL
+})
+# Answers of a write that the leader turned into a committed transaction (an error txn still has a zxid).
+# Anything else (connection loss, session expired or moved, marshalling errors) proves nothing.
+COMMITTED_ERRORS = frozenset({0, -101, -102, -103, -108, -110, -111, -114})
+
+# Answers closer together than this are thinned to the older one: a lookup then finds an older request,
+# which only ever shortens the lease.
+_GRAIN = 0.005
+
+
+def loss_margin(timeout: float) -> float:
+    """Slack kept between our bound and the leader's earliest expiry (clock rates, thread scheduling)."""
+    return min(0.05 * timeout + 0.02, 0.5)
+
+
+def relay_gap(timeout: float, tick_time: float | None) -> float:
+    """How far apart Q1's answer and S2's send must be: one tickTime, or timeout/2 when the tick is unknown.
+
+    ZooKeeper clamps every session timeout to at least 2 x tickTime (minSessionTimeout), so timeout/2 is never
+    shorter than a tick.
+    """
+    return tick_time if tick_time else timeout / 2
+
+
+class _Answers:
+    """(answer time, send time) of answered requests, in answer order (answers come back in send order)."""
+
+    __slots__ = ("answered", "sent")
+
+    def __init__(self) -> None:
+        self.answered: list[float] = []
+        self.sent: list[float] = []
+
+    def add(self, sent: float, answered: float) -> None:
+        if self.answered and answered - self.answered[-1] < _GRAIN:
+            return  # keep the older one (see _GRAIN)
+        self.answered.append(answered)
+        self.sent.append(sent)
+
+    def latest_sent(self, answered_by: float) -> float | None:
+        """Send time of the newest request answered no later than ``answered_by``."""
+        i = bisect_right(self.answered, answered_by) - 1
+        return self.sent[i] if i >= 0 else None
+
+    def trim(self, before: float) -> None:
+        i = bisect_right(self.answered, before)
+        if i > 64 or (i and i == len(self.answered)):
+            del self.answered[:i]
+            del self.sent[:i]
+
+
+class Evidence:
+    """What one connection to one server has proven about the leader's view of our session."""
+
+    def __init__(self, relay_gap: float, horizon: float) -> None:
+        self.relay_gap = relay_gap
+        self.horizon = horizon  # answers older than this cannot prove a lease that is still running
+        self._any = _Answers()       # candidates for Q1
+        self._relayed = _Answers()   # candidates for S2: answered sync or committed write
+        self._touched: list[tuple[float, float]] = []  # (answered, sent) of a re-validation at the leader
+
+    def reconnected(self, sent: float, answered: float) -> None:
+        """The connect that opened this connection re-validated the session at the leader."""
+        self._touched.append((answered, sent))
+        self._any.add(sent, answered)
+        self._relayed.add(sent, answered)
+
+    def answered(self, sent: float, answered: float, opcode: int, err: int) -> float | None:
+        """Record one answer; return the lease start it proves, if any."""
+        proven = None
+        committed = opcode in WRITES and err in COMMITTED_ERRORS
+        if committed:
+            proven = self._proof_for_write(sent)
+        self._any.add(sent, answered)
+        if committed or (opcode == SYNC and err == 0):
+            self._relayed.add(sent, answered)
+        self._any.trim(answered - self.horizon)
+        self._relayed.trim(answered - self.horizon)
+        return proven
+
+    def _proof_for_write(self, write_sent: float) -> float | None:
+        """S3 sent at ``write_sent`` was committed: the newest Q1 that an earlier S2 carried to the leader."""
+        s2_sent = self._relayed.latest_sent(write_sent)
+        if s2_sent is None:
+            return None
+        proven = self._any.latest_sent(s2_sent - self.relay_gap)
+        for answered, sent in self._touched:
+            if answered <= write_sent and (proven is None or sent > proven):
+                proven = sent
+        return proven
