@@ -276,6 +276,12 @@ class Session:
         self._waiters = set()
 
     def add_hold(self, hold: Hold) -> bool:
+        """Register a granted hold; False if the session cannot vouch for it (the caller enqueues again)."""
+        if self.lease_expired():
+            # Granted on a lease we cannot prove (e.g. the server lost its leader meanwhile): close the session
+            # so that the node goes, rather than hand out a hold that is lost from its first moment.
+            self.declare_lost("suspended")
+            return False
         with self._lock:
             if self.dead:
                 return False
