@@ -6,7 +6,7 @@ from django.core.checks import Error, Warning
 from django.test import override_settings
 
 from zklocks import ZkConfigError, conf, zk_lock
-from zklocks.checks import declared_aliases
+
 
 OK = {"HOSTS": "127.0.0.1:2181"}
 
@@ -98,7 +98,7 @@ def test_decorator_with_unknown_alias_is_reported():
             hint="Define ZKLOCKS['reports'] or pass one of: default.", id="zklocks.E012")]
         assert run({"default": OK, "reports": OK}) == []
     finally:
-        declared_aliases.remove(("reports", f"{__name__}.test_decorator_with_unknown_alias_is_reported.<locals>.job"))
+        conf._declared_aliases.remove(("reports", f"{__name__}.test_decorator_with_unknown_alias_is_reported.<locals>.job"))
 
 
 def test_runtime_errors_are_clear():

@@ -20,10 +20,6 @@ from django.core import checks
 from . import conf
 from .exceptions import ZkAuthError, ZkUnavailable
 
-# (alias, where) recorded by decorators at import time, so a typo is caught by `manage.py check`.
-declared_aliases: list[tuple[str, str]] = []
-
-
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     _, problems = conf.validate(_raw_setting())
     messages: list[checks.CheckMessage] = []
@@ -32,7 +28,7 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
         messages.append(cls(p.msg, hint=p.hint, id=p.id))
     raw = _raw_setting()
     known = set(raw) if isinstance(raw, dict) else set()
-    for alias, where in dict.fromkeys(declared_aliases):
+    for alias, where in conf.declared_aliases():
         if alias not in known and alias != conf.DEFAULT_ALIAS:  # a missing 'default' is E001 already
             messages.append(checks.Error(
                 f"{where} uses the zklocks alias {alias!r}, which settings.ZKLOCKS does not define.",

@@ -231,5 +231,19 @@ def aliases() -> list[str]:
     return sorted(get_config()[0])
 
 
+# (alias, where) recorded by decorators and task classes when they are defined, so that a typo in an alias is
+# reported by `manage.py check` (zklocks.E012) instead of at the first call.
+_declared_aliases: list[tuple[str, str]] = []
+
+
+def declare_alias(alias: str, where: str) -> None:
+    _declared_aliases.append((alias, where))
+
+
+def declared_aliases() -> list[tuple[str, str]]:
+    """Distinct (alias, where) pairs, in the order they were declared."""
+    return list(dict.fromkeys(_declared_aliases))
+
+
 def reset() -> None:
     get_config.cache_clear()

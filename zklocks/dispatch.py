@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import os
 import threading
 from typing import Callable
 
@@ -74,3 +75,6 @@ def get() -> Dispatcher:
 
 def signals() -> Dispatcher:
     return signal_dispatcher
+
+
+os.register_at_fork(after_in_child=reset_after_fork)

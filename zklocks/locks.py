@@ -11,6 +11,7 @@ import asyncio
 import contextvars
 import functools
 import inspect
+import os
 import string
 import threading
 import time
@@ -20,13 +21,13 @@ from typing import Any, Callable, TypeVar
 
 from kazoo.protocol.states import EventType
 
-from . import dispatch, holder, signals
-from .checks import declared_aliases
-from .connections import Session, connections
+from . import conf, dispatch, holder, signals
+from .connections import connections
 from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout, LockUpgradeError
 from .names import join_path, validate_name
 from .recipes import queue
 from .recipes.queue import EXCLUSIVE, SHARED, Deadline
+from .session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -148,6 +149,9 @@ def reset_after_fork() -> None:
     _async_executor = None  # its threads did not survive the fork; it would start no new ones
     _async_lock = threading.Lock()
     _task_owners_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=reset_after_fork)
 
 
 def render_name(template: str, func: Callable, args: tuple, kwargs: dict, what: str) -> str:
@@ -365,7 +369,7 @@ class _BaseHandle(_Acquirable):
         except ValueError as exc:  # caught at import time rather than on every call
             raise InvalidLockName(f"{where}: lock name template {template!r} is malformed ({exc}); "
                                   "write {{ and }} for literal braces") from None
-        declared_aliases.append((self.using, where))
+        conf.declare_alias(self.using, where)
 
         def handle_for(args: tuple, kwargs: dict) -> _BaseHandle:
             if not templated:

@@ -8,6 +8,7 @@ re-created node never resets them.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -65,6 +66,9 @@ def reset_after_fork() -> None:
     global _started_lock
     _started.clear()
     _started_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=reset_after_fork)
 
 
 def schedule(pool: Pool) -> None:

@@ -1,7 +1,7 @@
 """ACL audit of an alias's namespace: weaker ACLs than configured, and an identity that lacks its rights.
 
 ZooKeeper checks CREATE and DELETE on the *parent*, so the namespace and every lock node must grant CREATE,
-DELETE, WRITE and ADMIN only to the configured identity (``connections.build_acl``). Nodes keep the ACL they
+DELETE, WRITE and ADMIN only to the configured identity (``session.build_acl``). Nodes keep the ACL they
 were created with: a namespace made before AUTH was configured stays open to anyone, and one made with another
 password locks this alias out (ZooKeeper accepts any digest password at connect time and answers NoAuth later).
 
@@ -19,7 +19,7 @@ from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
 from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
 from . import conf
-from .connections import Session, build_acl
+from .session import Session, build_acl
 from .exceptions import ZkAuthError, ZkUnavailable
 
 PERMISSIONS = (("READ", Permissions.READ), ("WRITE", Permissions.WRITE), ("CREATE", Permissions.CREATE),

@@ -18,8 +18,7 @@ from celery import Task
 from celery.exceptions import Retry
 from celery.utils import uuid
 
-from .. import celery_conf, holder, signals
-from ..checks import declared_aliases
+from .. import celery_conf, conf, holder, signals
 from ..connections import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..locks import ZkLock
@@ -252,7 +251,7 @@ def _declare(cls: type) -> None:
                 celery_conf.declared_task_problems.append((str(where), f"{attr}: {why.split(' ', 1)[1]}"))
     using = cls.__dict__.get("lock_using")
     if isinstance(using, str) and using:
-        declared_aliases.append((using, f"task {where}"))
+        conf.declare_alias(using, f"task {where}")
     template = cls.__dict__.get("lock_key")
     if template is None:
         return

@@ -32,7 +32,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType
 
 from .. import dispatch
-from ..connections import Session
+from ..session import Session
 from ..exceptions import LockNotAcquired, LockTimeout, ZkAuthError, ZkLocksError, ZkUnavailable
 
 log = logging.getLogger("zklocks")

@@ -18,7 +18,7 @@ import threading
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from ..connections import Session
+from ..session import Session
 from ..exceptions import LockNotAcquired, LockTimeout
 from . import queue
 from .queue import EXCLUSIVE, Contender, Deadline, SemaphoreMismatch, SessionGone, _DeadlinePassed, call, wait_result

@@ -1,0 +1,395 @@
+"""One ZooKeeper session and its lease (lease.py): the proof, its renewal while something is held or awaited,
+and the loss of every hold on it once the proof runs out.
+
+A :class:`Session` wraps one KazooClient. lease.py proves, from the session's own traffic, the earliest moment
+the deciding leader could expire it; while something is held or awaited, the session renews that proof ahead of
+time. Past that moment every hold on the session is lost, the session is closed (a frozen server that resumes
+must not keep our nodes alive) and the pool opens a fresh one for the next acquire.
+
+Holds are anything with ``mark_lost(reason)`` and the attributes ``lost``/``lost_reason`` (:class:`LossListener`):
+this module knows nothing of lock handles.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator, Protocol
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState, KeeperState
+from kazoo.security import ACL, Id, Permissions, make_digest_acl
+
+from . import clock, conf, dispatch, lease
+from .exceptions import ZkAuthError, ZkUnavailable
+
+log = logging.getLogger("zklocks")
+
+
+class LossListener(Protocol):
+    """What a session tells about a loss: a hold registered with :meth:`Session.add_hold`."""
+
+    lost: bool
+    lost_reason: str | None
+
+    def mark_lost(self, reason: str) -> None: ...
+
+
+def build_acl(cfg: conf.AliasConfig) -> list | None:
+    """The ACL for every node zklocks creates: CREATE/DELETE/WRITE/ADMIN only for the configured identity."""
+    if cfg.acl is not None:
+        return list(cfg.acl)
+    digests = [cred for scheme, cred in cfg.auth if scheme == "digest" and ":" in cred]
+    if not digests:
+        return None  # no identity configured: ZooKeeper's open ACL
+    acl = [make_digest_acl(*cred.split(":", 1), all=True) for cred in digests]
+    if cfg.read_acl == "world":
+        acl.append(ACL(Permissions.READ, Id("world", "anyone")))
+    return acl
+
+
+class Session:
+    """One ZooKeeper session of a pool."""
+
+    def __init__(self, cfg: conf.AliasConfig) -> None:
+        self.cfg = cfg
+        self.alias = cfg.alias
+        self.pid = os.getpid()
+        self.acl = build_acl(cfg)
+        self.timeout = cfg.session_timeout  # replaced by the negotiated value on connect
+        self.lease_start = -float("inf")  # see lease.py: no leader can expire us before lease_start + timeout
+        self.dead = False
+        self.dead_reason: str | None = None
+        self.auth_failed = False  # ZooKeeper rejected AUTH (unknown scheme, malformed credential)
+        self.busy_hint: set[str] = set()  # lock nodes a try-lock of ours found busy (see queue.acquire)
+        self.renewals = 0  # lease renewal rounds sent (sync + an empty write), for tests and benchmarks
+        self._lock = threading.Lock()
+        self._holds: set[LossListener] = set()
+        self._waiters: set[threading.Event] = set()
+        self._connected = threading.Event()
+        self._keeper_armed = False
+        self._renewing = False
+        self._evidence = self._new_evidence()
+        options = dict(cfg.options)
+        retry = options.pop("connection_retry", None) or {
+            "max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": max(0.1, min(1.0, cfg.session_timeout / 4)),
+        }
+        self.client = KazooClient(
+            hosts=cfg.hosts,
+            timeout=cfg.session_timeout,
+            auth_data=list(cfg.auth) or None,
+            default_acl=self.acl,
+            connection_retry=retry,
+            **options,
+        )
+        self._instrument(self.client._connection)
+        self.client.add_listener(self._on_state)
+
+    # -- lease evidence (runs on kazoo's connection thread: record only, never block) --
+
+    def _new_evidence(self) -> lease.Evidence:
+        gap = lease.relay_gap(self.timeout, self.cfg.tick_time)
+        return lease.Evidence(gap, horizon=self.timeout + gap + 1.0)
+
+    def _instrument(self, conn) -> None:
+        """Record send times and opcodes of requests, and their answers, from kazoo's I/O loop."""
+        sent: dict[int | None, tuple[float, int]] = {}
+        orig_submit, orig_read_header, orig_connect = conn._submit, conn._read_header, conn._connect
+
+        def _submit(request, timeout, xid=None):
+            sent[xid] = (clock.now(), request.type)
+            return orig_submit(request, timeout, xid)
+
+        def _read_header(timeout):
+            header, buf, offset = orig_read_header(timeout)
+            entry = sent.pop(header.xid, None)
+            if entry is not None:
+                proven = self._evidence.answered(entry[0], clock.now(), entry[1], header.err)
+                if proven is not None and proven > self.lease_start:
+                    self.lease_start = proven
+            return header, buf, offset
+
+        def _connect(*args, **kwargs):
+            started = clock.now()
+            new_session = not self.client._session_id
+            sent.clear()
+            read_timeout, connect_timeout = orig_connect(*args, **kwargs)
+            # kazoo reads with 2/3 of the negotiated timeout; the server may have changed what we asked for.
+            self.timeout = read_timeout * 1.5 / 1000.0
+            self._evidence = evidence = self._new_evidence()
+            if new_session:
+                # createSession is a quorum write that the leader's tracker touches when it applies it.
+                self.lease_start = started
+            else:
+                evidence.reconnected(started, clock.now())
+                if self.lease_expired() and self._has_interest():
+                    self._declare_lost_soon("suspended")
+            return read_timeout, connect_timeout
+
+        conn._submit, conn._read_header, conn._connect = _submit, _read_header, _connect
+
+    def lease_deadline(self) -> float:
+        """On the clock of clock.now(): from then on, the deciding leader may have expired this session."""
+        return self.lease_start + self.timeout - lease.loss_margin(self.timeout)
+
+    def lease_remaining(self) -> float:
+        return self.lease_deadline() - clock.now()
+
+    def lease_expired(self) -> bool:
+        return self.lease_remaining() <= 0
+
+    def _has_interest(self) -> bool:
+        return bool(self._holds or self._waiters)
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self._connected.set()
+        else:
+            self._connected.clear()
+        if state == KazooState.LOST:
+            # kazoo reports a rejected AUTH as LOST; its own state still says why.
+            self.auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
+            self._declare_lost_soon("expired")
+        elif state == KazooState.SUSPENDED:
+            self._arm_keeper()
+        self._wake_waiters()
+
+    # -- keeping the lease while something is held or awaited --
+
+    def renew_ahead(self) -> float:
+        """Start a renewal round when the lease has this much left: a round is a sync and a write, in turn."""
+        return max(0.1, 0.25 * (self.timeout - lease.relay_gap(self.timeout, self.cfg.tick_time)))
+
+    def _arm_keeper(self, at: float | None = None) -> None:
+        with self._lock:
+            if self._keeper_armed or self.dead:
+                return
+            self._keeper_armed = True
+        if at is None:
+            at = max(clock.now(), self.lease_deadline() - self.renew_ahead())
+        dispatch.get().call_at(at, self._keep)
+
+    def _keep(self) -> None:
+        """On the dispatch thread: declare the loss at the lease deadline, renew ahead of it."""
+        with self._lock:
+            self._keeper_armed = False
+        if self.dead or not self._has_interest():
+            return
+        remaining = self.lease_remaining()
+        if remaining <= 0:
+            self.declare_lost("suspended")
+            return
+        ahead = self.renew_ahead()
+        if remaining <= ahead:
+            if not self._renewing and self._connected.is_set():
+                self._renew()
+            # Look again soon: the round may not be enough (a late answer, a reconnect), and the deadline stands.
+            self._arm_keeper(clock.now() + min(remaining, ahead / 4))
+        else:
+            self._arm_keeper(self.lease_deadline() - ahead)
+
+    def _renew(self) -> None:
+        """One round of lease.py's proof: a sync (S2), then, once it is answered, an empty write (S3)."""
+        self._renewing = True
+        self.renewals += 1
+        client = self.client
+
+        def done(_result=None) -> None:
+            self._renewing = False
+
+        def on_sync(result) -> None:
+            if not result.successful() or self.dead:
+                done()
+                return
+            try:
+                txn = client.transaction()
+                txn.check("/", -1)  # a transaction that changes nothing, committed by a quorum all the same
+                txn.commit_async().rawlink(done)
+            except Exception:
+                done()
+
+        try:
+            client.sync_async("/").rawlink(on_sync)
+        except Exception:
+            done()
+
+    def refresh_lease(self, deadline: float | None) -> None:
+        """Before a new acquire: if the lease is about to run out, send the S2 of a proof (one sync).
+
+        The acquire's create then completes it. A session that served holds a moment ago never needs this, so
+        the uncontended fast path keeps its request count.
+        """
+        if self.lease_remaining() > 2 * self.renew_ahead():
+            return
+        result = self.client.sync_async("/")
+        limit = self.cfg.connect_timeout if deadline is None else max(0.0, min(self.cfg.connect_timeout,
+                                                                               deadline - time.monotonic()))
+        result.wait(limit)
+
+    def _mark_dead(self, reason: str) -> bool:
+        """Mark the session unusable; True for the caller that did it first."""
+        with self._lock:
+            if self.dead:
+                return False
+            self.dead = True
+            self.dead_reason = reason
+            return True
+
+    def _declare_lost_soon(self, reason: str) -> None:
+        if self._mark_dead(reason):
+            dispatch.get().call_soon(lambda: self._finish_loss(reason))
+
+    # -- public --
+
+    def is_alive(self) -> bool:
+        """True while no leader can have expired this session (see lease.py).
+
+        A lease that ran out while something was held or awaited is a loss: the session is closed so that a
+        server that wakes up cannot keep our nodes. Without holds or waiters it only means that the next acquire
+        proves the lease again (refresh_lease).
+        """
+        if self.dead:
+            return False
+        if self.lease_expired():
+            if self._has_interest():
+                self._declare_lost_soon("suspended")
+            return False
+        return True
+
+    def declare_lost(self, reason: str) -> None:
+        if self._mark_dead(reason):
+            self._finish_loss(reason)
+
+    def _finish_loss(self, reason: str) -> None:
+        with self._lock:
+            holds, self._holds = list(self._holds), set()
+        if holds:
+            log.warning("zklocks: session of alias %r lost (%s); %d lock(s) lost", self.alias, reason, len(holds))
+        for hold in holds:
+            hold.mark_lost(reason)
+        self._wake_waiters()
+        self.close(wait=False)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: no I/O, no locks (another thread of the parent may have held them)."""
+        self.dead = True
+        self.dead_reason = "forked"
+        for hold in list(self._holds):
+            hold.lost = True
+            hold.lost_reason = "forked"
+        self._holds = set()
+        self._lock = threading.Lock()
+        self._waiters = set()
+
+    def add_hold(self, hold: LossListener) -> bool:
+        """Register a granted hold; False if the session cannot vouch for it (the caller enqueues again)."""
+        if self.lease_expired():
+            # Granted on a lease we cannot prove (e.g. the server lost its leader meanwhile): close the session
+            # so that the node goes, rather than hand out a hold that is lost from its first moment.
+            self.declare_lost("suspended")
+            return False
+        with self._lock:
+            if self.dead:
+                return False
+            self._holds.add(hold)
+        self._arm_keeper()
+        return True
+
+    def remove_hold(self, hold: LossListener) -> None:
+        with self._lock:
+            self._holds.discard(hold)
+
+    @contextmanager
+    def waking(self, event: threading.Event) -> Iterator[threading.Event]:
+        """Set ``event`` on any change of the connection state while inside the block."""
+        with self._lock:
+            self._waiters.add(event)
+        self._arm_keeper()
+        try:
+            yield event
+        finally:
+            with self._lock:
+                self._waiters.discard(event)
+
+    def _wake_waiters(self) -> None:
+        with self._lock:
+            waiters = list(self._waiters)
+        for event in waiters:
+            event.set()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set() and not self.dead
+
+    def wait_connected(self, deadline: float | None) -> None:
+        """Wait for the connection to come back, at most CONNECT_TIMEOUT (and ``deadline``)."""
+        if self.connected:
+            return
+        outage_at = time.monotonic() + self.cfg.connect_timeout
+        limit = outage_at if deadline is None else min(outage_at, deadline)
+        while not self.connected:
+            if self.dead:
+                return
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                if limit < outage_at:
+                    return  # the caller's own deadline came first: it raises LockTimeout, not an outage
+                raise ZkUnavailable(
+                    f"zklocks alias {self.alias!r}: lost the connection to ZooKeeper ({self.cfg.hosts}) and "
+                    f"could not reconnect within {self.cfg.connect_timeout:g}s"
+                )
+            self._connected.wait(min(remaining, 0.05))
+
+    def start(self) -> None:
+        """Connect within CONNECT_TIMEOUT or raise ZkUnavailable at once (kazoo's own start() would block
+        on stopping its connection thread)."""
+        try:
+            live = self.client.start_async()
+            limit = time.monotonic() + self.cfg.connect_timeout
+            while not live.is_set() and not self.auth_failed and time.monotonic() < limit:
+                live.wait(0.05)  # a rejected AUTH never sets ``live``: do not wait for CONNECT_TIMEOUT then
+            error = None if self.client.connected else KazooTimeoutError("connection time-out")
+        except Exception as exc:
+            error = exc
+        if error is not None:
+            auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
+            self.dead = True
+            self.dead_reason = "unreachable"
+            self.close(wait=False)
+            if auth_failed:
+                raise ZkAuthError(f"zklocks alias {self.alias!r}: ZooKeeper rejected the AUTH credentials "
+                                  "(unknown scheme or malformed credential)") from error
+            if isinstance(error, KazooTimeoutError):
+                detail = f"no session within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
+            else:
+                detail = f"{type(error).__name__}: {error}"
+            raise ZkUnavailable(f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable "
+                                f"({detail})") from error
+        self._connected.set()
+
+    def close(self, wait: bool = True) -> None:
+        """End the session on the server (its ephemeral nodes go at once) and stop kazoo's threads."""
+        if self.pid != os.getpid():
+            self.dead = True
+            return  # a forked child never touches its parent's sessions
+        if self._mark_dead("closed"):
+            with self._lock:
+                holds, self._holds = list(self._holds), set()
+            for hold in holds:
+                hold.mark_lost("closed")
+
+        def _stop() -> None:
+            try:
+                self.client.stop()
+                self.client.close()
+            except Exception:  # already stopped, or kazoo gave up waiting for its writer
+                log.debug("zklocks: closing a session of %r failed", self.alias, exc_info=True)
+
+        if wait:
+            _stop()
+        else:
+            threading.Thread(target=_stop, name="zklocks-close", daemon=True).start()
