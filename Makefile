@@ -47,7 +47,7 @@ demo: system-deps venv
 	$(BIN)/python -m demo_project.run
 
 bench: system-deps venv
-	timeout 600 $(BIN)/python -m zklocks.bench
+	timeout 600 $(BIN)/python -m benchmarks
 
 clean:
 	rm -rf $(VENV) .nox .demo build dist *.egg-info

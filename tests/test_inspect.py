@@ -11,7 +11,7 @@ from kazoo.recipe.lock import Lock
 from tests.helpers import raw_client, wait_until
 from tests.lockholders import hold, lease, queue_behind
 from zklocks import inspect, lock_path
-from zklocks.bench_inspect import populate
+from benchmarks.inspect_snapshot import populate
 from zklocks.connections import connections
 from zklocks.multiread import _support, fetch
 from zklocks.testing import free_port

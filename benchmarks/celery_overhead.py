@@ -1,6 +1,6 @@
 """Per-task overhead of ``SingleExecutionTask`` against a plain task on the same worker.
 
-    python -m zklocks.bench_celery [--n 300] [--pool prefork] [--json]
+    python -m benchmarks.celery_overhead [--n 300] [--pool prefork] [--json]
 
 Starts its own ZooKeeper server (Debian's package), Redis server and one ``celery worker`` (concurrency 1)
 that serves two tasks returning their argument: a plain one and a ``SingleExecutionTask``. It then sends them
@@ -22,14 +22,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-WORKER_APP = "zklocks.bench_celery:worker_app"
+WORKER_APP = "benchmarks.celery_overhead:worker_app"
 _worker_app = None
 
 
 def build_app(broker: str):
     from celery import Celery
 
-    from .celery import SingleExecutionTask
+    from zklocks.celery import SingleExecutionTask
 
     app = Celery("zklocks_bench", set_as_current=False)
     app.conf.update(broker_url=f"{broker}/0", result_backend=f"{broker}/1", worker_prefetch_multiplier=1,
@@ -62,7 +62,7 @@ def _configure_django(hosts: str) -> None:
 
 
 def __getattr__(name: str) -> Any:
-    """``celery -A zklocks.bench_celery:worker_app``: the worker's app, configured from the environment."""
+    """``celery -A benchmarks.celery_overhead:worker_app``: the worker's app, configured from the environment."""
     global _worker_app
     if name != "worker_app":
         raise AttributeError(name)
@@ -109,8 +109,8 @@ def _round_trip(task, i: int) -> float:
 
 def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]:
     """Start ZooKeeper, Redis and a worker; time ``n`` round trips of each task; stop everything."""
-    from .testing import ZkServer
-    from .testing.redis import RedisServer
+    from zklocks.testing import ZkServer
+    from zklocks.testing.redis import RedisServer
 
     workdir = Path(tempfile.mkdtemp(prefix="zklocks-bench-celery-"))
     zk, redis, proc = ZkServer(tick_time=2000, force_sync=True), RedisServer(), None  # as in production

@@ -14,7 +14,7 @@ from typing import Callable
 from kazoo.client import KazooClient
 from kazoo.recipe.lock import Lock
 
-from ..testing import mntr
+from zklocks.testing import mntr
 
 
 def configure_django(hosts: str, namespace: str = "/zklocks-bench", pool_size: int = 1) -> None:

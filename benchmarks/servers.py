@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..testing import ZkServer
-from ..testing.redis import RedisServer
+from zklocks.testing import ZkServer
+from zklocks.testing.redis import RedisServer
 
 __all__ = ["RedisServer", "start_zookeeper"]
 

@@ -1,11 +1,11 @@
-"""Figures of the other parts, measured in the same `python -m zklocks.bench` run."""
+"""Figures of the other parts, measured in the same `python -m benchmarks` run."""
 
 from __future__ import annotations
 
 
 def celery_overhead(zk) -> dict:
     """SingleExecutionTask vs a plain task on the same prefork worker (its own ZooKeeper and Redis)."""
-    from ..bench_celery import run
+    from benchmarks.celery_overhead import run
 
     result = run(n=200)
     return {k: result[k] for k in ("plain_median_ms", "single_median_ms", "overhead_ms", "ratio")}
@@ -13,7 +13,7 @@ def celery_overhead(zk) -> dict:
 
 def inspect_snapshot(zk) -> dict:
     """One snapshot of a namespace of 1,000 locks and 5,000 nodes (the admin page's read)."""
-    from ..bench_inspect import run
+    from benchmarks.inspect_snapshot import run
 
     result = run(zk.hosts, 1000, 5)
     return {"locks": result["locks"], "nodes": result["nodes"], "median_ms": round(result["median"] * 1000, 1),

@@ -1,4 +1,4 @@
-"""python -m zklocks.bench — zklocks vs kazoo's Lock vs redis-py's Lock, measured in one run.
+"""python -m benchmarks — zklocks vs kazoo's Lock vs redis-py's Lock, measured in one run.
 
 Starts its own ZooKeeper (default forceSync) and Redis on free ports, prints a table of medians and ratios,
 and writes ``bench-results/bench.json`` and ``bench-results/bench.png``.
@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from . import workloads
-from .servers import RedisServer, start_zookeeper
+from benchmarks import workloads
+from benchmarks.servers import RedisServer, start_zookeeper
 
 
 class Progress:
@@ -50,7 +50,7 @@ class Progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m zklocks.bench", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds per comparison (median taken)")
     p.add_argument("--seconds", type=float, default=1.0, help="length of one measured round")
     p.add_argument("--contenders", default="1,2,4,8,16,32", help="process counts for contended handoffs")
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         progress.step("done")
     finally:
         progress.close()
-        from ..connections import close_all
+        from zklocks.connections import close_all
 
         close_all()
         zk.cleanup()
@@ -127,7 +127,7 @@ def _extras(zk) -> dict:
     """Figures measured by the other parts' own benchmarks, when they are present."""
     extras: dict = {}
     try:
-        from . import extras as extra_benches
+        from benchmarks import extras as extra_benches
     except ImportError:
         return extras
     for name, fn in extra_benches.ALL.items():

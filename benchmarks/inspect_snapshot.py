@@ -1,9 +1,9 @@
 """Benchmark of the read model: one snapshot of a namespace of 1,000 locks made of 5,000 nodes.
 
-    python -m zklocks.bench_inspect                 # starts its own ZooKeeper (Debian's package)
-    python -m zklocks.bench_inspect --hosts H:P     # against a running server
-    python -m zklocks.bench_inspect --locks 2000 --runs 9
-    python -m zklocks.bench_inspect --no-multiread  # as against a server older than 3.6
+    python -m benchmarks.inspect_snapshot                 # starts its own ZooKeeper (Debian's package)
+    python -m benchmarks.inspect_snapshot --hosts H:P     # against a running server
+    python -m benchmarks.inspect_snapshot --locks 2000 --runs 9
+    python -m benchmarks.inspect_snapshot --no-multiread  # as against a server older than 3.6
 
 Each lock is 5 nodes: 70 % exclusive locks (node + holder + 3 waiters), 20 % shared locks (node + 2 readers
 holding, a writer and a reader waiting), 10 % semaphores of 2 leases (node + __mutex__ + 2 leases + 1 waiter).
@@ -19,8 +19,8 @@ import uuid
 
 from kazoo.client import KazooClient
 
-from . import holder
-from .inspect import read_namespace
+from zklocks import holder
+from zklocks.inspect import read_namespace
 
 
 def populate(client: KazooClient, namespace: str, locks: int) -> int:
@@ -66,7 +66,7 @@ def run(hosts: str, locks: int, runs: int, multiread: bool = True) -> dict:
     writer.start(timeout=30)
     reader.start(timeout=30)
     if not multiread:
-        from .multiread import _support
+        from zklocks.multiread import _support
 
         _support[reader] = False  # as against a server older than 3.6: one request per read
     try:
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     hosts = args.hosts
     if hosts is None:
-        from .testing import ZkServer
+        from zklocks.testing import ZkServer
 
         server = ZkServer(tick_time=2000).start()
         hosts = server.hosts
