@@ -201,7 +201,7 @@ def new_key() -> str:
 def bad_tasks():
     """The misconfigured tasks; their system-check problems are forgotten afterwards."""
     from tests import celery_bad_tasks
-    from zklocks import celery_conf
+    from zklocks.celery import conf as celery_conf
     from zklocks.celery.task import _declare
 
     tasks = (celery_bad_tasks.bad_key_missing, celery_bad_tasks.bad_key_format)

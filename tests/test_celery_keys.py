@@ -8,7 +8,8 @@ from django.core.checks import Error, Warning
 from django.test import override_settings
 
 from tests.celery_app import rec_default_key, rec_skip, self_call
-from zklocks import LockNotAcquired, ZkConfigError, celery_conf
+from zklocks import LockNotAcquired, ZkConfigError
+from zklocks.celery import conf as celery_conf
 from zklocks.celery import keys
 from zklocks.exceptions import InvalidLockName
 

@@ -10,12 +10,11 @@ class ZkLocksConfig(AppConfig):
     def ready(self) -> None:
         from django.core.signals import setting_changed
 
-        from . import celery_conf
         from . import checks as zk_checks
         from .receivers import on_setting_changed
 
         checks.register(zk_checks.check_settings, "zklocks")
-        checks.register(celery_conf.check_settings, "zklocks")
+        checks.register(zk_checks.check_celery_settings, "zklocks")
         # Talks to ZooKeeper: only with `manage.py check --deploy`, never on every manage.py command.
         checks.register(zk_checks.check_namespace_acls, "zklocks", deploy=True)
         setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")

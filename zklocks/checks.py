@@ -18,6 +18,7 @@ import time
 from django.core import checks
 
 from . import conf
+from .celery import conf as celery_conf
 from .exceptions import ZkAuthError, ZkUnavailable
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
@@ -97,3 +98,18 @@ def _unchecked(where: str, cfg, exc: Exception) -> checks.CheckMessage:
         f"{where}: could not check the ACLs of {cfg.namespace}: {exc}",
         hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
         id="zklocks.W003")
+
+
+def check_celery_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """System check: ZKLOCKS_CELERY, and the options of SingleExecutionTask subclasses imported so far."""
+    from django.conf import settings
+
+    _, problems = celery_conf.validate(getattr(settings, "ZKLOCKS_CELERY", None))
+    messages = []
+    for p in problems:
+        cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
+        messages.append(cls(p.msg, hint=p.hint, id=p.id))
+    for where, msg in dict.fromkeys(celery_conf.declared_task_problems):
+        messages.append(checks.Error(f"{where}: {msg}", hint="Fix the option on the task (see the README, Celery).",
+                                     id="zklocks.E021"))
+    return messages

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from . import celery_conf, conf
+from . import conf
+from .celery import conf as celery_conf
 from .connections import connections
 
 

@@ -1,12 +1,24 @@
-"""Celery integration: ``SingleExecutionTask`` and the worker hooks (wired on import).
+"""Celery integration: ``SingleExecutionTask`` and the worker hooks.
 
     from zklocks.celery import SingleExecutionTask
 
     @app.task(base=SingleExecutionTask, lock_key="sync:{account_id}", on_locked="skip")
     def sync_account(account_id): ...
+
+The task class and the worker hooks import Celery, so they load on first use of these names; ``conf`` (the
+``ZKLOCKS_CELERY`` defaults) does not, and system checks run in projects without Celery.
 """
 
-from . import worker  # noqa: F401  (connects the worker signal handlers)
-from .task import LockOptions, SingleExecutionTask
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["SingleExecutionTask", "LockOptions"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from . import task, worker  # noqa: F401  (importing worker connects its signal handlers)
+
+        return getattr(task, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

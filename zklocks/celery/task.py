@@ -3,7 +3,7 @@
 Thin hooks around Celery's ``Task``: ``__call__`` takes the lock just before the body and releases it after,
 whatever the outcome; ``apply_async`` validates the key at once and, with ``unique_queued``, de-duplicates
 at enqueue time. Options left at None on the class come from ``settings.ZKLOCKS_CELERY`` (see
-``zklocks.celery_conf``), read at call time so ``override_settings`` applies.
+``zklocks.celery.conf``), read at call time so ``override_settings`` applies.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from celery import Task
 from celery.exceptions import Retry
 from celery.utils import uuid
 
-from .. import celery_conf, conf, holder, signals
+from .. import conf, holder, signals
+from . import conf as celery_conf
 from ..connections import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..locks import ZkLock

@@ -16,7 +16,7 @@ import threading
 
 from celery import signals as celery_signals
 
-from .. import celery_conf
+from . import conf as celery_conf
 from ..connections import connections
 from ..exceptions import ZkLocksError
 

@@ -13,7 +13,7 @@ import functools
 import string
 from typing import Any
 
-from .conf import Problem
+from ..conf import Problem
 
 ON_LOCKED = ("skip", "retry", "raise")
 ON_UNAVAILABLE = ("fail", "retry")
@@ -128,22 +128,6 @@ def template_fields(template: str) -> list[str] | str:
         head = field.split(".", 1)[0].split("[", 1)[0]
         fields.append(head)
     return fields
-
-
-def check_settings(app_configs=None, **kwargs) -> list:
-    """System check: ZKLOCKS_CELERY, and the options of SingleExecutionTask subclasses imported so far."""
-    from django.conf import settings
-    from django.core import checks
-
-    _, problems = validate(getattr(settings, "ZKLOCKS_CELERY", None))
-    messages = []
-    for p in problems:
-        cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
-        messages.append(cls(p.msg, hint=p.hint, id=p.id))
-    for where, msg in dict.fromkeys(declared_task_problems):
-        messages.append(checks.Error(f"{where}: {msg}", hint="Fix the option on the task (see the README, Celery).",
-                                     id="zklocks.E021"))
-    return messages
 
 
 # (task name, problem) recorded when a SingleExecutionTask subclass is created.
