@@ -7,10 +7,12 @@ queue ordered by suffix is then ordered by guid. zklocks refuses to queue on suc
 and recycles it at its next empty moment; holds never overlap.
 """
 
+import io
 import threading
 import time
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from tests.helpers import assert_no_overlap, raw_client, read_records, spawn_worker
@@ -184,3 +186,24 @@ def test_processes_across_the_limit_never_hold_together(near_limit, tmp_path):
     assert_no_overlap(holds)
     assert refused and "'proc'" in refused[0]["exhausted"]
     assert_recycled(near_limit, "proc")
+
+
+def test_reap_reports_a_worn_node_and_recycle_waits_for_its_next_empty_moment(near_limit):
+    keeper = keep_busy("hot", 1.0)  # suffix START: still trusted, and the node is in use
+    out = io.StringIO()
+    call_command("zklocks_reap", stdout=out)
+    # The other seeded nodes are empty: the sweep recycles them as it reaps them.
+    assert "default: removed 4 empty lock node(s)" in out.getvalue()
+    assert (f"lock node hot has used {START + 1} of 2147483647 sequence numbers; recycle it with --alias default "
+            "--recycle hot") in out.getvalue()
+    err = io.StringIO()
+    with pytest.raises(CommandError, match="not recycled: 'hot'"):
+        call_command("zklocks_reap", "--recycle", "hot", "--wait", "0.2", stdout=out, stderr=err)
+    assert "was never empty within 0.2s" in err.getvalue()
+    started = time.monotonic()
+    out = io.StringIO()
+    call_command("zklocks_reap", "--recycle", "hot", "--wait", "10", stdout=out)
+    assert "default: recycled lock node /seq/hot of 'hot'" in out.getvalue()
+    assert time.monotonic() - started < 5
+    keeper.join(5)
+    assert_recycled(near_limit, "hot")
