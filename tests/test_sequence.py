@@ -207,3 +207,23 @@ def test_reap_reports_a_worn_node_and_recycle_waits_for_its_next_empty_moment(ne
     assert time.monotonic() - started < 5
     keeper.join(5)
     assert_recycled(near_limit, "hot")
+
+
+def test_snapshot_never_shows_a_contender_past_the_limit_as_holder(near_limit):
+    from zklocks.inspect import read_namespace
+
+    client = raw_client(near_limit.hosts)
+    try:
+        with zk_lock("kz", timeout=5) as lock:
+            mine = lock._hold().contender.name
+            # Pipelined creates: ZooKeeper names some of them -2147483648, ... which sort before everyone.
+            pending = [client.create_async(f"{join_path(NS, 'kz')}/{i:032x}__lock__", b"", ephemeral=True,
+                                           sequence=True) for i in range(12)]
+            made = [p.get(10).rsplit("/", 1)[1] for p in pending]
+            assert any(suffix(c) < 0 for c in made) and any(suffix(c) == SEQUENCE_LIMIT for c in made)
+            (info,) = [i for i in read_namespace(client, NS) if i.name == "kz"]
+            assert [h.node for h in info.holders] == [mine]
+            assert {w.node for w in info.waiters} == set(made)
+            assert [w.sequence for w in info.waiters[:2]] == [START + 1, START + 2]
+    finally:
+        client.stop()
