@@ -1,5 +1,6 @@
 # make test   — installs what is missing (Debian: zookeeper, redis-server, chromium, openssl for the TLS test
-#               certificates; a venv with requirements.txt)
+#               certificates, default-jdk-headless for javac, which compiles the snapshot writer of
+#               zklocks/testing/java; a venv with requirements.txt)
 #               and runs the suite against servers it starts itself.
 # make demo   — the same set-up, then the demo site with ZooKeeper, Redis, a Celery worker and a load generator.
 SHELL := /bin/bash
@@ -18,6 +19,7 @@ system-deps:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \
 	command -v keytool >/dev/null || missing="$$missing default-jre-headless"; \
+	command -v javac >/dev/null || missing="$$missing default-jdk-headless"; \
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \

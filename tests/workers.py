@@ -36,9 +36,11 @@ def main(argv=None) -> int:
     p.add_argument("--shared", action="store_true")
     p.add_argument("--out", required=True)
     p.add_argument("--session-timeout", type=float, default=4.0)
+    p.add_argument("--record-exhausted", action="store_true",
+                   help="record SequenceExhausted refusals and go on (holds still count up to --count)")
     args = p.parse_args(argv)
     setup(args.hosts, args.namespace, args.session_timeout)
-    from zklocks import zk_lock
+    from zklocks import SequenceExhausted, zk_lock
 
     with open(args.out, "a", buffering=1) as out:
         if args.mode == "hold-forever":
@@ -46,12 +48,21 @@ def main(argv=None) -> int:
                 out.write(json.dumps({"held": True, "token": lock.token, "pid": os.getpid()}) + "\n")
                 while True:
                     time.sleep(1)
-        for _ in range(args.count):
-            with zk_lock(args.name, shared=args.shared) as lock:
-                start = time.monotonic()
-                time.sleep(args.hold)
-                end = time.monotonic()
-                token = lock.token
+        done = 0
+        while done < args.count:
+            try:
+                with zk_lock(args.name, shared=args.shared) as lock:
+                    start = time.monotonic()
+                    time.sleep(args.hold)
+                    end = time.monotonic()
+                    token = lock.token
+            except SequenceExhausted as exc:
+                if not args.record_exhausted:
+                    raise
+                out.write(json.dumps({"exhausted": str(exc), "pid": os.getpid()}) + "\n")
+                time.sleep(0.01)
+                continue
+            done += 1
             out.write(json.dumps({"start": start, "end": end, "token": token, "pid": os.getpid(),
                                   "shared": args.shared}) + "\n")
     return 0

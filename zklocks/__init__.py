@@ -6,6 +6,7 @@ from .exceptions import (
     LockNotAcquired,
     LockTimeout,
     LockUpgradeError,
+    SequenceExhausted,
     ZkAuthError,
     ZkConfigError,
     ZkLocksError,
@@ -27,5 +28,6 @@ __all__ = [
     "ZkUnavailable",
     "ZkAuthError",
     "ZkConfigError",
+    "SequenceExhausted",
 ]
 __version__ = "0.1.0"

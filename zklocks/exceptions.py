@@ -7,6 +7,7 @@
     ├── LockUpgradeError         a shared-only holder asked for the exclusive lock
     ├── ZkUnavailable            no ZooKeeper session could be reached (never contention)
     ├── ZkAuthError              ZooKeeper refused an operation for lack of rights (NoAuth)
+    ├── SequenceExhausted        a lock node's sequence counter is used up (2**31-1 creates)
     ├── ZkConfigError            settings.ZKLOCKS is unusable (also ImproperlyConfigured)
     └── InvalidLockName          also ValueError
 """
@@ -51,6 +52,21 @@ class ZkUnavailable(ZkLocksError):
 
 class ZkAuthError(ZkLocksError):
     """ZooKeeper refused the operation (NoAuth): wrong or missing credentials for the alias."""
+
+
+class SequenceExhausted(ZkLocksError):
+    """ZooKeeper's sequence counter of a lock node is used up: its suffixes no longer order the queue.
+
+    Never a kind of LockNotAcquired: nobody holds the lock because of it. The node is recycled (deleted, and
+    re-created with a fresh counter) at its next empty moment.
+    """
+
+    def __init__(self, message: str = "", *, name: str | None = None, alias: str | None = None,
+                 path: str | None = None) -> None:
+        super().__init__(message or f"lock {name!r} (alias {alias!r}): sequence numbers of {path} are used up")
+        self.name = name
+        self.alias = alias
+        self.path = path
 
 
 class ZkConfigError(ZkLocksError, ImproperlyConfigured):

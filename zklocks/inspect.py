@@ -26,7 +26,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from . import holder
 from .multiread import CHILDREN, DATA, fetch
 from .names import decode_name, encode_name, validate_name
-from .recipes.queue import EXCLUSIVE, sort_contenders
+from .recipes.queue import EXCLUSIVE, sequence_trusted, sort_contenders
 from .recipes.semaphore import MUTEX, leases, stored_max_leases
 
 EXCLUSIVE_KIND, SHARED_KIND, SEMAPHORE_KIND = "exclusive", "shared", "semaphore"
@@ -245,10 +245,12 @@ def read_namespace(client, namespace: str, alias: str = "default", *, patience: 
                         max_leases=max_leases)
         if max_leases is not None:
             lock.kind = SEMAPHORE_KIND
-            held = [(c[-10:], "lease", c) for c in leases(children)]
+            held = [(c.rsplit("__", 1)[1], "lease", c) for c in leases(children)]
             found.append((lock, held, [], MUTEX in children))
         else:
             order = sort_contenders(children)
+            # A contender whose suffix is past the sequence limit (RECIPES §7c) is never granted: it leaves.
+            order.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
             if not order:
                 lock.kind = None
             elif any(marker != EXCLUSIVE for _, marker, _ in order):

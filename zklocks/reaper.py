@@ -3,6 +3,10 @@
 A lock node whose queue is empty is deleted; ZooKeeper refuses with NotEmpty if a contender arrived in
 between, and a contender whose create meets NoNode re-creates the node. Fencing tokens are czxids, so a
 re-created node never resets them.
+
+Deleting and re-creating a node also resets its sequence counter (RECIPES §7c): a lock node that is never empty
+runs out of sequence numbers after 2**31-1 creates. The sweep reports such nodes as they near the limit, and
+:func:`recycle` deletes one at its next empty moment (``manage.py zklocks_reap --recycle NAME``).
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
+from .recipes.queue import SEQUENCE_WARN
+
 if TYPE_CHECKING:
     from .connections import Pool
 
@@ -24,8 +30,18 @@ log = logging.getLogger("zklocks")
 INTERNAL_CHILDREN = ("__mutex__",)
 
 
-def sweep(client, namespace: str) -> int:
-    """Delete empty lock nodes (and empty internal children) below ``namespace``; return how many went."""
+def sequence_used(stat) -> int:
+    """How many children were ever created below a node: the counter its next sequential child is named after.
+
+    ZooKeeper shows ``2 * creates - numChildren`` as the cversion, as a signed 32-bit int."""
+    return ((stat.cversion + stat.numChildren) % 2**32) // 2
+
+
+def sweep(client, namespace: str, worn: list[tuple[str, int]] | None = None) -> int:
+    """Delete empty lock nodes (and empty internal children) below ``namespace``; return how many went.
+
+    Lock nodes in use that are near the end of their sequence numbers are logged, and added to ``worn`` as
+    ``(name, used)``."""
     try:
         names = client.get_children(namespace)
     except NoNodeError:
@@ -40,6 +56,11 @@ def sweep(client, namespace: str) -> int:
             continue
         if stat is None:
             continue
+        if stat.numChildren and sequence_used(stat) >= SEQUENCE_WARN:
+            log.warning("zklocks: lock node %s has used %d of its 2147483647 sequence numbers; it is recycled when "
+                        "next empty (manage.py zklocks_reap --recycle)", path, sequence_used(stat))
+            if worn is not None:
+                worn.append((name, sequence_used(stat)))
         if stat.numChildren:
             for internal in INTERNAL_CHILDREN:
                 _delete_if_empty(client, f"{path}/{internal}")
@@ -48,6 +69,30 @@ def sweep(client, namespace: str) -> int:
                 continue
         removed += _delete_if_empty(client, path, stat.version)
     return removed
+
+
+def recycle(client, path: str, wait: float) -> bool:
+    """Delete the lock node ``path`` at its next empty moment, within ``wait`` seconds; True once it is gone.
+
+    The next contender re-creates it with a fresh sequence counter. ZooKeeper refuses the delete while any
+    child is left, so no holder or waiter is ever removed with it.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        changed = threading.Event()
+        try:
+            children = client.get_children(path, watch=lambda _event: changed.set())
+        except NoNodeError:
+            return True
+        for internal in INTERNAL_CHILDREN:
+            if internal in children:
+                _delete_if_empty(client, f"{path}/{internal}")
+        if _delete_if_empty(client, path) or client.exists(path) is None:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        changed.wait(min(remaining, 0.2))  # a semaphore's mutex queue changes without waking this watch
 
 
 def _delete_if_empty(client, path: str, version: int = -1) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shlex
 import threading
 import time
 import uuid
@@ -25,6 +26,7 @@ from kazoo.exceptions import (
     NoAuthError,
     NodeExistsError,
     NoNodeError,
+    NotEmptyError,
     OperationTimeoutError,
     SessionExpiredError,
 )
@@ -32,16 +34,23 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType
 
 from .. import dispatch
+from ..exceptions import LockNotAcquired, LockTimeout, SequenceExhausted, ZkAuthError, ZkLocksError, ZkUnavailable
 from ..session import Session
-from ..exceptions import LockNotAcquired, LockTimeout, ZkAuthError, ZkLocksError, ZkUnavailable
 
 log = logging.getLogger("zklocks")
 
 EXCLUSIVE = "__lock__"
 SHARED = "__rlock__"
 _CONTENDER = re.compile(r"(__lock__|__rlock__)(-?\d{10})$")
+# A sequential child's suffix is its parent's child counter, a signed 32-bit int (RECIPES §7c). ZooKeeper 3.8
+# hands out 2147483647 once the counter is there and then keeps it there: every later child gets 2147483647
+# again, and a create pipelined behind another create of the same parent gets -2147483648, -2147483647, ...
+# Such suffixes no longer say who came first, so no contender that has one is ever granted the lock.
+SEQUENCE_LIMIT = 2**31 - 1
+SEQUENCE_WARN = SEQUENCE_LIMIT - 2**24  # about 17 million creates before the limit: warn, look twice
 # Children that only a semaphore (semaphore.py) puts below a lock node.
-_SEMAPHORE_CHILD = re.compile(r"^__mutex__$|__lease__\d{10}$")
+_SEMAPHORE_CHILD = re.compile(r"^__mutex__$|__lease__-?\d{10}$")
+_SEQUENCE = re.compile(r"__(?:lock|rlock|lease)__(-?\d{10})$")
 
 
 class SemaphoreMismatch(ZkLocksError, ValueError):
@@ -79,6 +88,17 @@ def sort_contenders(children: list[str]) -> list[tuple[str, str, str]]:
             out.append((m.group(2), m.group(1), child))
     out.sort()
     return out
+
+
+def sequence_of(child: str) -> int | None:
+    """The sequence number of a contender (or lease) child, None for other children."""
+    m = _SEQUENCE.search(child)
+    return None if m is None else int(m.group(1))
+
+
+def sequence_trusted(seq: int) -> bool:
+    """Whether ZooKeeper can have given this suffix in creation order (below the stuck counter, not wrapped)."""
+    return 0 <= seq < SEQUENCE_LIMIT
 
 
 def blockers_ahead(contenders: list[tuple[str, str, str]], own: str | None, marker: str) -> list[str]:
@@ -457,6 +477,18 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
             if any(_SEMAPHORE_CHILD.search(c) for c in children):
                 # Lease holders are no contenders of this queue: granting it would ignore them.
                 raise SemaphoreMismatch(f"{name!r} is in use as a semaphore, not a plain lock")
+            seq = sequence_of(contender.name or "")
+            if seq is not None and not sequence_trusted(seq):
+                # Our place in the queue is unknown: leave it, and start over on a fresh node if this one is
+                # empty now.
+                contender.delete_nowait()  # FIFO: the parent's delete below sees ours applied
+                if _recycle(session, parent, deadline):
+                    continue
+                raise SequenceExhausted(_exhausted_message(name, session.alias, parent), name=name,
+                                        alias=session.alias, path=parent)
+            far = seq is not None and seq < SEQUENCE_WARN
+            if not far:
+                _warn_near_limit(session.alias, parent, seq)
             while True:
                 blocker, alone = contender.blocker(children)
                 if blocker is None:
@@ -468,10 +500,11 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
                     contender.delete_nowait()
                     raise LockNotAcquired(name=name)
                 contender.waited = True
-                if contender.wait_for(blocker, deadline) and alone:
+                if contender.wait_for(blocker, deadline) and alone and far:
                     # The only contender ahead of us is gone, and none can join ahead of us (sequence numbers
-                    # only grow): the lock is ours without reading the queue again. Otherwise the blocker may
-                    # have left because its session died while another contender still holds: look again.
+                    # only grow, far from their limit): the lock is ours without reading the queue again.
+                    # Otherwise the blocker may have left because its session died while another contender
+                    # still holds: look again.
                     return contender
                 children = contender.children(deadline)
         except SessionGone:
@@ -482,6 +515,46 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
         except _DeadlinePassed:
             contender.abandon()
             raise LockTimeout(f"lock {name!r} not acquired within the timeout", name=name) from None
+        except SequenceExhausted:
+            raise  # our node is deleted already
         except BaseException:
             contender.abandon()
             raise
+
+
+def _recycle(session: Session, parent: str, deadline: Deadline) -> bool:
+    """Delete an exhausted lock node if it is empty: the next create re-creates it with a fresh counter.
+
+    ZooKeeper refuses (NotEmpty) while any child is left, so nobody's node is ever removed with it.
+    """
+    try:
+        call(session, lambda: session.client.delete_async(parent), deadline)
+    except NoNodeError:
+        pass  # recycled by another contender (or the reaper) already
+    except (NotEmptyError, ZkAuthError):
+        return False
+    log.warning("zklocks: recycled lock node %s of alias %r: its sequence numbers were used up", parent,
+                session.alias)
+    return True
+
+
+def _exhausted_message(name: str, alias: str, parent: str) -> str:
+    return (
+        f"lock {name!r} (alias {alias!r}): ZooKeeper has used up the sequence numbers of lock node {parent} "
+        f"(its child counter is stuck at 2**31-1), so its queue order cannot be trusted and zklocks does not "
+        f"queue there. The node is recycled (deleted, and re-created with a fresh counter) at its next empty "
+        f"moment: by the next contender that finds it empty, by the reaper (REAP_INTERVAL), or at once with "
+        f"`manage.py zklocks_reap --alias {shlex.quote(alias)} --recycle {shlex.quote(name)}`, which waits for "
+        f"that moment. Keep other clients of this node (e.g. kazoo's Lock) away until then."
+    )
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_near_limit(alias: str, parent: str, seq: int) -> None:
+    if (alias, parent) in _warned or len(_warned) > 10_000:
+        return
+    _warned.add((alias, parent))
+    log.warning("zklocks: lock node %s of alias %r has used %d of its %d sequence numbers; it must be empty for a "
+                "moment to be recycled (manage.py zklocks_reap --recycle)", parent, alias, seq, SEQUENCE_LIMIT)

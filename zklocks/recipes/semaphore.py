@@ -25,7 +25,7 @@ from .queue import EXCLUSIVE, Contender, Deadline, SemaphoreMismatch, SessionGon
 
 MUTEX = "__mutex__"
 LEASE = "__lease__"
-_LEASE = re.compile(r"__lease__\d{10}$")
+_LEASE = re.compile(r"__lease__-?\d{10}$")
 
 
 def marker_data(max_leases: int) -> bytes:
@@ -43,7 +43,7 @@ def stored_max_leases(raw: bytes | None) -> int | None:
 
 
 def leases(children: list[str]) -> list[str]:
-    return sorted((c for c in children if _LEASE.search(c)), key=lambda c: c[-10:])
+    return sorted((c for c in children if _LEASE.search(c)), key=lambda c: int(c.rsplit("__", 1)[1]))
 
 
 def _ensure_semaphore_node(session: Session, path: str, max_leases: int, deadline: Deadline, name: str) -> None:

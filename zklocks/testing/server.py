@@ -72,6 +72,16 @@ class ZkServer:
     def hosts(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def seed(self, cversions: dict[str, int]) -> ZkServer:
+        """Before the first start: give the data dir a snapshot in which each path exists with that child
+        counter, e.g. ``{"/ns/lock": 2**31 - 4}`` (``snapshot.py``; needs ``javac``)."""
+        from .snapshot import seed_snapshot
+
+        if self.proc is not None:
+            raise RuntimeError("seed() must come before the server's first start")
+        seed_snapshot(self.dir / "data", cversions)
+        return self
+
     def write_config(self) -> Path:
         data = self.dir / "data"
         data.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,52 @@
+"""Pre-seed a ZooKeeper data dir: a snapshot written by ZooKeeper's own classes before the server first starts.
+
+A test can so begin where a long-lived deployment is, e.g. with a lock node whose sequence counter is a few
+creates short of 2**31-1. The writer is ``java/SeedSnapshot.java``, compiled with ``javac`` (Debian:
+``default-jdk-headless``) against the server's own jar, once per process, into a temporary directory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from .server import CLASSPATH, JAVA
+
+JAVAC = os.environ.get("ZKLOCKS_JAVAC", "javac")
+SOURCE = Path(__file__).resolve().parent / "java" / "SeedSnapshot.java"
+
+_compiled: Path | None = None
+_compile_lock = threading.Lock()
+
+
+def _classes() -> Path:
+    global _compiled
+    with _compile_lock:
+        if _compiled is None:
+            if shutil.which(JAVAC) is None:
+                raise RuntimeError("javac is not installed: run `apt-get install -y default-jdk-headless` "
+                                   "(make test does)")
+            out = Path(tempfile.mkdtemp(prefix="zklocks-javac-"))
+            atexit.register(shutil.rmtree, out, True)
+            done = subprocess.run([JAVAC, "-nowarn", "-cp", CLASSPATH, "-d", str(out), str(SOURCE)],
+                                  capture_output=True, text=True, timeout=120)
+            if done.returncode:
+                raise RuntimeError(f"javac failed on {SOURCE}:\n{done.stdout}{done.stderr}")
+            _compiled = out
+        return _compiled
+
+
+def seed_snapshot(data_dir: str | os.PathLike, cversions: dict[str, int]) -> None:
+    """Write a snapshot into ``data_dir`` in which every path exists (with its parents) and has the child
+    counter given: the next sequential child created below it gets that number as its suffix."""
+    args = [f"{path}={int(cversion)}" for path, cversion in cversions.items()]
+    Path(data_dir).mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([JAVA, "-cp", f"{_classes()}:{CLASSPATH}", "SeedSnapshot", str(data_dir), *args],
+                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    if done.returncode:
+        raise RuntimeError(f"SeedSnapshot failed:\n{done.stdout}{done.stderr}")
