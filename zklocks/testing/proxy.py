@@ -5,6 +5,7 @@
     proxy.partition()        # black-hole: connections stay open, nothing passes (like a cut cable)
     proxy.heal()
     proxy.drop_after_next_request()   # forward the next request to the server, then drop the connection
+    proxy.drop_after_next_request((15,), skip=1)  # ... the second create2 instead
     proxy.cancel_drop()      # disarm it
     proxy.reset()            # close every connection now
 """
@@ -30,6 +31,7 @@ class TcpProxy:
         self._refuse = False
         self._drop_next = threading.Event()
         self._drop_opcodes: frozenset[int] = frozenset((1, 15))
+        self._drop_skip = 0
         self.dropped = threading.Event()  # set when an armed drop happened
         self._stopped = False
         self._thread = threading.Thread(target=self._accept_loop, name="zklocks-proxy", daemon=True)
@@ -51,9 +53,13 @@ class TcpProxy:
         self._refuse = False
         self._blocked.clear()
 
-    def drop_after_next_request(self, opcodes: tuple[int, ...] = (1, 15)) -> None:
-        """Forward the next request with one of ``opcodes`` (default: create, create2), then drop."""
+    def drop_after_next_request(self, opcodes: tuple[int, ...] = (1, 15), skip: int = 0) -> None:
+        """Forward the next request with one of ``opcodes`` (default: create, create2), then drop.
+
+        ``skip`` lets that many matching requests pass first (e.g. skip=1: drop after the second create).
+        """
         self._drop_opcodes = frozenset(opcodes)
+        self._drop_skip = skip
         self.dropped.clear()
         self._drop_next.set()
 
@@ -118,6 +124,10 @@ class TcpProxy:
                         # length, xid and the request's opcode (several packets may share one read).
                         if (requests_seen > 1 and self._drop_next.is_set()
                                 and self._drop_opcodes.intersection(opcodes(data))):
+                            with self._lock:
+                                if self._drop_skip > 0:
+                                    self._drop_skip -= 1
+                                    continue
                             self._drop_next.clear()
                             self.dropped.set()
                             return
