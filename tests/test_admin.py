@@ -33,6 +33,11 @@ def release_url(name, alias="default"):
     return detail_url(name, alias).replace("/change/", "/release/")
 
 
+def shown(contender):
+    """A holder as the confirmation page names it: node and czxid."""
+    return f"{contender.node}:{contender.token}"
+
+
 def staff(*perms):
     user = User.objects.create_user("staff", password="pw", is_staff=True)
     for codename in perms:
@@ -75,7 +80,7 @@ def test_view_permission_is_enough_to_see_but_not_to_release(busy_lock):
     assert client.get(release_url("orders:7")).status_code == 403
     # A crafted POST is refused as well, and the holder keeps its node.
     info, _ = inspect.lock_info("default", "orders:7")
-    response = client.post(release_url("orders:7"), {"post": "yes", "holder": info.holder.node})
+    response = client.post(release_url("orders:7"), {"post": "yes", "holder": shown(info.holder)})
     assert response.status_code == 403
     assert inspect.lock_info("default", "orders:7")[0].holder.node == info.holder.node
 
@@ -168,7 +173,7 @@ def test_release_needs_post_and_confirmation(admin_client, busy_lock):
 def test_force_release_end_to_end(admin_client, busy_lock):
     holder, (first, second) = busy_lock
     info, _ = inspect.lock_info("default", "orders:7")
-    response = admin_client.post(release_url("orders:7"), {"post": "yes", "holder": info.holder.node})
+    response = admin_client.post(release_url("orders:7"), {"post": "yes", "holder": shown(info.holder)})
     assert response.status_code == 302
     # The next waiter gets the lock, with a higher fencing token.
     assert first.acquired.wait(10) and first.error is None
@@ -186,7 +191,7 @@ def test_force_release_end_to_end(admin_client, busy_lock):
 
 def test_a_stale_confirmation_does_not_release_the_next_holder(admin_client, busy_lock):
     holder, (first, _) = busy_lock
-    old = inspect.lock_info("default", "orders:7")[0].holder.node
+    old = shown(inspect.lock_info("default", "orders:7")[0].holder)
     holder.stop()
     assert first.acquired.wait(10)
     admin_client.post(release_url("orders:7"), {"post": "yes", "holder": old})
@@ -194,11 +199,36 @@ def test_a_stale_confirmation_does_not_release_the_next_holder(admin_client, bus
     assert not LogEntry.objects.exists()
 
 
+def test_a_post_without_holder_fields_releases_nothing_and_says_so(admin_client, busy_lock):
+    holder, (first, _) = busy_lock
+    response = admin_client.post(release_url("orders:7"), {"post": "yes"}, follow=True)
+    assert "nothing was released" in response.content.decode()
+    assert inspect.lock_info("default", "orders:7")[0].holder.thread == "web-1"
+    assert not first.acquired.wait(0.5)
+    assert not LogEntry.objects.exists()
+
+
+def test_the_confirmation_carries_the_node_and_czxid_it_showed(admin_client, busy_lock):
+    info, _ = inspect.lock_info("default", "orders:7")
+    page = admin_client.get(release_url("orders:7")).content.decode()
+    assert f'name="holder" value="{info.holder.node}:{info.holder.token}"' in page
+
+
+def test_a_holder_node_with_another_czxid_is_left_alone(admin_client, busy_lock):
+    holder, (first, _) = busy_lock
+    info, _ = inspect.lock_info("default", "orders:7")
+    for value in (info.holder.node, f"{info.holder.node}:{info.holder.token + 1}", f"{info.holder.node}:x"):
+        response = admin_client.post(release_url("orders:7"), {"post": "yes", "holder": value}, follow=True)
+        assert "nothing was released" in response.content.decode()
+        assert inspect.lock_info("default", "orders:7")[0].holder.thread == "web-1"
+    assert not LogEntry.objects.exists()
+
+
 def test_csrf_is_enforced(busy_lock):
     client = Client(enforce_csrf_checks=True)
     client.force_login(User.objects.create_superuser("root", password="pw"))
     info, _ = inspect.lock_info("default", "orders:7")
-    response = client.post(release_url("orders:7"), {"post": "yes", "holder": info.holder.node})
+    response = client.post(release_url("orders:7"), {"post": "yes", "holder": shown(info.holder)})
     assert response.status_code == 403
     assert inspect.lock_info("default", "orders:7")[0].holder.node == info.holder.node
 

@@ -61,6 +61,16 @@ def _contender_row(c: inspect.Contender, now: float, position: int | None = None
     }
 
 
+def shown_holders(values: list[str]) -> dict[str, int]:
+    """The ``<node>:<czxid>`` values of the confirmation form as {node: czxid}; malformed ones are dropped."""
+    chosen = {}
+    for value in values:
+        node, _, czxid = value.rpartition(":")
+        if node and czxid.isdigit():
+            chosen[node] = int(czxid)
+    return chosen
+
+
 class LockAdmin(admin.ModelAdmin):
     list_template = "admin/zklocks/lock/change_list.html"
 
@@ -205,9 +215,16 @@ class LockAdmin(admin.ModelAdmin):
         alias, node = self._lookup(object_id)
         detail_url = self._detail_url(alias, node)
         if request.method == "POST" and request.POST.get("post") == "yes":
-            chosen = request.POST.getlist("holder")
+            # Only the holder nodes the confirmation page showed, each with the czxid it showed: never
+            # whoever holds the lock by the time the POST arrives.
+            chosen = shown_holders(request.POST.getlist("holder"))
+            if not chosen:
+                self.message_user(request, f"Force-release of {decode_name(node)!r} (alias {alias!r}): the request "
+                                  "named no holder node (with its token) to delete, so nothing was released. Open "
+                                  "the force-release page again.", messages.WARNING)
+                return HttpResponseRedirect(detail_url)
             try:
-                result = force_release(alias, node, chosen or None)
+                result = force_release(alias, node, chosen)
             except LookupError:
                 self.message_user(request, "That lock has no node any more: nothing to release.", messages.WARNING)
                 return HttpResponseRedirect(detail_url)
@@ -224,6 +241,9 @@ class LockAdmin(admin.ModelAdmin):
             if result.gone:
                 self.message_user(request, "No longer holding, left alone: " + ", ".join(result.gone),
                                   messages.WARNING)
+            if not result.deleted:
+                self.message_user(request, f"The holders of {result.lock.name!r} (alias {alias!r}) changed since "
+                                  "the confirmation page: nothing was released. Look again.", messages.WARNING)
             return HttpResponseRedirect(detail_url)
         info, error = inspect.lock_info(alias, node=node)
         now = time.time()

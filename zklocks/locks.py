@@ -649,13 +649,14 @@ class ZkSemaphore(_BaseHandle):
         path = join_path(pool.cfg.namespace, self.name)
         while True:
             lease = semaphore.acquire(pool.session, path, self.max_leases, holder.payload(), blocking=blocking,
-                                      deadline=deadline, name=self.name)
+                                      deadline=deadline, name=self.name, alias=self.using)
             hold = Hold(self.using, self.name, self.kind, lease, None)
             if lease.session.add_hold(hold):
                 _long_holds.add(hold, lease.waited)
                 return hold
             if deadline.expired():
-                raise LockTimeout(f"semaphore {self.name!r}: session lost while acquiring", name=self.name)
+                raise LockTimeout(f"semaphore {self.name!r} (alias {self.using!r}): session lost while acquiring",
+                                  name=self.name)
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
         if wait:

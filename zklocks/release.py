@@ -6,6 +6,7 @@ next holder's higher fencing token lets a fenced resource refuse the old holder'
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
@@ -23,8 +24,12 @@ class Released:
     gone: list[str] = field(default_factory=list)  # asked for, but no longer holders
 
 
-def force_release(alias: str, node: str, holders: list[str] | None = None) -> Released:
-    """Delete the current holders' nodes of the lock node ``node`` (only those in ``holders``, if given).
+def force_release(alias: str, node: str, holders: Mapping[str, int] | None = None) -> Released:
+    """Delete holder nodes of the lock node ``node``.
+
+    ``holders`` maps the child node names to delete to the czxid (token) they were seen with: only those that
+    still hold with that very czxid are deleted, the others are reported in ``gone``. ``None`` deletes every
+    current holder, whoever it is now.
 
     Raises ZkLocksError when the alias cannot be read or written, LookupError when the lock has no node.
     """
@@ -33,7 +38,7 @@ def force_release(alias: str, node: str, holders: list[str] | None = None) -> Re
         raise ZkLocksError(error)
     if info is None:
         raise LookupError(f"alias {alias!r} has no lock node {node!r}")
-    targets = info.holders if holders is None else [h for h in info.holders if h.node in holders]
+    targets = info.holders if holders is None else [h for h in info.holders if holders.get(h.node) == h.token]
     result = Released(lock=info, gone=[n for n in (holders or []) if n not in {h.node for h in targets}])
     pool = connections[alias]
     client = pool.session().client

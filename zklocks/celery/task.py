@@ -161,7 +161,9 @@ class SingleExecutionTask(Task):
             if marker and not retried:
                 self._forget_marker(opts, name, request.id)
             if lock is not None:
-                lock.release()
+                # Wait for the server's answer (bounded by CONNECT_TIMEOUT) before Celery publishes our result
+                # or the next task of a chain: a follower that runs on another session must find the lock free.
+                lock.release(wait=True)
 
     def _run_holding(self, lock: ZkLock, opts: LockOptions, name: str, args: tuple, kwargs: dict) -> Any:
         request = self.request

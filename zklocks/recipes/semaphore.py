@@ -16,10 +16,10 @@ import json
 import re
 import threading
 
-from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
+from ..exceptions import LockNotAcquired, LockTimeout, ZkAuthError, ZkUnavailable
 from ..session import Session
-from ..exceptions import LockNotAcquired, LockTimeout
 from . import queue
 from .queue import EXCLUSIVE, Contender, Deadline, SemaphoreMismatch, SessionGone, _DeadlinePassed, call, wait_result
 
@@ -76,8 +76,25 @@ def _ensure_semaphore_node(session: Session, path: str, max_leases: int, deadlin
 
 
 def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: bool, deadline: Deadline,
-            name: str) -> Contender:
-    """Take one lease; returns a Contender standing for the lease node."""
+            name: str, alias: str) -> Contender:
+    """Take one lease; returns a Contender standing for the lease node.
+
+    Raises only zklocks errors: LockNotAcquired / LockTimeout / ZkUnavailable / ZkAuthError / SemaphoreMismatch,
+    each naming the semaphore and the alias.
+    """
+    what = f"semaphore {name!r} (alias {alias!r})"
+    try:
+        return _acquire(get_session, path, max_leases, data, blocking, deadline, name, what)
+    except _DeadlinePassed:
+        raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
+    except (ZkUnavailable, ZkAuthError) as exc:
+        if str(exc).startswith(what):
+            raise
+        raise type(exc)(f"{what}: {exc}") from exc
+
+
+def _acquire(get_session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline, name: str,
+             what: str) -> Contender:
     while True:
         session = get_session()
         try:
@@ -86,7 +103,7 @@ def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: b
                 # All leases taken: fail at once, without queueing for the mutex behind a blocking waiter.
                 children = call(session, lambda: session.client.get_children_async(path), deadline)
                 if len(leases(children)) >= max_leases:
-                    raise LockNotAcquired(name=name)
+                    raise LockNotAcquired(f"{what}: all {max_leases} leases are held", name=name)
             # Non-blocking callers still wait for the (short) mutex turn, bounded by CONNECT_TIMEOUT.
             mutex_deadline = deadline if blocking else Deadline(session.cfg.connect_timeout)
 
@@ -95,58 +112,83 @@ def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: b
                     raise SessionGone()  # start over on a fresh session (below)
                 return session
 
-            mutex = queue.acquire(same_session, f"{path}/{MUTEX}", EXCLUSIVE, data, blocking=True,
-                                  deadline=mutex_deadline, name=name)
-        except SessionGone:
+            try:
+                mutex = queue.acquire(same_session, f"{path}/{MUTEX}", EXCLUSIVE, data, blocking=True,
+                                      deadline=mutex_deadline, name=name)
+            except LockTimeout:
+                raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
+        except (SessionGone, NoNodeError):
+            # Our session ended, or a reaper sweep removed the (empty) semaphore node between two of our
+            # requests: start over, within our deadline.
             if deadline.expired():
-                raise LockTimeout(name=name) from None
+                raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
             continue
         try:
-            return _take_lease(session, path, max_leases, data, blocking, deadline, name)
-        except _DeadlinePassed:
-            raise LockTimeout(f"semaphore {name!r}: no lease within the timeout", name=name) from None
+            return _take_lease(session, path, max_leases, data, blocking, deadline, name, what)
         except SessionGone:
             if deadline.expired():
-                raise LockTimeout(name=name) from None
+                raise LockTimeout(f"{what}: no lease within the timeout (its session ended)", name=name) from None
             continue
         finally:
             mutex.delete_nowait()  # FIFO: our next request already sees the mutex released
 
 
 def _take_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,
-                name: str) -> Contender:
+                name: str, what: str) -> Contender:
     client = session.client
-    lease = Contender(session, path, LEASE)
+    lease = Contender(session, path, LEASE)  # one guid for every create of this acquire
     while True:
         changed = threading.Event()
         with session.waking(changed):
-            children = call(session, lambda: client.get_children_async(path, watch=lambda _e: changed.set()),
-                            deadline)
+            try:
+                children = call(session, lambda: client.get_children_async(path, watch=lambda _e: changed.set()),
+                                deadline)
+            except NoNodeError:
+                raise SessionGone() from None  # the semaphore node was deleted under us: start over
             if len(leases(children)) < max_leases:
                 created = client.create_async(lease.prefix, data, acl=session.acl, ephemeral=True, sequence=True,
                                               include_data=True)
                 lease._pending_create = created
                 try:
-                    node, stat = wait_result(created, session, deadline)
+                    try:
+                        node, stat = wait_result(created, session, deadline)
+                    except (ConnectionLoss, OperationTimeoutError):
+                        # The create may or may not have been applied: find our lease by its guid.
+                        if _recover_lease(lease, deadline):
+                            return lease
+                        lease._pending_create = None
+                        continue  # it never reached the server: look at the leases again
                 except NoNodeError:
                     raise SessionGone() from None  # the semaphore node was reaped under us: start over
-                except _DeadlinePassed:
-                    lease.abandon()
-                    raise LockTimeout(name=name) from None
                 except BaseException:
-                    lease.abandon()
+                    lease.abandon()  # through the pending create, or by its guid after a connection loss
                     raise
                 lease._pending_create = None
                 lease._set_node(node, stat.czxid)
                 return lease
             if not blocking:
-                raise LockNotAcquired(name=name)
+                raise LockNotAcquired(f"{what}: all {max_leases} leases are held", name=name)
             lease.waited = True
             while not changed.is_set():
                 remaining = deadline.remaining()
                 if deadline.expired():
-                    raise LockTimeout(f"semaphore {name!r}: no lease within the timeout", name=name)
+                    raise LockTimeout(f"{what}: no lease within the timeout", name=name)
                 slice_ = session.timeout / 3 if deadline.cancel is None else 0.05
                 changed.wait(slice_ if remaining is None else min(slice_, remaining))
                 if not session.is_alive():
                     raise SessionGone()
+
+
+def _recover_lease(lease: Contender, deadline: Deadline) -> bool:
+    """After a connection loss during our lease create: True once our lease node is adopted, False if the
+    create was never applied (RECIPES §6, as the lock queue does)."""
+    session, client = lease.session, lease.session.client
+    session.wait_connected(deadline.at)
+    # sync first: we may have reconnected to a server that has not applied our create yet.
+    call(session, lambda: client.sync_async(lease.parent), deadline)
+    children = call(session, lambda: client.get_children_async(lease.parent), deadline)
+    mine = lease._find_own(children)
+    if mine is None:
+        return False
+    lease._adopt(mine, deadline)
+    return True

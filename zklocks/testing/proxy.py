@@ -5,15 +5,19 @@
     proxy.partition()        # black-hole: connections stay open, nothing passes (like a cut cable)
     proxy.heal()
     proxy.drop_after_next_request()   # forward the next request to the server, then drop the connection
+    proxy.drop_after_next_request((15,), skip=1)  # ... the second create2 instead
     proxy.cancel_drop()      # disarm it
+    proxy.latency = 0.2      # delay every request (client to server) by 0.2 s, in order, from now on
     proxy.reset()            # close every connection now
 """
 
 from __future__ import annotations
 
+import queue
 import select
 import socket
 import threading
+import time
 
 
 class TcpProxy:
@@ -30,7 +34,9 @@ class TcpProxy:
         self._refuse = False
         self._drop_next = threading.Event()
         self._drop_opcodes: frozenset[int] = frozenset((1, 15))
+        self._drop_skip = 0
         self.dropped = threading.Event()  # set when an armed drop happened
+        self.latency = 0.0  # seconds each client-to-server packet is held back (not combined with drops)
         self._stopped = False
         self._thread = threading.Thread(target=self._accept_loop, name="zklocks-proxy", daemon=True)
 
@@ -51,9 +57,13 @@ class TcpProxy:
         self._refuse = False
         self._blocked.clear()
 
-    def drop_after_next_request(self, opcodes: tuple[int, ...] = (1, 15)) -> None:
-        """Forward the next request with one of ``opcodes`` (default: create, create2), then drop."""
+    def drop_after_next_request(self, opcodes: tuple[int, ...] = (1, 15), skip: int = 0) -> None:
+        """Forward the next request with one of ``opcodes`` (default: create, create2), then drop.
+
+        ``skip`` lets that many matching requests pass first (e.g. skip=1: drop after the second create).
+        """
         self._drop_opcodes = frozenset(opcodes)
+        self._drop_skip = skip
         self.dropped.clear()
         self._drop_next.set()
 
@@ -102,6 +112,7 @@ class TcpProxy:
     def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
         peers = {client: upstream, upstream: client}
         requests_seen = 0
+        delayed: queue.Queue | None = None
         try:
             while not self._stopped:
                 readable, _, _ = select.select([client, upstream], [], [], 0.05)
@@ -111,6 +122,13 @@ class TcpProxy:
                     data = s.recv(65536)
                     if not data:
                         return
+                    if s is client and (self.latency > 0 or delayed is not None):
+                        if delayed is None:
+                            delayed = queue.Queue()
+                            threading.Thread(target=self._send_later, args=(delayed, upstream),
+                                             daemon=True).start()
+                        delayed.put((time.monotonic() + self.latency, data))
+                        continue
                     peers[s].sendall(data)
                     if s is client:
                         requests_seen += 1
@@ -118,12 +136,18 @@ class TcpProxy:
                         # length, xid and the request's opcode (several packets may share one read).
                         if (requests_seen > 1 and self._drop_next.is_set()
                                 and self._drop_opcodes.intersection(opcodes(data))):
+                            with self._lock:
+                                if self._drop_skip > 0:
+                                    self._drop_skip -= 1
+                                    continue
                             self._drop_next.clear()
                             self.dropped.set()
                             return
         except OSError:
             return
         finally:
+            if delayed is not None:
+                delayed.put(None)
             for s in (client, upstream):
                 try:
                     s.close()
@@ -132,6 +156,21 @@ class TcpProxy:
             with self._lock:
                 if (client, upstream) in self._pairs:
                     self._pairs.remove((client, upstream))
+
+    def _send_later(self, delayed: queue.Queue, upstream: socket.socket) -> None:
+        """Forward the held-back packets of one connection, each at its due time, in order."""
+        while True:
+            item = delayed.get()
+            if item is None:
+                return
+            due, data = item
+            pause = due - time.monotonic()
+            if pause > 0:
+                time.sleep(pause)
+            try:
+                upstream.sendall(data)
+            except OSError:
+                return
 
 
 def opcodes(data: bytes) -> list[int]:

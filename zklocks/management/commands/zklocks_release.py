@@ -40,7 +40,7 @@ class Command(BaseCommand):
         if not yes and not self._confirm():
             raise CommandError("aborted: nothing was released")
         try:
-            result = force_release(alias, info.node, [h.node for h in info.holders])
+            result = force_release(alias, info.node, {h.node: h.token for h in info.holders})
         except LookupError:
             raise CommandError("the lock node is gone: nothing was released") from None
         except ZkLocksError as exc:
