@@ -21,7 +21,7 @@ from zklocks import (
 from zklocks.conf import alias_config
 from zklocks.connections import close_all
 from zklocks.names import decode_name, encode_name
-from zklocks.recipes.semaphore import SemaphoreMismatch
+from zklocks import SemaphoreMismatch
 from zklocks.testing import ZkEnsemble, free_port
 
 TRICKY = ["..", ".", "/", "/leading", "trailing/", "a/b", "a/../../../escape", "a%2Fb", "a%252Fb", "%", "100%",

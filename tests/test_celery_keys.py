@@ -11,7 +11,7 @@ from tests.celery_app import rec_default_key, rec_skip, self_call
 from zklocks import LockNotAcquired, ZkConfigError
 from zklocks.celery import conf as celery_conf
 from zklocks.celery import keys
-from zklocks.exceptions import InvalidLockName
+from zklocks import InvalidLockName
 
 pytestmark = pytest.mark.celery
 

@@ -8,7 +8,7 @@ import pytest
 from tests.helpers import HeldInThread, assert_no_overlap, in_thread, raw_client, read_records, spawn_worker, wait_until
 from zklocks import LockNotAcquired, LockTimeout, LockUpgradeError, zk_lock, zk_multi_lock, zk_semaphore
 from zklocks.conf import alias_config
-from zklocks.recipes.semaphore import SemaphoreMismatch
+from zklocks import SemaphoreMismatch
 from zklocks.testing import four_letter
 
 pytestmark = pytest.mark.zk

@@ -2,11 +2,14 @@
 
 from .connections import close_all
 from .exceptions import (
+    InvalidLockName,
     LockLost,
     LockNotAcquired,
     LockTimeout,
     LockUpgradeError,
+    SemaphoreMismatch,
     SequenceExhausted,
+    StaleToken,
     ZkAuthError,
     ZkConfigError,
     ZkLocksError,
@@ -29,5 +32,8 @@ __all__ = [
     "ZkAuthError",
     "ZkConfigError",
     "SequenceExhausted",
+    "SemaphoreMismatch",
+    "StaleToken",
+    "InvalidLockName",
 ]
 __version__ = "0.1.0"

@@ -8,6 +8,8 @@
     ├── ZkUnavailable            no ZooKeeper session could be reached (never contention)
     ├── ZkAuthError              ZooKeeper refused an operation for lack of rights (NoAuth)
     ├── SequenceExhausted        a lock node's sequence counter is used up (2**31-1 creates)
+    ├── SemaphoreMismatch        a name used as semaphore and lock, or max_leases disagree (also ValueError)
+    ├── StaleToken               a fenced write carried a token lower than one already accepted
     ├── ZkConfigError            settings.ZKLOCKS is unusable (also ImproperlyConfigured)
     └── InvalidLockName          also ValueError
 """
@@ -67,6 +69,18 @@ class SequenceExhausted(ZkLocksError):
         self.name = name
         self.alias = alias
         self.path = path
+
+
+class SemaphoreMismatch(ZkLocksError, ValueError):
+    """A name is used both as a semaphore and as a plain lock, or contenders disagree on max_leases."""
+
+
+class StaleToken(ZkLocksError):
+    """A write carried a fencing token lower than one the resource has already accepted."""
+
+    def __init__(self, token: int, model: str) -> None:
+        super().__init__(f"{model}: fencing token {token} is stale; a later lock holder has written since")
+        self.token = token
 
 
 class ZkConfigError(ZkLocksError, ImproperlyConfigured):

@@ -21,15 +21,9 @@ from typing import Any
 
 from django.db import models
 
-from .exceptions import ZkLocksError
+from .exceptions import StaleToken
 
-
-class StaleToken(ZkLocksError):
-    """A write carried a fencing token lower than one the resource has already accepted."""
-
-    def __init__(self, token: int, model: str) -> None:
-        super().__init__(f"{model}: fencing token {token} is stale; a later lock holder has written since")
-        self.token = token
+__all__ = ["FencedQuerySet", "StaleToken"]
 
 
 class FencedQuerySet(models.QuerySet):

@@ -34,7 +34,14 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType
 
 from .. import dispatch
-from ..exceptions import LockNotAcquired, LockTimeout, SequenceExhausted, ZkAuthError, ZkLocksError, ZkUnavailable
+from ..exceptions import (
+    LockNotAcquired,
+    LockTimeout,
+    SemaphoreMismatch,
+    SequenceExhausted,
+    ZkAuthError,
+    ZkUnavailable,
+)
 from ..session import Session
 
 log = logging.getLogger("zklocks")
@@ -51,10 +58,6 @@ SEQUENCE_WARN = SEQUENCE_LIMIT - 2**24  # about 17 million creates before the li
 # Children that only a semaphore (semaphore.py) puts below a lock node.
 _SEMAPHORE_CHILD = re.compile(r"^__mutex__$|__lease__-?\d{10}$")
 _SEQUENCE = re.compile(r"__(?:lock|rlock|lease)__(-?\d{10})$")
-
-
-class SemaphoreMismatch(ZkLocksError, ValueError):
-    """A name is used both as a semaphore and as a plain lock, or contenders disagree on max_leases."""
 
 
 class SessionGone(Exception):

@@ -18,10 +18,10 @@ import threading
 
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
-from ..exceptions import LockNotAcquired, LockTimeout, ZkAuthError, ZkUnavailable
+from ..exceptions import LockNotAcquired, LockTimeout, SemaphoreMismatch, ZkAuthError, ZkUnavailable
 from ..session import Session
 from . import queue
-from .queue import EXCLUSIVE, Contender, Deadline, SemaphoreMismatch, SessionGone, _DeadlinePassed, call, wait_result
+from .queue import EXCLUSIVE, Contender, Deadline, SessionGone, _DeadlinePassed, call, wait_result
 
 MUTEX = "__mutex__"
 LEASE = "__lease__"
