@@ -97,26 +97,48 @@ def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: b
 
             mutex = queue.acquire(same_session, f"{path}/{MUTEX}", EXCLUSIVE, data, blocking=True,
                                   deadline=mutex_deadline, name=name)
-        except SessionGone:
-            if deadline.expired():
-                raise LockTimeout(name=name) from None
-            continue
-        try:
-            return _take_lease(session, path, max_leases, data, blocking, deadline, name)
         except _DeadlinePassed:
-            raise LockTimeout(f"semaphore {name!r}: no lease within the timeout", name=name) from None
+            raise LockTimeout(f"semaphore {name!r} (alias {session.alias!r}): no lease within the timeout",
+                              name=name) from None
         except SessionGone:
             if deadline.expired():
                 raise LockTimeout(name=name) from None
             continue
-        finally:
-            mutex.delete_nowait()  # FIFO: our next request already sees the mutex released
+        lease = None
+        try:
+            try:
+                lease = _take_lease(session, path, max_leases, data, blocking, deadline, name)
+            finally:
+                mutex.delete_nowait()  # FIFO: our next request already sees the mutex released
+        except _DeadlinePassed:
+            raise LockTimeout(f"semaphore {name!r} (alias {session.alias!r}): no lease within the timeout",
+                              name=name) from None
+        except SessionGone:
+            if deadline.expired():
+                raise LockTimeout(name=name) from None
+            continue
+        except BaseException:
+            # Interrupted (e.g. asynchronously) with the lease taken or the mutex not yet given back.
+            mutex.abandon()
+            if lease is not None:
+                lease.abandon()
+            raise
+        return lease
 
 
 def _take_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,
                 name: str) -> Contender:
-    client = session.client
     lease = Contender(session, path, LEASE)
+    try:
+        return _create_lease(session, path, max_leases, data, blocking, deadline, name, lease)
+    except BaseException:
+        lease.abandon()  # whatever interrupted us, even after the create: the lease node must not stay
+        raise
+
+
+def _create_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,
+                  name: str, lease: Contender) -> Contender:
+    client = session.client
     while True:
         changed = threading.Event()
         with session.waking(changed):
@@ -131,13 +153,9 @@ def _take_lease(session: Session, path: str, max_leases: int, data: bytes, block
                 except NoNodeError:
                     raise SessionGone() from None  # the semaphore node was reaped under us: start over
                 except _DeadlinePassed:
-                    lease.abandon()
                     raise LockTimeout(name=name) from None
-                except BaseException:
-                    lease.abandon()
-                    raise
-                lease._pending_create = None
                 lease._set_node(node, stat.czxid)
+                lease._pending_create = None
                 return lease
             if not blocking:
                 raise LockNotAcquired(name=name)
