@@ -131,3 +131,37 @@ def test_an_exception_in_the_grant_window_of_a_semaphore_frees_the_lease(where, 
     assert seen and "interrupted" in box, f"the tracer never fired at {where}"
     wait_until(lambda: children(zk_semaphore(name, 1), "__lease__") == [], timeout=3)
     assert free_for_others(lambda: zk_semaphore(name, 1)) is True
+
+
+@pytest.mark.celery
+def test_a_soft_time_limit_right_after_the_task_lock_is_granted_releases_it():
+    """The soft time limit's exception is delivered between bytecodes, e.g. as the C call that follows the
+    acquire in SingleExecutionTask._acquire returns; a profile function raises at exactly that point."""
+    from tests.celery_app import rec_skip
+    from zklocks.celery import SingleExecutionTask
+
+    target = SingleExecutionTask._acquire.__code__
+    seen = []
+
+    def profiler(frame, event, arg):
+        if event == "c_return" and frame.f_code is target and getattr(arg, "__name__", "") == "reset" and not seen:
+            seen.append(arg)
+            raise Interrupted("injected after the task lock was granted")
+
+    box = {}
+
+    def run():
+        sys.setprofile(profiler)
+        try:
+            rec_skip.apply(args=("window", 0.0), throw=True)
+        except Interrupted as exc:
+            box["interrupted"] = exc
+        finally:
+            sys.setprofile(None)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    assert seen and "interrupted" in box
+    wait_until(lambda: children(zk_lock("rec:window"), "__lock__") == [], timeout=3)
+    assert free_for_others(lambda: zk_lock("rec:window")) is True
