@@ -70,9 +70,10 @@ def free_for_others(handle_factory):
     return in_thread(lambda: _take_and_give_back(handle_factory()))
 
 
-def _take_and_give_back(handle):
-    got = handle.acquire(blocking=False)
+def _take_and_give_back(handle, timeout=None):
+    got = handle.acquire(blocking=timeout is not None, timeout=timeout)
     if got:
+        handle.ensure_held()  # a real node, not a stale hold whose node is gone
         handle.release()
     return got
 
@@ -90,9 +91,9 @@ WINDOW = [
 def test_an_exception_in_the_grant_window_leaves_the_lock_free(where, code, nth, caller):
     name = f"window-{code.co_name}"
     tracer, seen = raise_at(code, nth=nth, caller=caller)
-    box = interrupted_acquire(zk_lock(name), tracer, after=lambda: _take_and_give_back(zk_lock(name)))
+    box = interrupted_acquire(zk_lock(name), tracer, after=lambda: _take_and_give_back(zk_lock(name), 3))
     assert seen and "interrupted" in box, f"the tracer never fired at {where}"
-    # The same owner gets a real, fresh hold (no phantom registry entry pointing at a deleted node) ...
+    # The same owner gets a real, fresh hold (not a stale one whose node is deleted in the background) ...
     assert box["after"] is True
     # ... and another owner acquires at once: the interrupted node is gone.
     wait_until(lambda: children(zk_lock(name), "__lock__") == [], timeout=3)
