@@ -289,8 +289,8 @@ class _BaseHandle(_Acquirable):
             raise LockTimeout(f"{self.kind} lock {self.name!r} (alias {self.using!r}) not acquired within the "
                               "timeout", name=self.name)
         grant = _Grant()
-        stack: list[Hold] | None = None
-        depth = 0
+        owner: object | None = None
+        depth: int | None = None
         try:
             try:
                 hold = self._acquire_hold(blocking and not once, deadline, grant)
@@ -303,17 +303,20 @@ class _BaseHandle(_Acquirable):
             with self._mine_lock:
                 stack = self._mine.setdefault(owner, [])
                 depth = len(stack)
-                stack.append(hold)
+                stack.append(hold)  # nothing can interrupt between the depth and the append
             if hold.count == 1:
                 signals.send_async(signals.lock_acquired, sender=type(self), name=self.name, alias=self.using,
                                    kind=hold.kind, token=hold.token, wait_time=time.monotonic() - started)
         except BaseException:
             # Whatever arrived after the grant (even asynchronously) must not leave a node nobody releases.
-            if stack is not None:
+            if owner is not None:
                 with self._mine_lock:
-                    del stack[depth:]
-                    if not stack and self._mine.get(owner) is stack:
-                        del self._mine[owner]
+                    stack = self._mine.get(owner)
+                    if stack is not None:
+                        if depth is not None:
+                            del stack[depth:]
+                        if not stack:
+                            del self._mine[owner]
             grant.give_back()
             raise
 
