@@ -142,11 +142,12 @@ _registry_lock = threading.Lock()
 def reset_after_fork() -> None:
     """A forked child holds nothing: the forking thread's id survives, so stale entries would 're-enter'."""
     global _registry_lock, _long_holds
-    global _async_executor, _async_lock, _task_owners_lock
+    global _async_executor, _release_executor, _async_lock, _task_owners_lock
     _registry.clear()
     _registry_lock = threading.Lock()
     _long_holds = _LongHolds()
     _async_executor = None  # its threads did not survive the fork; it would start no new ones
+    _release_executor = None
     _async_lock = threading.Lock()
     _task_owners_lock = threading.Lock()
 
@@ -173,6 +174,7 @@ def render_name(template: str, func: Callable, args: tuple, kwargs: dict, what: 
 
 
 _async_executor: ThreadPoolExecutor | None = None
+_release_executor: ThreadPoolExecutor | None = None
 _async_lock = threading.Lock()
 
 
@@ -185,10 +187,63 @@ def _executor() -> ThreadPoolExecutor:
         return _async_executor
 
 
+def _releaser() -> ThreadPoolExecutor:
+    """Threads for async releases, apart from the acquire threads: a release never queues behind waiters
+    (every acquire thread may be waiting for the very lock the release frees)."""
+    global _release_executor
+    with _async_lock:
+        if _release_executor is None:
+            _release_executor = ThreadPoolExecutor(max_workers=32, thread_name_prefix="zklocks-async-release")
+        return _release_executor
+
+
+def _deadline(blocking: bool, timeout: float | None, cancel: threading.Event | None,
+              at: float | None) -> tuple[Deadline, bool]:
+    """The deadline of one acquire, and whether it is a single attempt (``timeout=0``, as with threading.Lock).
+
+    ``at`` is the absolute deadline of an async call, fixed when it was made (not when a thread took it up).
+    A single attempt has no deadline of its own: its requests are bounded by CONNECT_TIMEOUT, like
+    ``blocking=False``, and it never waits behind a holder.
+    """
+    once = blocking and timeout == 0
+    deadline = Deadline(None if once or not blocking else timeout, cancel)
+    if at is not None and not once:
+        deadline.at = at
+    return deadline, once
+
+
+class _Grant:
+    """What an acquire has taken so far, so that an exception at any point after the grant (an asynchronous
+    one too: KeyboardInterrupt, Celery's SoftTimeLimitExceeded) gives it back instead of leaving the node."""
+
+    __slots__ = ("contender", "hold")
+
+    def __init__(self) -> None:
+        self.contender: queue.Contender | None = None
+        self.hold: Hold | None = None  # its count includes this acquire
+
+    def give_back(self) -> None:
+        hold = self.hold
+        if hold is None:
+            if self.contender is not None:
+                self.contender.abandon()
+            return
+        with _registry_lock:
+            hold.count -= 1
+            last = hold.count <= 0
+            if last and hold.key is not None and _registry.get(hold.key) is hold:
+                del _registry[hold.key]
+        if last:
+            hold.session.remove_hold(hold)
+            if not hold.lost:
+                hold.contender.abandon()
+
+
 class _Acquirable:
     """``acquire() -> bool`` on top of a raising ``_acquire``."""
 
-    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None) -> None:
+    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None,
+                 at: float | None = None) -> None:
         raise NotImplementedError
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
@@ -226,7 +281,8 @@ class _BaseHandle(_Acquirable):
 
     # -- to be provided by subclasses --
 
-    def _acquire_hold(self, blocking: bool, deadline: Deadline) -> Hold | None:
+    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: _Grant) -> Hold:
+        """Take the lock; record in ``grant`` what is taken as soon as it is (see _Grant)."""
         raise NotImplementedError
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
@@ -237,20 +293,46 @@ class _BaseHandle(_Acquirable):
 
     # -- acquire / release --
 
-    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None) -> None:
+    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None,
+                 at: float | None = None) -> None:
         blocking = self.blocking if blocking is None else blocking
         timeout = self.timeout if timeout is None else timeout
-        deadline = Deadline(timeout if blocking else None, cancel)
+        deadline, once = _deadline(blocking, timeout, cancel, at)
         started = time.monotonic()
-        hold = self._acquire_hold(blocking, deadline)
-        if hold is None:  # unreachable: subclasses raise instead
-            raise LockNotAcquired(name=self.name)
-        owner = current_owner()
-        with self._mine_lock:
-            self._mine.setdefault(owner, []).append(hold)
-        if hold.count == 1:
-            signals.send_async(signals.lock_acquired, sender=type(self), name=self.name, alias=self.using,
-                               kind=hold.kind, token=hold.token, wait_time=time.monotonic() - started)
+        if deadline.expired():  # an async call cancelled, or whose time ran out before a thread took it up
+            raise LockTimeout(f"{self.kind} lock {self.name!r} (alias {self.using!r}) not acquired within the "
+                              "timeout", name=self.name)
+        grant = _Grant()
+        owner: object | None = None
+        depth: int | None = None
+        try:
+            try:
+                hold = self._acquire_hold(blocking and not once, deadline, grant)
+            except LockNotAcquired as exc:
+                if once and not isinstance(exc, LockTimeout):
+                    raise LockTimeout(f"{self.kind} lock {self.name!r} (alias {self.using!r}) is held elsewhere "
+                                      "(timeout=0: one attempt)", name=self.name) from None
+                raise
+            owner = current_owner()
+            with self._mine_lock:
+                stack = self._mine.setdefault(owner, [])
+                depth = len(stack)
+                stack.append(hold)  # nothing can interrupt between the depth and the append
+            if hold.count == 1:
+                signals.send_async(signals.lock_acquired, sender=type(self), name=self.name, alias=self.using,
+                                   kind=hold.kind, token=hold.token, wait_time=time.monotonic() - started)
+        except BaseException:
+            # Whatever arrived after the grant (even asynchronously) must not leave a node nobody releases.
+            if owner is not None:
+                with self._mine_lock:
+                    stack = self._mine.get(owner)
+                    if stack is not None:
+                        if depth is not None:
+                            del stack[depth:]
+                        if not stack:
+                            del self._mine[owner]
+            grant.give_back()
+            raise
 
     def release(self, wait: bool = False) -> None:
         """Release (the outermost release frees the lock). Idempotent; never raises for a lost lock.
@@ -439,22 +521,40 @@ def _owner_context() -> contextvars.Context:
 
 
 async def _run_off_loop(fn: Callable, *args: Any) -> Any:
+    """Run a release in a thread of its own pool, never behind the acquire threads."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), _owner_context().run, fn, *args)
+    return await loop.run_in_executor(_releaser(), _owner_context().run, fn, *args)
+
+
+# How long past its deadline an async acquire waits for its thread's own LockTimeout before raising one itself.
+_ASYNC_GRACE = 0.1
 
 
 async def _acquire_off_loop(handle, blocking: bool | None, timeout: float | None) -> None:
-    """Acquire in a thread; if the awaiting task is cancelled, stop waiting and give back a late success."""
+    """Acquire in a thread; if the awaiting task is cancelled, stop waiting and give back a late success.
+
+    The deadline counts from this call: when every acquire thread is busy, the call still times out on time.
+    """
+    resolved = handle.blocking if blocking is None else blocking
+    wait = handle.timeout if timeout is None else timeout
+    at = time.monotonic() + wait if resolved and wait else None
     ctx = _owner_context()
     cancel = threading.Event()
     future = asyncio.get_running_loop().run_in_executor(_executor(), ctx.run, handle._acquire, blocking, timeout,
-                                                        cancel)
+                                                        cancel, at)
     try:
-        await asyncio.shield(future)
-    except asyncio.CancelledError:
+        if at is None:
+            await asyncio.shield(future)
+        else:
+            await asyncio.wait_for(asyncio.shield(future), max(0.0, at - time.monotonic()) + _ASYNC_GRACE)
+    except (asyncio.CancelledError, asyncio.TimeoutError) as exc:
         cancel.set()
         future.add_done_callback(
-            lambda f: f.cancelled() or f.exception() is not None or _executor().submit(ctx.copy().run, handle.release))
+            lambda f: f.cancelled() or f.exception() is not None or _releaser().submit(ctx.copy().run, handle.release))
+        if isinstance(exc, asyncio.TimeoutError):
+            what = f"lock {handle.name!r}" if isinstance(handle, _BaseHandle) else f"multi-lock {handle.names!r}"
+            name = handle.name if isinstance(handle, _BaseHandle) else handle.names[0]
+            raise LockTimeout(f"{what} (alias {handle.using!r}) not acquired within the timeout", name=name) from None
         raise
 
 
@@ -560,7 +660,7 @@ class ZkLock(_BaseHandle):
     def path(self) -> str:
         return join_path(connections[self.using].cfg.namespace, self.name)
 
-    def _acquire_hold(self, blocking: bool, deadline: Deadline) -> Hold:
+    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: _Grant) -> Hold:
         key = (current_owner(), self.using, self.name)
         if self.reentrant:
             with _registry_lock:
@@ -574,15 +674,17 @@ class ZkLock(_BaseHandle):
                             f"this thread holds the shared lock {self.name!r} and asked for the exclusive one; "
                             "an upgrade would deadlock. Release the shared lock first.")
                     existing.count += 1
+                    grant.hold = existing
                     return existing
         pool = connections[self.using]
         parent = join_path(pool.cfg.namespace, self.name)
         marker = SHARED if self.shared else EXCLUSIVE
         data = holder.payload()
         while True:
-            contender = queue.acquire(pool.session, parent, marker, data, blocking=blocking, deadline=deadline,
-                                      name=self.name)
-            hold = Hold(self.using, self.name, self.kind, contender, key)
+            grant.hold = None
+            contender = grant.contender = queue.acquire(pool.session, parent, marker, data, blocking=blocking,
+                                                        deadline=deadline, name=self.name)
+            hold = grant.hold = Hold(self.using, self.name, self.kind, contender, key)
             if contender.session.add_hold(hold):
                 break
             if deadline.expired():  # the session ended between the grant and now
@@ -642,15 +744,17 @@ class ZkSemaphore(_BaseHandle):
     def path(self) -> str:
         return join_path(connections[self.using].cfg.namespace, self.name)
 
-    def _acquire_hold(self, blocking: bool, deadline: Deadline) -> Hold:
+    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: _Grant) -> Hold:
         from .recipes import semaphore
 
         pool = connections[self.using]
         path = join_path(pool.cfg.namespace, self.name)
         while True:
-            lease = semaphore.acquire(pool.session, path, self.max_leases, holder.payload(), blocking=blocking,
-                                      deadline=deadline, name=self.name, alias=self.using)
-            hold = Hold(self.using, self.name, self.kind, lease, None)
+            grant.hold = None
+            lease = grant.contender = semaphore.acquire(pool.session, path, self.max_leases, holder.payload(),
+                                                        blocking=blocking, deadline=deadline, name=self.name,
+                                                        alias=self.using)
+            hold = grant.hold = Hold(self.using, self.name, self.kind, lease, None)
             if lease.session.add_hold(hold):
                 _long_holds.add(hold, lease.waited)
                 return hold
@@ -709,17 +813,19 @@ class ZkMultiLock(_Acquirable):
             return ZkLock(spec[0], shared=spec[1] == "shared", using=using)
         raise ValueError(f"zk_multi_lock member {spec!r}: give a name, (name, 'shared'|'exclusive') or a zk_lock")
 
-    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None) -> None:
+    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None,
+                 at: float | None = None) -> None:
         blocking = self.blocking if blocking is None else blocking
         timeout = self.timeout if timeout is None else timeout
-        deadline = Deadline(timeout if blocking else None, cancel)
+        deadline, once = _deadline(blocking, timeout, cancel, at)
         taken: list[ZkLock] = []
         try:
             for lock in self.locks:
-                remaining = deadline.remaining()
                 if deadline.expired():
-                    raise LockTimeout(f"multi-lock: {lock.name!r} not acquired within the timeout", name=lock.name)
-                lock._acquire(blocking, remaining if remaining is not None else None, cancel)
+                    raise LockTimeout(f"multi-lock {self.names!r} (alias {self.using!r}): {lock.name!r} not "
+                                      "acquired within the timeout", name=lock.name)
+                # timeout=0: one attempt per member; otherwise the members share the overall deadline.
+                lock._acquire(blocking, 0 if once else None, cancel, deadline.at)
                 taken.append(lock)
         except BaseException:
             for lock in reversed(taken):

@@ -185,22 +185,31 @@ class SingleExecutionTask(Task):
         lock = ZkLock(name, using=opts.lock_using, reentrant=False)
         wait = opts.lock_timeout
         token = holder.current_task.set((request.id, self.name))
+        got = False
         try:
             try:
-                got = lock.acquire(blocking=wait > 0, timeout=wait if wait > 0 else None)
-                if not got and self._own_previous_attempt_holds(name, opts, request):
-                    # A redelivery (acks_late) or a retry of this very task: the holder is its earlier attempt,
-                    # which is ending, or dead with a session that lives on. Wait for that session's bound.
-                    log.info("zklocks: %s[%s]: lock %r is held by an earlier attempt of this task; waiting",
-                             self.name, request.id, name)
-                    got = lock.acquire(blocking=True, timeout=redelivery_wait(opts.lock_using))
-            except ZkUnavailable as exc:
-                if opts.on_unavailable == "retry":
-                    log.warning("zklocks: %s[%s]: ZooKeeper unavailable (%s); retrying", self.name, request.id, exc)
-                    raise self._retry(exc, opts) from exc
-                raise
-        finally:
-            holder.current_task.reset(token)
+                try:
+                    got = lock.acquire(blocking=wait > 0, timeout=wait if wait > 0 else None)
+                    if not got and self._own_previous_attempt_holds(name, opts, request):
+                        # A redelivery (acks_late) or a retry of this very task: the holder is its earlier
+                        # attempt, which is ending, or dead with a session that lives on. Wait for that
+                        # session's bound.
+                        log.info("zklocks: %s[%s]: lock %r is held by an earlier attempt of this task; waiting",
+                                 self.name, request.id, name)
+                        got = lock.acquire(blocking=True, timeout=redelivery_wait(opts.lock_using))
+                except ZkUnavailable as exc:
+                    if opts.on_unavailable == "retry":
+                        log.warning("zklocks: %s[%s]: ZooKeeper unavailable (%s); retrying", self.name, request.id,
+                                    exc)
+                        raise self._retry(exc, opts) from exc
+                    raise
+            finally:
+                holder.current_task.reset(token)
+        except BaseException:
+            # e.g. the soft time limit (SoftTimeLimitExceeded) arriving right after the grant: give the lock back.
+            if got:
+                lock.release()
+            raise
         return lock if got else None
 
     def _own_previous_attempt_holds(self, name: str, opts: LockOptions, request) -> bool:

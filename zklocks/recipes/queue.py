@@ -214,8 +214,8 @@ class Contender:
                     continue  # the create never reached the server: send it again
                 self._adopt(mine, deadline)
                 return children
+            self._set_node(path, stat.czxid)  # first: an exception in between must still find the node
             self._pending_create = None
-            self._set_node(path, stat.czxid)
             try:
                 return wait_result(listed, self.session, deadline)
             except (ConnectionLoss, OperationTimeoutError):
@@ -240,8 +240,8 @@ class Contender:
         stat = call(self.session, lambda: self.session.client.exists_async(path), deadline)
         if stat is None:
             raise SessionGone()  # it was there a moment ago: only our session's end removes it
-        self._pending_create = None
         self._set_node(path, stat.czxid)
+        self._pending_create = None
 
     def _set_node(self, path: str, czxid: int) -> None:
         self.node = path

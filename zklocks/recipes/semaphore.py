@@ -123,20 +123,40 @@ def _acquire(get_session, path: str, max_leases: int, data: bytes, blocking: boo
             if deadline.expired():
                 raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
             continue
+        lease = None
         try:
-            return _take_lease(session, path, max_leases, data, blocking, deadline, name, what)
+            try:
+                lease = _take_lease(session, path, max_leases, data, blocking, deadline, name, what)
+            finally:
+                mutex.delete_nowait()  # FIFO: our next request already sees the mutex released
         except SessionGone:
             if deadline.expired():
                 raise LockTimeout(f"{what}: no lease within the timeout (its session ended)", name=name) from None
             continue
-        finally:
-            mutex.delete_nowait()  # FIFO: our next request already sees the mutex released
+        except BaseException:
+            # Interrupted (e.g. asynchronously) with the lease taken or the mutex not yet given back.
+            mutex.abandon()
+            if lease is not None:
+                lease.abandon()
+            raise
+        return lease
 
 
 def _take_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,
                 name: str, what: str) -> Contender:
-    client = session.client
     lease = Contender(session, path, LEASE)  # one guid for every create of this acquire
+    try:
+        return _create_lease(session, path, max_leases, data, blocking, deadline, name, what, lease)
+    except BaseException:
+        # Whatever interrupted us, even after the create: through the pending create, or by its guid after a
+        # connection loss, the lease node must not stay.
+        lease.abandon()
+        raise
+
+
+def _create_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,
+                  name: str, what: str, lease: Contender) -> Contender:
+    client = session.client
     while True:
         changed = threading.Event()
         with session.waking(changed):
@@ -160,11 +180,8 @@ def _take_lease(session: Session, path: str, max_leases: int, data: bytes, block
                         continue  # it never reached the server: look at the leases again
                 except NoNodeError:
                     raise SessionGone() from None  # the semaphore node was reaped under us: start over
-                except BaseException:
-                    lease.abandon()  # through the pending create, or by its guid after a connection loss
-                    raise
-                lease._pending_create = None
                 lease._set_node(node, stat.czxid)
+                lease._pending_create = None
                 return lease
             if not blocking:
                 raise LockNotAcquired(f"{what}: all {max_leases} leases are held", name=name)
