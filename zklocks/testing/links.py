@@ -27,8 +27,10 @@ import select
 import socket
 import struct
 import threading
+import time
 
 ELECTION_HEADER = struct.Struct(">qqi")  # protocol version (negative), server id, length of the address
+QUORUM_CONNECT_WINDOW = 3.0  # seconds a quorum proxy keeps trying to reach a leader that does not listen yet
 
 
 class Links:
@@ -145,16 +147,27 @@ class PeerProxy:
                 with self._lock:
                     self._held.append(client)
                 continue
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        """Reach dst, then pump. On the quorum port keep trying for a while: a follower may connect before the
+        new leader listens, and would retry on "connection refused"; it must not see a connection that opens
+        and closes at once (it would give up following and start a new election)."""
+        give_up = time.monotonic() + (0.0 if self.election else QUORUM_CONNECT_WINDOW)
+        while True:
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
+                break
             except OSError:
-                _close(client)
-                continue
-            for s in (client, upstream):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                self._pairs.append((client, upstream))
-            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+                if self._stopped or time.monotonic() >= give_up:
+                    _close(client)
+                    return
+                time.sleep(0.05)
+        for s in (client, upstream):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            self._pairs.append((client, upstream))
+        self._pump(client, upstream)
 
     def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
         # client side is src, upstream side is dst
