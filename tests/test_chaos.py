@@ -90,6 +90,16 @@ def plan(long: bool, seed: int) -> list[str]:
     return out
 
 
+def overlaps_by_fault(report: Report, faults: list[Fault], bound: float) -> dict[str, tuple[float, int]]:
+    """For the log: each overlap charged to the fault during which (or within ``bound`` after) it began."""
+    out: dict[str, tuple[float, int]] = {}
+    for a, b in report.overlaps:
+        kind = next((f.kind for f in faults if f.started <= b.start <= f.ended + bound), "no fault")
+        worst, count = out.get(kind, (0.0, 0))
+        out[kind] = (max(worst, a.valid_until - b.start), count + 1)
+    return out
+
+
 @pytest.mark.timeout(1800)
 def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
     long = request.config.getoption("--chaos-long")
@@ -102,7 +112,7 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
 
     seed = int(os.environ.get("ZKLOCKS_CHAOS_SEED") or random.randrange(1 << 30))
     faults = plan(long, seed)
-    ensemble = ZkEnsemble(3, tick_time=200)
+    ensemble = ZkEnsemble(3, tick_time=200, server_links=True)
     # The short form lets contention run a while between faults, so each run checks thousands of holds.
     run = ChaosRun(ensemble, tmp_path / "chaos", settle=1.0 if long else 4.0, seed=seed, log=log,
                    sigstop_targets=("holder", "leader", "follower") if long else ("holder",))
@@ -121,6 +131,9 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
     report = run.report()
     counts = run.idle_counts()
     log(report.summary())
+    for kind, worst in overlaps_by_fault(report, run.faults, run.bound).items():
+        log(f"overlaps after {kind}: {worst[1]}, longest {worst[0]:.3f}s (earlier holder still valid after the "
+            f"next acquired)")
     log(f"worker counts: {counts}; exit codes {run.exit_codes}")
     if os.environ.get("ZKLOCKS_CHAOS_LOG"):
         with open(os.environ["ZKLOCKS_CHAOS_LOG"], "a") as f:
@@ -141,6 +154,8 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
     assert report.min_sessions >= MIN_SESSIONS
     assert all(code == 0 for code in run.exit_codes), run.exit_codes
     assert report.holds > 500
+    if long:
+        assert report.holds >= 10_000, report.holds
     assert all(f.detail["died_holding"] for f in run.faults if f.kind == "kill-holder")
     assert report.revoked_holds == sum(f.kind == "expire-holder" for f in run.faults)
     assert counts.get("stuck_threads", 0) == 0

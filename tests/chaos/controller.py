@@ -32,13 +32,15 @@ from zklocks.testing.server import four_letter
 MIN_SESSIONS = 50
 _SID = re.compile(r"sid=0x([0-9a-f]+)")
 SHORT_PLAN = ["kill-leader", "kill-follower", "sigstop", "restart-ensemble", "expire-holder", "kill-holder",
-              "drop-create"]
+              "drop-create", "cut-follower", "isolate-leader", "split", "flap-link"]
+# cut-follower, isolate-leader, split and flap-link partition servers: ZkEnsemble(server_links=True).
 
 
 class Worker:
-    def __init__(self, proc: subprocess.Popen, proxied: bool) -> None:
+    def __init__(self, proc: subprocess.Popen, proxied: bool, pin: int | None = None) -> None:
         self.proc = proc
         self.proxied = proxied
+        self.pin = pin  # index of the only server it talks to, or None for all of them
         self.killed_at: float | None = None
 
 
@@ -84,14 +86,19 @@ class ChaosRun:
         self.zk = KazooClient(hosts=self.ensemble.hosts, timeout=4.0,
                               connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5})
         self.zk.start(timeout=30)
+        # Worker 0 reaches the servers through proxies; workers 1..3 are attached each to ONE server, so
+        # contenders stay on a server that a partition cuts off; the rest talk to the whole ensemble.
+        n_servers = len(self.ensemble.servers)
         for i in range(self.n_workers):
-            self.spawn(proxied=i == 0)
+            self.spawn(proxied=i == 0, pin=i - 1 if 1 <= i <= n_servers else None)
         self.wait_sessions(timeout=60)
         self.wait_progress(time.monotonic(), timeout=60)
 
-    def spawn(self, proxied: bool) -> Worker:
+    def spawn(self, proxied: bool, pin: int | None = None) -> Worker:
         hosts = ",".join(p.hosts for p in self.proxies) if proxied else self.ensemble.hosts
         tag = "proxied" if proxied else "direct"
+        if pin is not None:
+            hosts, tag = self.ensemble.servers[pin].hosts, f"server{pin}"
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         env.pop("DJANGO_SETTINGS_MODULE", None)
         out = open(self.dir / f"{tag}-{len(self.workers)}.log", "ab")
@@ -101,7 +108,7 @@ class ChaosRun:
              "--session-timeout", str(self.session_timeout), "--dir", str(self.dir), "--tag", tag],
             cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         out.close()
-        worker = Worker(proc, proxied)
+        worker = Worker(proc, proxied, pin)
         self.workers.append(worker)
         return worker
 
@@ -209,6 +216,8 @@ class ChaosRun:
 
     def repair(self) -> None:
         """Bring every server back and let the clients settle before the next fault."""
+        if self.ensemble.links is not None:
+            self.ensemble.heal_all()
         for s in self.ensemble.servers:
             if s.proc is None or s.proc.poll() is not None:
                 s.proc = None
@@ -314,7 +323,7 @@ class ChaosRun:
         self.kills[victim.proc.pid] = ended
         # Its node outlives it until the session expires: it died holding the lock.
         held = self.zk_call(self.zk.exists, victim_hold["node"]) is not None
-        self.spawn(proxied=victim.proxied)
+        self.spawn(proxied=victim.proxied, pin=victim.pin)
         return Fault("kill-holder", started, ended, {"lock": victim_hold["name"], "pid": victim.proc.pid,
                                                      "died_holding": held})
 
@@ -332,6 +341,71 @@ class ChaosRun:
         if not dropped:
             raise RuntimeError("no create went through the proxies")
         return Fault("drop-create", started, ended, {"dropped": dropped})
+
+    # -- partitions between servers (ZkEnsemble(server_links=True)) --
+
+    def partition_time(self) -> float:
+        """How long a partition lasts: the majority's followers notice a silent leader after syncLimit ticks
+        (ZkServer.write_config), elect a new one, and the sessions cut off with the minority expire."""
+        return self.session_timeout + 10 * self.tick + 1.0
+
+    def _holder_follower(self) -> tuple[int, int, dict]:
+        """A long hold, and a follower to cut: the holder's own server if it is a follower."""
+        hold = self.request_long_hold()
+        leader = self.ensemble.leader()
+        server = self.server_of_session(hold["sid"])
+        if server is None or server is leader:
+            server = self.rng.choice(self.ensemble.followers())
+        return self.ensemble.index(server), self.ensemble.index(leader), hold
+
+    def fault_cut_follower(self) -> Fault:
+        """Cut a follower (the server of a holder in a long hold, if a follower) off from the leader; its
+        clients keep their connections to it. Healed after partition_time()."""
+        f, leader, hold = self._holder_follower()
+        started = time.monotonic()
+        self.ensemble.cut(f, leader)
+        time.sleep(self.partition_time())
+        self.ensemble.heal(f, leader)
+        ended = time.monotonic()
+        return Fault("cut-follower", started, ended, {"server": f + 1, "leader": leader + 1,
+                                                      "long_hold": hold["id"]})
+
+    def fault_isolate_leader(self) -> Fault:
+        """Cut the leader off from both followers; the followers elect a new leader."""
+        hold = self.request_long_hold()
+        leader = self.ensemble.index(self.ensemble.leader())
+        started = time.monotonic()
+        self.ensemble.isolate(leader)
+        time.sleep(self.partition_time())
+        self.ensemble.heal_all()
+        ended = time.monotonic()
+        return Fault("isolate-leader", started, ended, {"server": leader + 1, "long_hold": hold["id"]})
+
+    def fault_split(self) -> Fault:
+        """A minority (a follower, the long holder's if it is one) split from the majority (leader + the other)."""
+        f, leader, hold = self._holder_follower()
+        majority = [i for i in range(len(self.ensemble.servers)) if i != f]
+        started = time.monotonic()
+        self.ensemble.split([[f], majority])
+        time.sleep(self.partition_time())
+        self.ensemble.heal_all()
+        ended = time.monotonic()
+        return Fault("split", started, ended, {"minority": [f + 1], "majority": [i + 1 for i in majority],
+                                               "long_hold": hold["id"]})
+
+    def fault_flap_link(self) -> Fault:
+        """The link between a follower (the long holder's, if a follower) and the leader goes down and up four
+        times within one session timeout, black-holed and reset in turn."""
+        f, leader, hold = self._holder_follower()
+        down, up = 0.15 * self.session_timeout, 0.1 * self.session_timeout
+        started = time.monotonic()
+        for k in range(4):
+            self.ensemble.cut(f, leader, mode="reset" if k % 2 else "blackhole")
+            time.sleep(down)
+            self.ensemble.heal(f, leader)
+            time.sleep(up)
+        ended = time.monotonic()
+        return Fault("flap-link", started, ended, {"server": f + 1, "leader": leader + 1, "long_hold": hold["id"]})
 
     # -- the run --
 

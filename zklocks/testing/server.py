@@ -204,19 +204,72 @@ class ZkServer:
 
 
 class ZkEnsemble:
-    """A 3-node (or n-node) ensemble on loopback, each member in its own process group."""
+    """A 3-node (or n-node) ensemble on loopback, each member in its own process group.
 
-    def __init__(self, size: int = 3, *, tick_time: int = 200, force_sync: bool = False) -> None:
+    With ``server_links=True`` the servers reach each other only through proxies the ensemble owns
+    (:mod:`zklocks.testing.links`), and a test can partition them: ``cut(i, j)``, ``heal(i, j)``,
+    ``isolate(i)``, ``split([[0], [1, 2]])``, ``heal_all()``. Servers are given by index (0-based) or as
+    :class:`ZkServer`. Clients keep their direct connections to every server.
+    """
+
+    def __init__(self, size: int = 3, *, tick_time: int = 200, force_sync: bool = False,
+                 server_links: bool = False) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="zklocks-ensemble-"))
         self.servers = [
             ZkServer(tick_time=tick_time, force_sync=force_sync, workdir=str(self.dir / f"s{i}"), myid=i)
             for i in range(1, size + 1)
         ]
+        self.links = None
+        if server_links:
+            from .links import ServerLinks
+
+            self.links = ServerLinks([s.myid for s in self.servers], [free_port() for _ in self.servers],
+                                     [free_port() for _ in self.servers])
+            for i, s in enumerate(self.servers):
+                s.peers = self.links.peers_for(i)
+            return
         peers = "\n".join(
             f"server.{s.myid}=127.0.0.1:{free_port()}:{free_port()}" for s in self.servers
         )
         for s in self.servers:
             s.peers = peers
+
+    # -- partitions between servers (server_links=True) --
+
+    def index(self, server: int | ZkServer) -> int:
+        return self.servers.index(server) if isinstance(server, ZkServer) else int(server)
+
+    def _links(self):
+        if self.links is None:
+            raise RuntimeError("this ensemble has no server links: create it with ZkEnsemble(server_links=True)")
+        return self.links.links
+
+    def cut(self, i: int | ZkServer, j: int | ZkServer, *, mode: str = "blackhole", one_way: bool = False) -> None:
+        """Cut the link between servers i and j (both directions; only i -> j with ``one_way``).
+        ``mode="blackhole"`` holds every byte (a real partition); ``mode="reset"`` closes their connections."""
+        self._links().cut(self.index(i), self.index(j), mode=mode, one_way=one_way)
+
+    def heal(self, i: int | ZkServer, j: int | ZkServer) -> None:
+        self._links().heal(self.index(i), self.index(j))
+
+    def isolate(self, i: int | ZkServer, *, mode: str = "blackhole") -> None:
+        """Cut server i from every other server (its clients still reach it)."""
+        i = self.index(i)
+        for j in range(len(self.servers)):
+            if j != i:
+                self._links().cut(i, j, mode=mode)
+
+    def split(self, groups: list[list[int | ZkServer]], *, mode: str = "blackhole") -> None:
+        """Partition the servers into ``groups``: every link between two groups is cut."""
+        idx = [[self.index(s) for s in g] for g in groups]
+        for a, group in enumerate(idx):
+            for other in idx[a + 1:]:
+                for i in group:
+                    for j in other:
+                        self._links().cut(i, j, mode=mode)
+
+    def heal_all(self) -> None:
+        self._links().heal_all()
 
     @property
     def hosts(self) -> str:
@@ -255,6 +308,8 @@ class ZkEnsemble:
     def cleanup(self) -> None:
         for s in self.servers:
             s.stop()
+        if self.links is not None:
+            self.links.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> ZkEnsemble:
