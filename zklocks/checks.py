@@ -21,6 +21,7 @@ from . import conf
 from .celery import conf as celery_conf
 from .exceptions import ZkAuthError, ZkUnavailable
 
+
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     _, problems = conf.validate(_raw_setting())
     messages: list[checks.CheckMessage] = []

@@ -26,6 +26,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 from . import holder
 from .multiread import CHILDREN, DATA, fetch
 from .names import decode_name, encode_name, validate_name
+from .recipes.calls import translate
 from .recipes.queue import EXCLUSIVE, sequence_trusted, sort_contenders
 from .recipes.semaphore import MUTEX, leases, stored_max_leases
 
@@ -317,10 +318,10 @@ def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.
         if connected is not None:
             connected.set()
         snap.locks = read_namespace(session.client, cfg.namespace, alias, patience=cfg.connect_timeout, nodes=nodes)
-    except NoAuthError:
+    except NoAuthError as exc:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
-        snap.error = (f"alias {alias!r}: ZooKeeper refused to list {cfg.namespace if cfg else 'the namespace'} "
-                      "(NoAuth): check the alias's AUTH and READ_ACL")
+        snap.error = str(translate(exc, alias, f"list {cfg.namespace if cfg else 'the namespace'}",
+                                   hint="Check the alias's AUTH and READ_ACL."))
     except NoAnswer as exc:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
         snap.error = f"alias {alias!r}: {exc}"

@@ -26,7 +26,8 @@ from .connections import connections
 from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout, LockUpgradeError
 from .names import join_path, validate_name
 from .recipes import queue
-from .recipes.queue import EXCLUSIVE, SHARED, Deadline
+from .recipes.calls import Deadline, SessionGone, call
+from .recipes.queue import EXCLUSIVE, SHARED
 from .session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -125,8 +126,8 @@ class Hold:
             return client.exists_async(node)
 
         try:
-            stat = queue.call(self.session, synced_exists, Deadline(self.session.cfg.connect_timeout))
-        except queue.SessionGone:
+            stat = call(self.session, synced_exists, Deadline(self.session.cfg.connect_timeout))
+        except SessionGone:
             self.mark_lost(self.session.dead_reason or "expired")
             return
         except Exception:

@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
+from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from .connections import connections
-from .exceptions import ZkAuthError, ZkLocksError
+from .exceptions import ZkLocksError
 from .inspect import Contender, LockInfo, lock_info
+from .recipes.calls import translate
 
 
 @dataclass
@@ -49,10 +50,8 @@ def force_release(alias: str, node: str, holders: Mapping[str, int] | None = Non
         except NoNodeError:
             result.gone.append(contender.node)
             continue
-        except NoAuthError as exc:
-            raise ZkAuthError(f"alias {alias!r}: ZooKeeper refused to delete {contender.node} (NoAuth)") from exc
         except (KazooException, KazooTimeoutError) as exc:
-            raise ZkLocksError(f"alias {alias!r}: deleting {contender.node} failed ({type(exc).__name__}); "
-                               "look again before retrying") from exc
+            raise translate(exc, alias, f"delete {contender.node} (look again before retrying)",
+                            timeout=pool.cfg.connect_timeout) from exc
         result.deleted.append(contender)
     return result

@@ -19,8 +19,9 @@ from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
 from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
 from . import conf
+from .exceptions import ZkUnavailable
+from .recipes.calls import translate
 from .session import Session, build_acl
-from .exceptions import ZkAuthError, ZkUnavailable
 
 PERMISSIONS = (("READ", Permissions.READ), ("WRITE", Permissions.WRITE), ("CREATE", Permissions.CREATE),
                ("DELETE", Permissions.DELETE), ("ADMIN", Permissions.ADMIN))
@@ -199,10 +200,8 @@ def _remaining(deadline: float | None, cfg: conf.AliasConfig) -> float:
     return left
 
 
-def _auth_error(cfg: conf.AliasConfig, exc: Exception) -> ZkAuthError:
-    what = ("authentication failed" if isinstance(exc, AuthFailedError)
-            else "ZooKeeper refused to show the ACLs (NoAuth)")
-    return ZkAuthError(f"zklocks alias {cfg.alias!r}: {what}; check AUTH and the ACL of {cfg.namespace}")
+def _auth_error(cfg: conf.AliasConfig, exc: Exception) -> Exception:
+    return translate(exc, cfg.alias, "show the ACLs", hint=f"Check AUTH and the ACL of {cfg.namespace}.")
 
 
 def probe(session: Session) -> None:
@@ -218,10 +217,9 @@ def probe(session: Session) -> None:
     except NoNodeError:
         return
     except (NoAuthError, AuthFailedError) as exc:
-        raise ZkAuthError(
-            f"zklocks alias {cfg.alias!r}: ZooKeeper refused to create and delete a node in {cfg.namespace} "
-            "(NoAuth). Check the AUTH credentials: ZooKeeper accepts any digest password at connect time."
-        ) from exc
+        raise translate(exc, cfg.alias, f"create and delete a node in {cfg.namespace}",
+                        hint="Check the AUTH credentials: ZooKeeper accepts any digest password at connect time."
+                        ) from exc
 
 
 def fix(session: Session, result: AuditResult) -> list[str]:

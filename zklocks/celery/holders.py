@@ -8,7 +8,8 @@ from .. import holder
 from ..connections import connections
 from ..names import join_path
 from ..recipes import queue
-from ..recipes.queue import EXCLUSIVE, Deadline
+from ..recipes.calls import Deadline, call
+from ..recipes.queue import EXCLUSIVE
 
 
 def holder_task_id(using: str, name: str) -> str | None:
@@ -18,12 +19,12 @@ def holder_task_id(using: str, name: str) -> str | None:
     deadline = Deadline(pool.cfg.connect_timeout)
     try:
         session = pool.session()
-        children = queue.call(session, lambda: session.client.get_children_async(parent), deadline)
+        children = call(session, lambda: session.client.get_children_async(parent), deadline)
         contenders = queue.sort_contenders(children)
         if not contenders or contenders[0][1] != EXCLUSIVE:
             return None
         first = f"{parent}/{contenders[0][2]}"
-        data, _ = queue.call(session, lambda: session.client.get_async(first), deadline)
+        data, _ = call(session, lambda: session.client.get_async(first), deadline)
     except NoNodeError:
         return None
     except Exception:  # advisory only: on any trouble, treat it as plain contention

@@ -19,10 +19,10 @@ from celery.exceptions import Retry
 from celery.utils import uuid
 
 from .. import conf, holder, signals
-from . import conf as celery_conf
 from ..connections import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..locks import ZkLock
+from . import conf as celery_conf
 from . import keys, unique
 from .holders import holder_task_id
 

@@ -26,8 +26,7 @@ from .. import holder
 from ..connections import Pool, connections
 from ..exceptions import ZkLocksError, ZkUnavailable
 from ..names import join_path
-from ..recipes import queue
-from ..recipes.queue import Deadline, _DeadlinePassed
+from ..recipes.calls import Deadline, DeadlinePassed, SessionGone, call
 from .holders import holder_task_id
 
 log = logging.getLogger("zklocks")
@@ -49,10 +48,10 @@ def _call(pool: Pool, make: Callable[[object], object]):
     for _ in range(2):
         session = pool.session()
         try:
-            return queue.call(session, lambda: make(session), Deadline(pool.cfg.connect_timeout))
-        except queue.SessionGone:
+            return call(session, lambda: make(session), Deadline(pool.cfg.connect_timeout))
+        except SessionGone:
             continue  # the session ended under us: one more try on a fresh one
-        except _DeadlinePassed:
+        except DeadlinePassed:
             raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: no answer from ZooKeeper within "
                                 f"CONNECT_TIMEOUT={pool.cfg.connect_timeout:g}s") from None
     raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: the session ended twice in a row")

@@ -16,9 +16,9 @@ import threading
 
 from celery import signals as celery_signals
 
-from . import conf as celery_conf
 from ..connections import connections
 from ..exceptions import ZkLocksError
+from . import conf as celery_conf
 
 log = logging.getLogger("zklocks")
 

@@ -20,17 +20,14 @@ import uuid
 from typing import Callable
 
 from kazoo.exceptions import (
-    AuthFailedError,
     ConnectionClosedError,
     ConnectionLoss,
-    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
     OperationTimeoutError,
     SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType
 
 from .. import dispatch
@@ -40,9 +37,9 @@ from ..exceptions import (
     SemaphoreMismatch,
     SequenceExhausted,
     ZkAuthError,
-    ZkUnavailable,
 )
 from ..session import Session
+from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
 
 log = logging.getLogger("zklocks")
 
@@ -58,28 +55,6 @@ SEQUENCE_WARN = SEQUENCE_LIMIT - 2**24  # about 17 million creates before the li
 # Children that only a semaphore (semaphore.py) puts below a lock node.
 _SEMAPHORE_CHILD = re.compile(r"^__mutex__$|__lease__-?\d{10}$")
 _SEQUENCE = re.compile(r"__(?:lock|rlock|lease)__(-?\d{10})$")
-
-
-class SessionGone(Exception):
-    """Our session is lost or closed: whatever we enqueued is gone with it."""
-
-
-class Deadline:
-    """An absolute monotonic deadline; ``None`` waits for ever."""
-
-    __slots__ = ("at", "cancel")
-
-    def __init__(self, timeout: float | None, cancel: threading.Event | None = None) -> None:
-        self.at = None if timeout is None else time.monotonic() + max(0.0, timeout)
-        self.cancel = cancel  # set by an async caller whose task was cancelled
-
-    def remaining(self) -> float | None:
-        return None if self.at is None else self.at - time.monotonic()
-
-    def expired(self) -> bool:
-        if self.cancel is not None and self.cancel.is_set():
-            return True
-        return self.at is not None and time.monotonic() >= self.at
 
 
 def sort_contenders(children: list[str]) -> list[tuple[str, str, str]]:
@@ -118,49 +93,6 @@ def blockers_ahead(contenders: list[tuple[str, str, str]], own: str | None, mark
         if own is not None:
             raise KeyError(own)
     return ahead
-
-
-def wait_result(async_result, session: Session, deadline: Deadline):
-    """The value of a kazoo async result, bounded by ``deadline`` and by the session's life."""
-    remaining = deadline.remaining()
-    # A healthy server answers in milliseconds: no answer within CONNECT_TIMEOUT is an outage, not a wait.
-    cap = session.cfg.connect_timeout
-    limit = cap if remaining is None else min(max(remaining, 0.0), cap)
-    try:
-        return async_result.get(timeout=limit)
-    except KazooTimeoutError:
-        if deadline.expired():
-            raise _DeadlinePassed() from None
-        raise ZkUnavailable(f"zklocks alias {session.alias!r}: ZooKeeper did not answer within {cap:g}s") from None
-    except (SessionExpiredError, ConnectionClosedError):
-        raise SessionGone() from None
-    except NoAuthError as exc:
-        raise ZkAuthError(
-            f"zklocks alias {session.alias!r}: ZooKeeper refused the operation (NoAuth). Check the alias's "
-            f"AUTH credentials and the ACL of its NAMESPACE."
-        ) from exc
-    except AuthFailedError as exc:
-        raise ZkAuthError(
-            f"zklocks alias {session.alias!r}: ZooKeeper rejected the AUTH credentials (unknown scheme or "
-            f"malformed credential)."
-        ) from exc
-
-
-class _DeadlinePassed(Exception):
-    pass
-
-
-def call(session: Session, make: Callable[[], object], deadline: Deadline):
-    """Run an idempotent request, retrying through connection loss (bounded by CONNECT_TIMEOUT)."""
-    while True:
-        if session.dead:
-            raise SessionGone()
-        try:
-            return wait_result(make(), session, deadline)
-        except (ConnectionLoss, OperationTimeoutError):
-            session.wait_connected(deadline.at)
-            if deadline.expired():
-                raise _DeadlinePassed() from None
 
 
 class Contender:
@@ -270,7 +202,7 @@ class Contender:
         return (ahead[-1] if ahead else None), len(ahead) == 1
 
     def wait_for(self, blocker: str, deadline: Deadline) -> bool:
-        """Block until ``blocker`` changes or the session state does; _DeadlinePassed at the deadline.
+        """Block until ``blocker`` changes or the session state does; DeadlinePassed at the deadline.
 
         True when the blocker is known to be deleted (its watch said so, or it was gone already).
         """
@@ -304,7 +236,7 @@ class Contender:
             slice_ = self.session.timeout / 3 if deadline.cancel is None else 0.05
             while not event.is_set():
                 if deadline.expired():
-                    raise _DeadlinePassed()
+                    raise DeadlinePassed()
                 remaining = deadline.remaining()
                 event.wait(slice_ if remaining is None else min(remaining, slice_))
                 if not self.session.is_alive():
@@ -515,7 +447,7 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
                 raise LockTimeout(f"lock {name!r} not acquired in time (its session ended while waiting)",
                                   name=name) from None
             continue
-        except _DeadlinePassed:
+        except DeadlinePassed:
             contender.abandon()
             raise LockTimeout(f"lock {name!r} not acquired within the timeout", name=name) from None
         except SequenceExhausted:

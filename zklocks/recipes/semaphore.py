@@ -21,7 +21,8 @@ from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, N
 from ..exceptions import LockNotAcquired, LockTimeout, SemaphoreMismatch, ZkAuthError, ZkUnavailable
 from ..session import Session
 from . import queue
-from .queue import EXCLUSIVE, Contender, Deadline, SessionGone, _DeadlinePassed, call, wait_result
+from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
+from .queue import EXCLUSIVE, Contender
 
 MUTEX = "__mutex__"
 LEASE = "__lease__"
@@ -85,7 +86,7 @@ def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: b
     what = f"semaphore {name!r} (alias {alias!r})"
     try:
         return _acquire(get_session, path, max_leases, data, blocking, deadline, name, what)
-    except _DeadlinePassed:
+    except DeadlinePassed:
         raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
     except (ZkUnavailable, ZkAuthError) as exc:
         if str(exc).startswith(what):
