@@ -24,7 +24,7 @@ from tests.celery_harness import CeleryEnv, new_key
 from tests.helpers import assert_no_overlap, raw_client, wait_until
 from zklocks import holder
 from zklocks.names import join_path
-from zklocks.recipes.queue import sort_contenders
+from zklocks.recipes.layout import sort_contenders
 from zklocks.testing import expire_session
 
 pytestmark = pytest.mark.celery

@@ -10,7 +10,7 @@ from tests.celery_app import hold_for, late_retry, late_skip, rec_skip, rec_wait
 from tests.celery_harness import CeleryEnv, new_key
 from tests.helpers import assert_no_overlap, raw_client, wait_until
 from zklocks.names import join_path
-from zklocks.recipes.queue import sort_contenders
+from zklocks.recipes.layout import sort_contenders
 from zklocks.testing import four_letter
 from zklocks.testing.proxy import TcpProxy
 

@@ -19,7 +19,7 @@ from tests.helpers import assert_no_overlap, raw_client, read_records, spawn_wor
 from zklocks import SequenceExhausted, zk_lock, zk_semaphore
 from zklocks.connections import close_all
 from zklocks.names import join_path
-from zklocks.recipes.queue import SEQUENCE_LIMIT
+from zklocks.recipes.layout import SEQUENCE_LIMIT
 from zklocks.testing import ZkServer
 
 NS = "/seq"

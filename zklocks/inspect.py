@@ -27,11 +27,22 @@ from . import holder
 from .multiread import CHILDREN, DATA, fetch
 from .names import decode_name, encode_name, validate_name
 from .recipes.calls import translate
-from .recipes.queue import EXCLUSIVE, sequence_trusted, sort_contenders
-from .recipes.semaphore import MUTEX, leases, stored_max_leases
+from .recipes.layout import (
+    EXCLUSIVE,
+    LEASE,
+    MUTEX,
+    Kind,
+    child_path,
+    leases,
+    mode,
+    mutex_path,
+    sequence_trusted,
+    sort_contenders,
+    split_queue,
+)
+from .recipes.semaphore import stored_max_leases
 
-EXCLUSIVE_KIND, SHARED_KIND, SEMAPHORE_KIND = "exclusive", "shared", "semaphore"
-KINDS = (EXCLUSIVE_KIND, SHARED_KIND, SEMAPHORE_KIND)
+KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE)
 
 
 class NoAnswer(Exception):
@@ -204,22 +215,6 @@ def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None
     )
 
 
-def _split_queue(order: list[tuple[str, str, str]]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
-    """Holders and waiters of a fair queue: shared contenders hold until the first exclusive one."""
-    holders = []
-    for idx, entry in enumerate(order):
-        if entry[1] == EXCLUSIVE:
-            if idx == 0:
-                holders.append(entry)
-            break
-        holders.append(entry)
-    return holders, order[len(holders):]
-
-
-def _mode(marker: str) -> str:
-    return {EXCLUSIVE: "exclusive", "lease": "lease"}.get(marker, "shared")
-
-
 def read_namespace(client, namespace: str, alias: str = "default", *, patience: float = 5.0,
                    nodes: list[str] | None = None) -> list[LockInfo]:
     """Every lock below ``namespace`` (or only the lock nodes in ``nodes``), sorted by name.
@@ -242,11 +237,11 @@ def read_namespace(client, namespace: str, alias: str = "default", *, patience: 
         if data is None or children is None:
             continue  # reaped since the listing
         max_leases = stored_max_leases(data[0])
-        lock = LockInfo(alias=alias, name=decode_name(node), node=node, path=f"{ns}/{node}", kind=EXCLUSIVE_KIND,
+        lock = LockInfo(alias=alias, name=decode_name(node), node=node, path=f"{ns}/{node}", kind=Kind.EXCLUSIVE,
                         max_leases=max_leases)
         if max_leases is not None:
-            lock.kind = SEMAPHORE_KIND
-            held = [(c.rsplit("__", 1)[1], "lease", c) for c in leases(children)]
+            lock.kind = Kind.SEMAPHORE
+            held = [(c.rsplit("__", 1)[1], LEASE, c) for c in leases(children)]
             found.append((lock, held, [], MUTEX in children))
         else:
             order = sort_contenders(children)
@@ -255,31 +250,31 @@ def read_namespace(client, namespace: str, alias: str = "default", *, patience: 
             if not order:
                 lock.kind = None
             elif any(marker != EXCLUSIVE for _, marker, _ in order):
-                lock.kind = SHARED_KIND
-            held, waiting = _split_queue(order)
+                lock.kind = Kind.SHARED
+            held, waiting = split_queue(order)
             found.append((lock, held, waiting, False))
     # Round 3: every holder's and waiter's data, and the semaphores' internal mutex queues.
     ops = []
     for lock, held, waiting, mutex in found:
         ops.extend((DATA, f"{lock.path}/{child}") for _, _, child in held + waiting)
         if mutex:
-            ops.append((CHILDREN, f"{lock.path}/{MUTEX}"))
+            ops.append((CHILDREN, mutex_path(lock.path)))
     answers = iter(fetch(client, ops, results.wait))
     mutex_queues = []
     for lock, held, waiting, mutex in found:
         for target, entries in ((lock.holders, held), (lock.waiters, waiting)):
             for seq, marker, child in entries:
-                c = _contender(child, _mode(marker), int(seq), next(answers))
+                c = _contender(child, mode(marker), int(seq), next(answers))
                 if c is not None:
                     target.append(c)
         if mutex:
             mutex_queues.append((lock, sort_contenders(next(answers) or [])))
     # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order).
-    ops = [(DATA, f"{lock.path}/{MUTEX}/{child}") for lock, order in mutex_queues for _, _, child in order]
+    ops = [(DATA, child_path(mutex_path(lock.path), child)) for lock, order in mutex_queues for _, _, child in order]
     answers = iter(fetch(client, ops, results.wait))
     for lock, order in mutex_queues:
         for seq, _, child in order:
-            c = _contender(child, "exclusive", int(seq), next(answers))
+            c = _contender(child, Kind.EXCLUSIVE, int(seq), next(answers))
             if c is not None:
                 lock.waiters.append(c)
     out = [entry[0] for entry in found]

@@ -27,7 +27,7 @@ from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout,
 from .names import join_path, validate_name
 from .recipes import queue
 from .recipes.calls import Deadline, SessionGone, call
-from .recipes.queue import EXCLUSIVE, SHARED
+from .recipes.layout import Kind, marker
 from .session import Session
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -266,7 +266,7 @@ class _Acquirable:
 class _BaseHandle(_Acquirable):
     """Shared machinery: per-owner holds, properties, context-manager, decorator and async protocols."""
 
-    kind = "exclusive"
+    kind: str = Kind.EXCLUSIVE
 
     def __init__(self, name: str, *, timeout: float | None, blocking: bool, using: str,
                  release_on_commit: bool | str = False) -> None:
@@ -650,7 +650,7 @@ class ZkLock(_BaseHandle):
         super().__init__(name, timeout=timeout, blocking=blocking, using=using,
                          release_on_commit=release_on_commit)
         self.shared = shared
-        self.kind = "shared" if shared else "exclusive"
+        self.kind = Kind.SHARED if shared else Kind.EXCLUSIVE
         self.reentrant = reentrant
 
     def _clone(self, name: str) -> ZkLock:
@@ -670,7 +670,7 @@ class ZkLock(_BaseHandle):
                     if existing.lost or not existing.is_held:
                         raise LockLost(f"lock {self.name!r} is already held by this thread and was lost",
                                        name=self.name, reason=existing.lost_reason or "suspended")
-                    if existing.kind == "shared" and not self.shared:
+                    if existing.kind == Kind.SHARED and not self.shared:
                         raise LockUpgradeError(
                             f"this thread holds the shared lock {self.name!r} and asked for the exclusive one; "
                             "an upgrade would deadlock. Release the shared lock first.")
@@ -679,11 +679,11 @@ class ZkLock(_BaseHandle):
                     return existing
         pool = connections[self.using]
         parent = join_path(pool.cfg.namespace, self.name)
-        marker = SHARED if self.shared else EXCLUSIVE
+        marker_ = marker(self.kind)
         data = holder.payload()
         while True:
             grant.hold = None
-            contender = grant.contender = queue.acquire(pool.session, parent, marker, data, blocking=blocking,
+            contender = grant.contender = queue.acquire(pool.session, parent, marker_, data, blocking=blocking,
                                                         deadline=deadline, name=self.name)
             hold = grant.hold = Hold(self.using, self.name, self.kind, contender, key)
             if contender.session.add_hold(hold):
@@ -727,7 +727,7 @@ def lock_path(name: str, using: str = "default") -> str:
 class ZkSemaphore(_BaseHandle):
     """Up to ``max_leases`` holders at once (not reentrant: each acquire takes a lease)."""
 
-    kind = "semaphore"
+    kind: str = Kind.SEMAPHORE
 
     def __init__(self, name: str, max_leases: int, *, timeout: float | None = None, blocking: bool = True,
                  using: str = "default", release_on_commit: bool | str = False) -> None:
@@ -810,8 +810,8 @@ class ZkMultiLock(_Acquirable):
             return spec
         if isinstance(spec, str):
             return ZkLock(spec, using=using)
-        if isinstance(spec, tuple) and len(spec) == 2 and spec[1] in ("shared", "exclusive"):
-            return ZkLock(spec[0], shared=spec[1] == "shared", using=using)
+        if isinstance(spec, tuple) and len(spec) == 2 and spec[1] in (Kind.SHARED, Kind.EXCLUSIVE):
+            return ZkLock(spec[0], shared=spec[1] == Kind.SHARED, using=using)
         raise ValueError(f"zk_multi_lock member {spec!r}: give a name, (name, 'shared'|'exclusive') or a zk_lock")
 
     def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None,

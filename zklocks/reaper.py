@@ -19,15 +19,13 @@ from typing import TYPE_CHECKING
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
-from .recipes.queue import SEQUENCE_WARN
+from .recipes.layout import INTERNAL_CHILDREN, SEQUENCE_WARN
 
 if TYPE_CHECKING:
     from .connections import Pool
 
 log = logging.getLogger("zklocks")
 
-# Persistent children zklocks itself creates below a lock node (the semaphore's internal mutex).
-INTERNAL_CHILDREN = ("__mutex__",)
 
 
 def sequence_used(stat) -> int:

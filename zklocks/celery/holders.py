@@ -7,9 +7,8 @@ from kazoo.exceptions import NoNodeError
 from .. import holder
 from ..connections import connections
 from ..names import join_path
-from ..recipes import queue
 from ..recipes.calls import Deadline, call
-from ..recipes.queue import EXCLUSIVE
+from ..recipes.layout import EXCLUSIVE, sort_contenders
 
 
 def holder_task_id(using: str, name: str) -> str | None:
@@ -20,7 +19,7 @@ def holder_task_id(using: str, name: str) -> str | None:
     try:
         session = pool.session()
         children = call(session, lambda: session.client.get_children_async(parent), deadline)
-        contenders = queue.sort_contenders(children)
+        contenders = sort_contenders(children)
         if not contenders or contenders[0][1] != EXCLUSIVE:
             return None
         first = f"{parent}/{contenders[0][2]}"

@@ -27,11 +27,11 @@ from ..connections import Pool, connections
 from ..exceptions import ZkLocksError, ZkUnavailable
 from ..names import join_path
 from ..recipes.calls import Deadline, DeadlinePassed, SessionGone, call
+from ..recipes.layout import queued_marker_path
 from .holders import holder_task_id
 
 log = logging.getLogger("zklocks")
 
-MARKER = "__queued__"
 CLOCK_REFRESH = 60.0  # seconds between measurements of the offset to ZooKeeper's clock
 _ATTEMPTS = 8
 
@@ -40,7 +40,7 @@ _offsets_lock = threading.Lock()
 
 
 def marker_path(pool: Pool, name: str) -> str:
-    return join_path(pool.cfg.namespace, name) + "/" + MARKER
+    return queued_marker_path(join_path(pool.cfg.namespace, name))
 
 
 def _call(pool: Pool, make: Callable[[object], object]):

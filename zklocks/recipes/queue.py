@@ -12,7 +12,6 @@ This module knows kazoo and paths, nothing of Django.
 from __future__ import annotations
 
 import logging
-import re
 import shlex
 import threading
 import time
@@ -40,60 +39,17 @@ from ..exceptions import (
 )
 from ..session import Session
 from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
+from .layout import (
+    SEQUENCE_LIMIT,
+    SEQUENCE_WARN,
+    blockers_ahead,
+    is_semaphore_child,
+    sequence_of,
+    sequence_trusted,
+    sort_contenders,
+)
 
 log = logging.getLogger("zklocks")
-
-EXCLUSIVE = "__lock__"
-SHARED = "__rlock__"
-_CONTENDER = re.compile(r"(__lock__|__rlock__)(-?\d{10})$")
-# A sequential child's suffix is its parent's child counter, a signed 32-bit int (RECIPES §7c). ZooKeeper 3.8
-# hands out 2147483647 once the counter is there and then keeps it there: every later child gets 2147483647
-# again, and a create pipelined behind another create of the same parent gets -2147483648, -2147483647, ...
-# Such suffixes no longer say who came first, so no contender that has one is ever granted the lock.
-SEQUENCE_LIMIT = 2**31 - 1
-SEQUENCE_WARN = SEQUENCE_LIMIT - 2**24  # about 17 million creates before the limit: warn, look twice
-# Children that only a semaphore (semaphore.py) puts below a lock node.
-_SEMAPHORE_CHILD = re.compile(r"^__mutex__$|__lease__-?\d{10}$")
-_SEQUENCE = re.compile(r"__(?:lock|rlock|lease)__(-?\d{10})$")
-
-
-def sort_contenders(children: list[str]) -> list[tuple[str, str, str]]:
-    """(sequence, marker, child) for every contender child, in queue order. Other children are ignored."""
-    out = []
-    for child in children:
-        m = _CONTENDER.search(child)
-        if m is not None:
-            out.append((m.group(2), m.group(1), child))
-    out.sort()
-    return out
-
-
-def sequence_of(child: str) -> int | None:
-    """The sequence number of a contender (or lease) child, None for other children."""
-    m = _SEQUENCE.search(child)
-    return None if m is None else int(m.group(1))
-
-
-def sequence_trusted(seq: int) -> bool:
-    """Whether ZooKeeper can have given this suffix in creation order (below the stuck counter, not wrapped)."""
-    return 0 <= seq < SEQUENCE_LIMIT
-
-
-def blockers_ahead(contenders: list[tuple[str, str, str]], own: str | None, marker: str) -> list[str]:
-    """The children ahead of ``own`` (or of a new contender, for ``None``) that keep it waiting, in queue order:
-    every one for an exclusive contender, the exclusive ones for a shared contender. The last one is the single
-    node to watch. Raises KeyError if ``own`` is not queued."""
-    ahead = []
-    for _, kind, child in contenders:
-        if child == own:
-            break
-        if marker == EXCLUSIVE or kind == EXCLUSIVE:
-            ahead.append(child)
-    else:
-        if own is not None:
-            raise KeyError(own)
-    return ahead
-
 
 class Contender:
     """One enqueued node of one acquire attempt on one session."""
@@ -409,7 +365,7 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
         contender = Contender(session, parent, marker)
         try:
             children = contender.enqueue(data, deadline)
-            if any(_SEMAPHORE_CHILD.search(c) for c in children):
+            if any(is_semaphore_child(c) for c in children):
                 # Lease holders are no contenders of this queue: granting it would ignore them.
                 raise SemaphoreMismatch(f"{name!r} is in use as a semaphore, not a plain lock")
             seq = sequence_of(contender.name or "")

@@ -13,7 +13,6 @@ lease and releases the mutex. Each release therefore wakes one contender.
 from __future__ import annotations
 
 import json
-import re
 import threading
 
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
@@ -22,15 +21,13 @@ from ..exceptions import LockNotAcquired, LockTimeout, SemaphoreMismatch, ZkAuth
 from ..session import Session
 from . import queue
 from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
-from .queue import EXCLUSIVE, Contender
+from .layout import EXCLUSIVE, LEASE, Kind, leases, mutex_path, sort_contenders
+from .queue import Contender
 
-MUTEX = "__mutex__"
-LEASE = "__lease__"
-_LEASE = re.compile(r"__lease__-?\d{10}$")
 
 
 def marker_data(max_leases: int) -> bytes:
-    return json.dumps({"v": 1, "kind": "semaphore", "max_leases": max_leases}, separators=(",", ":")).encode()
+    return json.dumps({"v": 1, "kind": Kind.SEMAPHORE.value, "max_leases": max_leases}, separators=(",", ":")).encode()
 
 
 def stored_max_leases(raw: bytes | None) -> int | None:
@@ -38,13 +35,9 @@ def stored_max_leases(raw: bytes | None) -> int | None:
         data = json.loads(raw or b"")
     except ValueError:
         return None
-    if isinstance(data, dict) and data.get("kind") == "semaphore":
+    if isinstance(data, dict) and data.get("kind") == Kind.SEMAPHORE:
         return data.get("max_leases")
     return None
-
-
-def leases(children: list[str]) -> list[str]:
-    return sorted((c for c in children if _LEASE.search(c)), key=lambda c: int(c.rsplit("__", 1)[1]))
 
 
 def _ensure_semaphore_node(session: Session, path: str, max_leases: int, deadline: Deadline, name: str) -> None:
@@ -59,7 +52,7 @@ def _ensure_semaphore_node(session: Session, path: str, max_leases: int, deadlin
     stored = stored_max_leases(raw)
     if stored is None:
         children = call(session, lambda: client.get_children_async(path), deadline)
-        if queue.sort_contenders(children):
+        if sort_contenders(children):
             raise SemaphoreMismatch(f"{name!r} is in use as a plain lock, not a semaphore")
         # A node without our marker: left by a lock of the same name, or re-created by a contender's mutex
         # right after the reaper removed it. Claim it; if someone else claimed it first, check theirs.
@@ -114,7 +107,7 @@ def _acquire(get_session, path: str, max_leases: int, data: bytes, blocking: boo
                 return session
 
             try:
-                mutex = queue.acquire(same_session, f"{path}/{MUTEX}", EXCLUSIVE, data, blocking=True,
+                mutex = queue.acquire(same_session, mutex_path(path), EXCLUSIVE, data, blocking=True,
                                       deadline=mutex_deadline, name=name)
             except LockTimeout:
                 raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
