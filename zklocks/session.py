@@ -21,6 +21,7 @@ from typing import Iterator, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
@@ -98,7 +99,7 @@ class Session:
     def _instrument(self, conn) -> None:
         """Record send times and opcodes of requests, and their answers, from kazoo's I/O loop."""
         sent: dict[int | None, tuple[float, int]] = {}
-        orig_submit, orig_read_header, orig_connect = conn._submit, conn._read_header, conn._connect
+        orig_submit, orig_read_header, orig_invoke = conn._submit, conn._read_header, conn._invoke
 
         def _submit(request, timeout, xid=None):
             sent[xid] = (clock.now(), request.type)
@@ -113,24 +114,28 @@ class Session:
                     self.lease_start = proven
             return header, buf, offset
 
-        def _connect(*args, **kwargs):
+        def _invoke(timeout, request, xid=None):
+            if not isinstance(request, Connect):
+                return orig_invoke(timeout, request, xid)
+            # The connect handshake: kazoo reports CONNECTED (and our waiters go on) before its _connect returns,
+            # so the new connection's lease is settled here, as soon as the answer is read.
             started = clock.now()
-            new_session = not self.client._session_id
             sent.clear()
-            read_timeout, connect_timeout = orig_connect(*args, **kwargs)
-            # kazoo reads with 2/3 of the negotiated timeout; the server may have changed what we asked for.
-            self.timeout = read_timeout * 1.5 / 1000.0
-            self._evidence = evidence = self._new_evidence()
-            if new_session:
-                # createSession is a quorum write that the leader's tracker touches when it applies it.
-                self.lease_start = started
-            else:
-                evidence.reconnected(started, clock.now())
-                if self.lease_expired() and self._has_interest():
-                    self._declare_lost_soon("suspended")
-            return read_timeout, connect_timeout
+            answer = orig_invoke(timeout, request, xid)
+            result = answer[0]
+            if result.time_out > 0:
+                self.timeout = result.time_out / 1000.0  # the server may have changed what we asked for
+                self._evidence = evidence = self._new_evidence()
+                if not request.session_id:
+                    # createSession is a quorum write that the leader's tracker touches when it applies it.
+                    self.lease_start = started
+                else:
+                    evidence.reconnected(started, clock.now())
+                    if self.lease_expired() and self._has_interest():
+                        self._declare_lost_soon("suspended")
+            return answer
 
-        conn._submit, conn._read_header, conn._connect = _submit, _read_header, _connect
+        conn._submit, conn._read_header, conn._invoke = _submit, _read_header, _invoke
 
     def lease_deadline(self) -> float:
         """On the clock of clock.now(): from then on, the deciding leader may have expired this session."""
