@@ -171,6 +171,10 @@ def celery_app(redis_server):
 
     app.conf.broker_url = f"{redis_server.url}/0"
     app.conf.result_backend = f"{redis_server.url}/1"
+    # An eager test may have built the result backend from the defaults before this fixture ran: drop it, so
+    # the suite's order never decides which Redis the results go to.
+    app._backend_cache = None
+    app._local.__dict__.pop("backend", None)
     yield app
     gc.collect()  # results never waited for unsubscribe in __del__: let them while Redis is still up
     app.close()

@@ -12,7 +12,6 @@ import contextvars
 import functools
 import inspect
 import os
-import string
 import threading
 import time
 import weakref
@@ -21,7 +20,7 @@ from typing import Any, Callable, TypeVar
 
 from kazoo.protocol.states import EventType
 
-from . import conf, dispatch, holder, signals
+from . import conf, dispatch, holder, names, signals
 from .connections import connections
 from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout, LockUpgradeError
 from .names import join_path, validate_name
@@ -154,24 +153,6 @@ def reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=reset_after_fork)
-
-
-def render_name(template: str, func: Callable, args: tuple, kwargs: dict, what: str) -> str:
-    """Fill a name template from the bound arguments of a call; InvalidLockName with the reason if it fails."""
-    try:
-        bound = inspect.signature(func).bind(*args, **kwargs)
-    except TypeError as exc:
-        raise TypeError(f"{what}: {exc}") from None
-    bound.apply_defaults()
-    try:
-        name = template.format(**bound.arguments)
-    except KeyError as exc:
-        raise InvalidLockName(f"{what}: lock name template {template!r} refers to {exc} which is not an "
-                              f"argument of {func.__qualname__}{inspect.signature(func)}") from None
-    except (IndexError, AttributeError, ValueError, TypeError) as exc:
-        # e.g. "{user.nme}", "{ids[3]}", a positional "{0}", or a format spec the value does not take
-        raise InvalidLockName(f"{what}: cannot fill lock name template {template!r}: {exc}") from None
-    return validate_name(name)
 
 
 _async_executor: ThreadPoolExecutor | None = None
@@ -447,17 +428,27 @@ class _BaseHandle(_Acquirable):
     def __call__(self, func: F) -> F:
         template = self.name
         where = f"{func.__module__}.{func.__qualname__}"
+        owner = f"{func.__qualname__}{names.signature(func)}"
+        # Mistakes in the template are caught when decorating (at import time), not at the first call.
         try:
-            templated = any(f is not None for _, f, _, _ in string.Formatter().parse(template))
-        except ValueError as exc:  # caught at import time rather than on every call
-            raise InvalidLockName(f"{where}: lock name template {template!r} is malformed ({exc}); "
-                                  "write {{ and }} for literal braces") from None
+            templated = bool(names.template_fields(template))
+        except ValueError as exc:
+            raise InvalidLockName(f"{where}: lock name template {template!r} {exc}") from None
+        missing = names.missing_fields(template, func)
+        if missing:
+            raise InvalidLockName(f"{where}: lock name template {template!r} refers to "
+                                  f"{', '.join(map(repr, missing))}, which is not an argument of {owner}")
         conf.declare_alias(self.using, where)
 
         def handle_for(args: tuple, kwargs: dict) -> _BaseHandle:
             if not templated:
                 return self._clone(template)
-            return self._clone(render_name(template, func, args, kwargs, where))
+            try:
+                arguments = names.bind_arguments(func, args, kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{where}: {exc}") from None
+            return self._clone(names.render_template(template, arguments, what=where, label="lock name template",
+                                                     owner=owner))
 
         if inspect.iscoroutinefunction(func):
             @functools.wraps(func)

@@ -1,4 +1,4 @@
-"""Lock names: validation and a safe, reversible mapping onto one znode name.
+"""Lock names: validation, a safe, reversible mapping onto one znode name, and the one template engine.
 
 Names made only of ASCII letters, digits, ``-``, ``_`` and ``:`` map to themselves, so other ZooKeeper
 clients find ``NAMESPACE/<name>``. Every other character is percent-encoded as UTF-8 (``%`` itself included),
@@ -7,8 +7,11 @@ which makes the mapping injective and keeps ``/``, ``.`` and ``..`` from ever fo
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 import string
+from typing import Any, Callable
 from urllib.parse import unquote
 
 from .exceptions import InvalidLockName
@@ -70,3 +73,68 @@ def _looks_encoded(node: str) -> bool:
 def join_path(namespace: str, name: str) -> str:
     """The lock node of ``name`` below ``namespace`` (already validated)."""
     return namespace.rstrip("/") + "/" + encode_name(validate_name(name))
+
+
+# -- name templates: the one engine behind decorator names ("invoice:{invoice_id}") and Celery lock_key --
+
+
+@functools.lru_cache(maxsize=1024)
+def signature(func: Callable) -> inspect.Signature:
+    return inspect.signature(func)
+
+
+def bind_arguments(func: Callable, args: tuple | list, kwargs: dict) -> dict[str, Any]:
+    """A call's arguments by parameter name, defaults applied; TypeError (as for the call itself) if they do not
+    fit ``func``."""
+    bound = signature(func).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+def template_fields(template: str) -> list[str] | None:
+    """The top-level argument names a template uses (``[]`` for a plain name). ValueError with the reason if it
+    cannot be filled from named arguments: malformed braces, or positional fields such as ``{}`` or ``{0}``."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as exc:
+        raise ValueError(f"is malformed ({exc}); write {{{{ and }}}} for literal braces") from None
+    fields = []
+    for _, field, _, _ in parsed:
+        if field is None:
+            continue
+        if field == "" or field.isdigit():
+            raise ValueError("uses a positional field ({} or {0}), which cannot be filled: name the argument, "
+                             "e.g. {account_id}")
+        fields.append(field.split(".", 1)[0].split("[", 1)[0])
+    return fields
+
+
+def missing_fields(template: str, func: Callable) -> list[str]:
+    """Fields of ``template`` that no parameter of ``func`` provides (none if it takes ``**kwargs``)."""
+    try:
+        params = signature(func).parameters
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return []
+    return [f for f in template_fields(template) or () if f not in params]
+
+
+def render_template(template: str, arguments: dict[str, Any], *, what: str, label: str, owner: str) -> str:
+    """Fill ``template`` from a call's ``arguments`` and validate the result as a lock name.
+
+    ``what`` starts every message (the decorated function, the task), ``label`` names the template ("lock name
+    template", "lock_key") and ``owner`` says whose arguments they are. InvalidLockName with the reason otherwise.
+    """
+    try:
+        name = template.format(**arguments)
+    except KeyError as exc:
+        raise InvalidLockName(f"{what}: {label} {template!r} refers to {exc}, which is not an argument of "
+                              f"{owner}") from None
+    except (IndexError, AttributeError, ValueError, TypeError) as exc:
+        # e.g. "{user.nme}", "{ids[3]}", a positional "{0}", or a format spec the value does not take
+        raise InvalidLockName(f"{what}: cannot fill {label} {template!r}: {exc}") from None
+    try:
+        return validate_name(name)
+    except InvalidLockName as exc:
+        raise InvalidLockName(f"{what}: {label} {template!r} gives an invalid lock name: {exc}") from None

@@ -10,7 +10,6 @@ invalid option on a SingleExecutionTask subclass, e.g. a lock_key naming a missi
 from __future__ import annotations
 
 import functools
-import string
 from typing import Any
 
 from ..conf import Problem
@@ -111,23 +110,6 @@ def task_defaults() -> dict[str, Any]:
 
 def reset() -> None:
     _cached.cache_clear()
-
-
-def template_fields(template: str) -> list[str] | str:
-    """Top-level argument names a lock_key template uses, or the reason it cannot be parsed."""
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        return str(exc)
-    fields = []
-    for _, field, _, _ in parsed:
-        if field is None:
-            continue
-        if field == "" or field.isdigit():
-            return "positional fields ({} or {0}) cannot be filled: name the argument, e.g. {account_id}"
-        head = field.split(".", 1)[0].split("[", 1)[0]
-        fields.append(head)
-    return fields
 
 
 # (task name, problem) recorded when a SingleExecutionTask subclass is created.

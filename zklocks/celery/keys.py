@@ -6,32 +6,24 @@ not fit the task a TypeError; both messages start with the task name, so a log l
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import inspect
 import json
 from typing import Any, Callable
 
+from .. import names
 from ..exceptions import InvalidLockName
-from ..names import MAX_NAME_LENGTH, validate_name
+from ..names import MAX_NAME_LENGTH
 
 DIGEST_CHARS = 32  # 128 bits of SHA-256
-
-
-@functools.lru_cache(maxsize=1024)
-def _signature(func: Callable) -> inspect.Signature:
-    return inspect.signature(func)
 
 
 def bind_arguments(task_name: str, func: Callable, args: tuple | list, kwargs: dict) -> dict[str, Any]:
     """The call's arguments by parameter name, defaults applied; TypeError (as for any call) if they do not fit."""
     try:
-        bound = _signature(func).bind(*args, **kwargs)
+        return names.bind_arguments(func, args, kwargs)
     except TypeError as exc:
         raise TypeError(f"task {task_name!r}: the arguments {tuple(args)!r} {kwargs!r} do not fit "
-                        f"{_signature(func)}: {exc}") from None
-    bound.apply_defaults()
-    return dict(bound.arguments)
+                        f"{names.signature(func)}: {exc}") from None
 
 
 def canonical_json(task_name: str, arguments: dict[str, Any]) -> str:
@@ -52,25 +44,11 @@ def default_name(task_name: str, arguments: dict[str, Any]) -> str:
     return f"{task_name[:MAX_NAME_LENGTH - DIGEST_CHARS - 1]}:{digest}"
 
 
-def render_template(task_name: str, template: str, arguments: dict[str, Any]) -> str:
-    try:
-        return template.format(**arguments)
-    except (KeyError, AttributeError) as exc:
-        raise InvalidLockName(f"task {task_name!r}: lock_key {template!r} refers to {exc}, which is not an "
-                              f"argument of the task (arguments: {', '.join(arguments) or 'none'})") from None
-    except (IndexError, ValueError, TypeError) as exc:
-        raise InvalidLockName(f"task {task_name!r}: cannot fill lock_key {template!r} from the arguments "
-                              f"{arguments!r}: {exc}") from None
-
-
 def lock_name(task_name: str, func: Callable, template: str | None, args: tuple | list | None,
               kwargs: dict | None) -> str:
     """The lock name of one execution of ``task_name`` called with ``args`` and ``kwargs``."""
     arguments = bind_arguments(task_name, func, args or (), kwargs or {})
-    name = default_name(task_name, arguments) if template is None else render_template(task_name, template,
-                                                                                         arguments)
-    try:
-        return validate_name(name)
-    except InvalidLockName as exc:
-        raise InvalidLockName(f"task {task_name!r}: lock_key {template!r} gives an invalid lock name: {exc}") \
-            from None
+    if template is None:
+        return names.validate_name(default_name(task_name, arguments))
+    return names.render_template(template, arguments, what=f"task {task_name!r}", label="lock_key",
+                                 owner=f"the task (arguments: {', '.join(arguments) or 'none'})")

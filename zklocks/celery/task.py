@@ -18,7 +18,7 @@ from celery import Task
 from celery.exceptions import Retry
 from celery.utils import uuid
 
-from .. import conf, holder, signals
+from .. import conf, holder, names, signals
 from ..connections import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..locks import ZkLock
@@ -270,23 +270,18 @@ def _declare(cls: type) -> None:
     if not isinstance(template, str) or not template:
         celery_conf.declared_task_problems.append((str(where), f"lock_key must be a non-empty str, not {template!r}"))
         return
-    fields = celery_conf.template_fields(template)
-    if isinstance(fields, str):
-        celery_conf.declared_task_problems.append((str(where), f"lock_key {template!r}: {fields}"))
+    try:
+        names.template_fields(template)
+    except ValueError as exc:
+        celery_conf.declared_task_problems.append((str(where), f"lock_key {template!r} {exc}"))
         return
     run = cls.__dict__.get("run")
     if run is None:
         return
     func = getattr(run, "__func__", run)
-    try:
-        params = keys._signature(func).parameters
-    except (TypeError, ValueError):
-        return
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    names = list(params)
-    missing = [f for f in fields if f not in names]
+    missing = names.missing_fields(template, func)
     if missing:
+        arguments = ", ".join(names.signature(func).parameters) or "none"
         celery_conf.declared_task_problems.append(
             (str(where), f"lock_key {template!r} refers to {', '.join(missing)}, which is not an argument of the task "
-                         f"(arguments: {', '.join(names) or 'none'})"))
+                         f"(arguments: {arguments})"))

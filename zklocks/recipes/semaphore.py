@@ -25,7 +25,6 @@ from .layout import EXCLUSIVE, LEASE, Kind, leases, mutex_path, sort_contenders
 from .queue import Contender
 
 
-
 def marker_data(max_leases: int) -> bytes:
     return json.dumps({"v": 1, "kind": Kind.SEMAPHORE.value, "max_leases": max_leases}, separators=(",", ":")).encode()
 
