@@ -12,7 +12,8 @@ import pytest
 from tests.helpers import in_thread, wait_until
 from zklocks import zk_lock, zk_semaphore
 from zklocks.connections import Session, connections
-from zklocks.locks import Hold, _BaseHandle, _LongHolds, current_owner
+from zklocks.holds import Hold, LongHolds, current_owner
+from zklocks.locks import _BaseHandle
 from zklocks.recipes import queue
 
 pytestmark = pytest.mark.zk
@@ -81,7 +82,7 @@ def _take_and_give_back(handle, timeout=None):
 WINDOW = [
     ("Hold.__init__", Hold.__init__.__code__, 1, None),
     ("Session.add_hold", Session.add_hold.__code__, 1, None),
-    ("_LongHolds.add", _LongHolds.add.__code__, 1, None),
+    ("LongHolds.add", LongHolds.add.__code__, 1, None),
     ("current_owner after the grant", current_owner.__code__, 1, _BaseHandle._acquire.__code__),
     ("the node's path after the create", queue.Contender._set_node.__code__, 1, queue.Contender.enqueue.__code__),
 ]

@@ -15,7 +15,8 @@ from .exceptions import (
     ZkLocksError,
     ZkUnavailable,
 )
-from .locks import lock_path, zk_lock, zk_multi_lock, zk_semaphore
+from .locks import lock_path, zk_lock, zk_semaphore
+from .multilock import zk_multi_lock
 
 __all__ = [
     "zk_lock",

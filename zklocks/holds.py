@@ -1,0 +1,272 @@
+"""Who holds what in this process: owners, holds, their registry, and the watch on holds that last.
+
+A hold belongs to an owner: the thread, or the asyncio task under ``async with``. Holds are registered by
+(owner, alias, name), so that a nested acquire by the same owner re-enters instead of queueing behind itself.
+A :class:`Grant` records what an acquire has taken so far, so that an exception at any point gives it back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import os
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from kazoo.protocol.states import EventType
+
+from . import dispatch, holder, signals
+from .recipes.calls import Deadline, SessionGone, call
+from .recipes.queue import Contender
+from .session import Session
+
+# The owner of a hold: the thread by default; ``async with`` binds the asyncio task instead.
+_owner_var: contextvars.ContextVar[object | None] = contextvars.ContextVar("zklocks_owner", default=None)
+
+
+_thread_local = threading.local()
+
+
+def _thread_owner() -> object:
+    # Not the thread ident: idents are reused by later threads, which would "re-enter" a dead thread's hold.
+    try:
+        return _thread_local.owner
+    except AttributeError:
+        owner = _thread_local.owner = ("thread", threading.get_ident(), object())
+        return owner
+
+
+_task_owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_task_owners_lock = threading.Lock()
+
+
+def _task_owner(task: asyncio.Task) -> object:
+    """A fresh object per asyncio task (ids of finished tasks are reused; these objects are not)."""
+    with _task_owners_lock:
+        owner = _task_owners.get(task)
+        if owner is None:
+            owner = _task_owners[task] = ("task", object())
+        return owner
+
+
+def current_owner() -> object:
+    """Who a hold belongs to: the asyncio task when called from a coroutine, else the thread."""
+    owner = _owner_var.get()
+    if owner is not None:
+        return owner
+    if asyncio._get_running_loop() is not None:
+        task = asyncio.current_task()
+        if task is not None:
+            return _task_owner(task)
+    return _thread_owner()
+
+
+def owner_context() -> contextvars.Context:
+    """A context for executor threads that carries the calling task as the owner of holds."""
+    token = _owner_var.set(current_owner())
+    try:
+        return contextvars.copy_context()
+    finally:
+        _owner_var.reset(token)
+
+
+@contextmanager
+def acting_as(owner: object) -> Iterator[None]:
+    """Run the block as ``owner`` (e.g. a release on commit, run by whichever thread commits)."""
+    token = _owner_var.set(owner)
+    try:
+        yield
+    finally:
+        _owner_var.reset(token)
+
+
+class Hold:
+    """One node this process holds (or a semaphore lease), shared by nested acquires of one owner."""
+
+    __slots__ = ("alias", "name", "kind", "contender", "session", "count", "lost", "lost_reason", "acquired_at",
+                 "key", "task", "task_id", "thread_name", "__weakref__")
+
+    def __init__(self, alias: str, name: str, kind: str, contender: Contender, key: tuple | None) -> None:
+        self.alias = alias
+        self.name = name
+        self.kind = kind
+        self.contender = contender
+        self.session: Session = contender.session
+        self.count = 1
+        self.lost = False
+        self.lost_reason: str | None = None
+        self.acquired_at = time.monotonic()
+        self.key = key
+        task = self.task = holder.current_task.get()
+        self.task_id = task[0] if task else None
+        self.thread_name = threading.current_thread().name
+
+    @property
+    def token(self) -> int:
+        return self.contender.token  # type: ignore[return-value]
+
+    @property
+    def is_held(self) -> bool:
+        return not self.lost and self.session.is_alive()
+
+    def mark_lost(self, reason: str) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        self.lost_reason = reason
+        signals.send_async(signals.lock_lost, sender=Hold, name=self.name, alias=self.alias, kind=self.kind,
+                           token=self.token, reason=reason, task_id=self.task_id)
+
+    def check_node(self) -> None:
+        """Is our node still there? (A force-release or a lost session removes it.)
+
+        A sync goes first, pipelined: the read then reflects everything the leader had committed when it
+        answered the sync, not what a server cut off from the leader still believes.
+        """
+        if not self.is_held:
+            return
+        client = self.session.client
+        node = self.contender.node
+
+        def synced_exists():
+            client.sync_async(node)
+            return client.exists_async(node)
+
+        try:
+            stat = call(self.session, synced_exists, Deadline(self.session.cfg.connect_timeout))
+        except SessionGone:
+            self.mark_lost(self.session.dead_reason or "expired")
+            return
+        except Exception:
+            return  # cannot tell now; the lease bound still applies
+        if stat is None:
+            self.mark_lost("deleted")
+
+
+registry: dict[tuple, Hold] = {}
+registry_lock = threading.Lock()
+
+
+class Grant:
+    """What an acquire has taken so far, so that an exception at any point after the grant (an asynchronous
+    one too: KeyboardInterrupt, Celery's SoftTimeLimitExceeded) gives it back instead of leaving the node."""
+
+    __slots__ = ("contender", "hold")
+
+    def __init__(self) -> None:
+        self.contender: Contender | None = None
+        self.hold: Hold | None = None  # its count includes this acquire
+
+    def give_back(self) -> None:
+        hold = self.hold
+        if hold is None:
+            if self.contender is not None:
+                self.contender.abandon()
+            return
+        with registry_lock:
+            hold.count -= 1
+            last = hold.count <= 0
+            if last and hold.key is not None and registry.get(hold.key) is hold:
+                del registry[hold.key]
+        if last:
+            hold.session.remove_hold(hold)
+            if not hold.lost:
+                hold.contender.abandon()
+
+
+LONG_HOLD = 1.0
+
+
+class LongHolds:
+    """Holds younger than LONG_HOLD, looked at by one periodic tick on the dispatch thread.
+
+    Once a hold has lasted LONG_HOLD seconds we watch our own node (the watch marks the hold lost as soon as
+    someone deletes the node, e.g. a force-release from the admin) and, if we had to wait, record acquired_at
+    with one asynchronous set (the successor's data watch re-arms without waking, see
+    queue.Contender.wait_for). Short holds pay for neither; registering one is a list append.
+    """
+
+    def __init__(self) -> None:
+        self._young: list[tuple[float, Hold, bool, float]] = []
+        self._lock = threading.Lock()
+        self._ticking = False
+
+    def add(self, hold: Hold, waited: bool) -> None:
+        entry = (time.monotonic(), hold, waited, time.time())
+        with self._lock:
+            self._young.append(entry)
+            if self._ticking:
+                return
+            self._ticking = True
+        dispatch.get().call_later(LONG_HOLD, self._tick)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            due = [e for e in self._young if now - e[0] >= LONG_HOLD]
+            self._young = [e for e in self._young if now - e[0] < LONG_HOLD and e[1].count > 0]
+            self._ticking = bool(self._young)
+            next_at = self._young[0][0] + LONG_HOLD if self._young else None
+        for _, hold, waited, acquired_at in due:
+            if hold.count > 0 and hold.is_held:
+                watch_own_node(hold, waited, acquired_at)
+        if next_at is not None:
+            dispatch.get().call_at(next_at, self._tick)
+
+
+def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
+    contender = hold.contender
+    session = contender.session
+    client = session.client
+
+    def on_own_node(event) -> None:
+        if hold.count <= 0 or hold.lost:
+            return
+        if event.type == EventType.DELETED:
+            hold.mark_lost("deleted")
+        elif event.type == EventType.NONE:
+            # A connection blip cleared the watch: set it again once the session is back.
+            dispatch.get().call_later(0.05, rearm)
+
+    def on_exists(result) -> None:
+        if not result.successful():
+            if not session.dead:
+                dispatch.get().call_later(0.1, rearm)
+        elif result.value is None:
+            on_own_node(_Deleted)
+
+    def rearm() -> None:
+        if hold.count <= 0 or hold.lost or session.dead:
+            return
+        if not session.connected:
+            dispatch.get().call_later(0.05, rearm)
+            return
+        client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
+
+    if waited:
+        client.set_async(contender.node, holder.payload(
+            thread=hold.thread_name, task=hold.task,
+            acquired_at=round(acquired_at, 3), queued_at=round(contender.queued_at, 3)))
+    rearm()
+
+
+long_holds = LongHolds()
+
+
+class _Deleted:
+    type = EventType.DELETED
+
+
+def reset_after_fork() -> None:
+    """A forked child holds nothing: the forking thread's id survives, so stale entries would 're-enter'."""
+    global registry_lock, long_holds, _task_owners_lock
+    registry.clear()
+    registry_lock = threading.Lock()
+    long_holds = LongHolds()
+    _task_owners_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=reset_after_fork)
