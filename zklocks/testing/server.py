@@ -15,10 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-CLASSPATH = os.environ.get(
-    "ZKLOCKS_ZK_CLASSPATH", "/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar"
-)
-JAVA = os.environ.get("ZKLOCKS_JAVA", "java")
+from .runtime import CLASSPATH, JAVA
+
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 

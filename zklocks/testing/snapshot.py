@@ -15,9 +15,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from .server import CLASSPATH, JAVA
+from .runtime import CLASSPATH, JAVA, JAVAC
 
-JAVAC = os.environ.get("ZKLOCKS_JAVAC", "javac")
 SOURCE = Path(__file__).resolve().parent / "java" / "SeedSnapshot.java"
 
 _compiled: Path | None = None
