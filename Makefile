@@ -1,4 +1,5 @@
-# make test   — installs what is missing (Debian: zookeeper, redis-server, chromium, openssl for the TLS test
+# make lint   — ruff (lint and format check) and mypy with django-stubs over zklocks/
+# make test   — make lint, then installs what is missing (Debian: zookeeper, redis-server, chromium, openssl for the TLS test
 #               certificates, default-jdk-headless for javac, which compiles the snapshot writer of
 #               zklocks/testing/java; a venv with requirements.txt)
 #               and runs the suite against servers it starts itself.
@@ -10,7 +11,7 @@ BIN := $(VENV)/bin
 DEB_PACKAGES := zookeeper redis-server chromium
 STAMP := $(VENV)/.requirements-stamp
 
-.PHONY: test chaos test-matrix demo bench system-deps venv clean
+.PHONY: test lint chaos test-matrix demo bench system-deps venv clean
 
 system-deps:
 	@missing=""; \
@@ -36,14 +37,21 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
-test: system-deps venv
+LINTED := zklocks tests benchmarks demo_project manage.py noxfile.py
+
+lint: venv
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	timeout 600 $(BIN)/mypy
+
+test: system-deps venv lint
 	timeout 1800 $(BIN)/python -m pytest -q -p no:randomly
 
 chaos: system-deps venv
 	timeout 1800 $(BIN)/python -m pytest -q -m chaos -p no:randomly tests/test_chaos.py --chaos-long
 
 test-matrix: system-deps venv
-	timeout 3600 $(BIN)/nox
+	timeout 3600 $(BIN)/nox -s tests
 
 demo: system-deps venv
 	$(BIN)/python -m demo_project.run

@@ -1,4 +1,4 @@
-"""make test-matrix: the suite on Python 3.11 + Django 5.2 and on Python 3.12 + Django 6.x."""
+"""make test-matrix: the suite on each supported pair of Python and Django, in one parametrised session."""
 
 import glob
 import os
@@ -19,16 +19,16 @@ def interpreter(version: str) -> str:
     return candidates[-1] if candidates else version
 
 
-@nox.session(python=interpreter("3.11"))
-def django52(session):
-    session.install("-r", "requirements.txt")
-    session.install("-e", ".", "--no-deps")
-    session.run("python", "-m", "pytest", "-q", *session.posargs)
+MATRIX = [
+    (interpreter("3.11"), "Django>=5.2,<5.3"),
+    (interpreter("3.12"), "Django>=6.0,<7"),
+]
 
 
-@nox.session(python=interpreter("3.12"))
-def django6(session):
+@nox.session
+@nox.parametrize(("python", "django"), MATRIX, ids=["django52", "django6"])
+def tests(session, django):
     session.install("-r", "requirements.txt")
-    session.install("Django>=6.0,<7")
+    session.install(django)
     session.install("-e", ".", "--no-deps")
     session.run("python", "-m", "pytest", "-q", *session.posargs)

@@ -41,8 +41,9 @@ class Progress:
         width = 30
         filled = int(width * self.done / max(1, self.total))
         elapsed = time.monotonic() - self.started
-        sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                         f"{elapsed:5.0f}s {self.label:<40.40}")
+        sys.stderr.write(
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {elapsed:5.0f}s {self.label:<40.40}"
+        )
         sys.stderr.flush()
 
     def close(self) -> None:
@@ -72,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     zk = start_zookeeper()
     redis_server = None if args.no_redis else RedisServer().start()
     results: dict = {
-        "machine": {"python": platform.python_version(), "platform": platform.platform(),
-                    "cpus": os.cpu_count()},
+        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
         "server": {"zookeeper": "standalone, forceSync=yes (default)", "tickTime_ms": zk.tick_time},
         "args": vars(args),
     }
@@ -81,11 +81,13 @@ def main(argv: list[str] | None = None) -> int:
         workloads.configure_django(zk.hosts)
         redis_port = None if redis_server is None else redis_server.port
         progress.set("uncontended cycles")
-        results["uncontended"] = workloads.uncontended(zk.hosts, redis_port, args.rounds, args.seconds,
-                                                       lambda: progress.step())
+        results["uncontended"] = workloads.uncontended(
+            zk.hosts, redis_port, args.rounds, args.seconds, lambda: progress.step()
+        )
         progress.set("failed try-locks")
-        results["failed_trylock"] = workloads.failed_trylock(zk.hosts, redis_port, args.rounds, args.seconds,
-                                                             lambda: progress.step())
+        results["failed_trylock"] = workloads.failed_trylock(
+            zk.hosts, redis_port, args.rounds, args.seconds, lambda: progress.step()
+        )
         progress.set("requests per cycle")
         results["requests_per_cycle"] = workloads.requests_per_cycle(zk.hosts, zk.port, 500)
         progress.step()
@@ -148,34 +150,51 @@ def report(r: dict) -> str:
     lines = []
     u, f = r["uncontended"], r["failed_trylock"]
     lines.append("figure                                        zklocks      kazoo      redis   zk÷kazoo  target")
-    lines.append(f"uncontended acquire+release cycles/s       {med(u['zklocks']):10.0f} {med(u['kazoo']):10.0f} "
-                 f"{med(u['redis']):10.0f} {_ratio(u['zklocks'], u['kazoo']):9.2f}   >= 2.0")
-    lines.append(f"failed try-locks/s (held elsewhere)        {med(f['zklocks']):10.0f} {med(f['kazoo']):10.0f} "
-                 f"{med(f['redis']):10.0f} {_ratio(f['zklocks'], f['kazoo']):9.2f}   >= 3.0")
+    lines.append(
+        f"uncontended acquire+release cycles/s       {med(u['zklocks']):10.0f} {med(u['kazoo']):10.0f} "
+        f"{med(u['redis']):10.0f} {_ratio(u['zklocks'], u['kazoo']):9.2f}   >= 2.0"
+    )
+    lines.append(
+        f"failed try-locks/s (held elsewhere)        {med(f['zklocks']):10.0f} {med(f['kazoo']):10.0f} "
+        f"{med(f['redis']):10.0f} {_ratio(f['zklocks'], f['kazoo']):9.2f}   >= 3.0"
+    )
     h = r["handoffs"]
     eight = 8 if 8 in h["zklocks"] else max(h["zklocks"])
-    lines.append(f"contended handoffs/s, {eight} processes           {h['zklocks'][eight]:10.0f} "
-                 f"{h['kazoo'][eight]:10.0f} {'':>10} {h['zklocks'][eight] / h['kazoo'][eight]:9.2f}   >= 1.3")
+    lines.append(
+        f"contended handoffs/s, {eight} processes           {h['zklocks'][eight]:10.0f} "
+        f"{h['kazoo'][eight]:10.0f} {'':>10} {h['zklocks'][eight] / h['kazoo'][eight]:9.2f}   >= 1.3"
+    )
     q = r["requests_per_cycle"]
-    lines.append(f"requests per uncontended cycle (server)    {q['zklocks']['requests']:10.2f} "
-                 f"{q['kazoo']['requests']:10.2f} {'':>10} {'':>9}   <= 3")
-    lines.append(f"round trips waited per cycle               {q['zklocks']['waits']:10.2f} "
-                 f"{q['kazoo']['waits']:10.2f} {'':>10} {'':>9}   <= 2")
+    lines.append(
+        f"requests per uncontended cycle (server)    {q['zklocks']['requests']:10.2f} "
+        f"{q['kazoo']['requests']:10.2f} {'':>10} {'':>9}   <= 3"
+    )
+    lines.append(
+        f"round trips waited per cycle               {q['zklocks']['waits']:10.2f} "
+        f"{q['kazoo']['waits']:10.2f} {'':>10} {'':>9}   <= 2"
+    )
     if r["waiters"]:
         big = r["waiters"][-1]
-        lines.append(f"notifications per release, {big['waiters']} waiters   "
-                     f"{big['notifications_per_release']:10.2f} {'':>10} {'':>10} {'':>9}   == 1")
+        lines.append(
+            f"notifications per release, {big['waiters']} waiters   "
+            f"{big['notifications_per_release']:10.2f} {'':>10} {'':>10} {'':>9}   == 1"
+        )
     for name, figures in r.get("extras", {}).items():
         lines.append(f"{name}: {figures}")
     lines.append("")
-    lines.append("contended handoffs/s by processes:  " + "  ".join(
-        f"{n}: {h['zklocks'][n]:.0f} vs {h['kazoo'][n]:.0f}" for n in sorted(h["zklocks"])))
-    lines.append("waiters  first handoff ms  mean handoff ms  packets/handoff  notifications/release  "
-                 "max wakeups/waiter")
+    lines.append(
+        "contended handoffs/s by processes:  "
+        + "  ".join(f"{n}: {h['zklocks'][n]:.0f} vs {h['kazoo'][n]:.0f}" for n in sorted(h["zklocks"]))
+    )
+    lines.append(
+        "waiters  first handoff ms  mean handoff ms  packets/handoff  notifications/release  max wakeups/waiter"
+    )
     for w in r["waiters"]:
-        lines.append(f"{w['waiters']:7d}  {w['first_handoff_ms']:16.2f}  {w['mean_handoff_ms']:15.2f}  "
-                     f"{w['packets_per_handoff']:15.2f}  {w['notifications_per_release']:21.2f}  "
-                     f"{w['max_wakeups_per_waiter']:18d}")
+        lines.append(
+            f"{w['waiters']:7d}  {w['first_handoff_ms']:16.2f}  {w['mean_handoff_ms']:15.2f}  "
+            f"{w['packets_per_handoff']:15.2f}  {w['notifications_per_release']:21.2f}  "
+            f"{w['max_wakeups_per_waiter']:18d}"
+        )
     return "\n".join(lines)
 
 
@@ -185,31 +204,80 @@ def markdown(r: dict) -> str:
     u, f, h, q = r["uncontended"], r["failed_trylock"], r["handoffs"], r["requests_per_cycle"]
     eight = 8 if 8 in h["zklocks"] else max(h["zklocks"])
     rows = [
-        ("uncontended acquire+release cycles/s", f"{med(u['zklocks']):.0f}", f"{med(u['kazoo']):.0f}",
-         f"{med(u['redis']):.0f}", f"{_ratio(u['zklocks'], u['kazoo']):.2f}", ">= 2.0"),
-        ("failed try-locks/s (held elsewhere)", f"{med(f['zklocks']):.0f}", f"{med(f['kazoo']):.0f}",
-         f"{med(f['redis']):.0f}", f"{_ratio(f['zklocks'], f['kazoo']):.2f}", ">= 3.0"),
-        (f"contended handoffs/s, {eight} processes", f"{h['zklocks'][eight]:.0f}", f"{h['kazoo'][eight]:.0f}", "",
-         f"{h['zklocks'][eight] / h['kazoo'][eight]:.2f}", ">= 1.3"),
-        ("requests per uncontended cycle (server packets)", f"{q['zklocks']['requests']:.2f}",
-         f"{q['kazoo']['requests']:.2f}", "", "", "<= 3"),
-        ("round trips waited per uncontended cycle", f"{q['zklocks']['waits']:.2f}", f"{q['kazoo']['waits']:.2f}",
-         "", "", "<= 2"),
+        (
+            "uncontended acquire+release cycles/s",
+            f"{med(u['zklocks']):.0f}",
+            f"{med(u['kazoo']):.0f}",
+            f"{med(u['redis']):.0f}",
+            f"{_ratio(u['zklocks'], u['kazoo']):.2f}",
+            ">= 2.0",
+        ),
+        (
+            "failed try-locks/s (held elsewhere)",
+            f"{med(f['zklocks']):.0f}",
+            f"{med(f['kazoo']):.0f}",
+            f"{med(f['redis']):.0f}",
+            f"{_ratio(f['zklocks'], f['kazoo']):.2f}",
+            ">= 3.0",
+        ),
+        (
+            f"contended handoffs/s, {eight} processes",
+            f"{h['zklocks'][eight]:.0f}",
+            f"{h['kazoo'][eight]:.0f}",
+            "",
+            f"{h['zklocks'][eight] / h['kazoo'][eight]:.2f}",
+            ">= 1.3",
+        ),
+        (
+            "requests per uncontended cycle (server packets)",
+            f"{q['zklocks']['requests']:.2f}",
+            f"{q['kazoo']['requests']:.2f}",
+            "",
+            "",
+            "<= 3",
+        ),
+        (
+            "round trips waited per uncontended cycle",
+            f"{q['zklocks']['waits']:.2f}",
+            f"{q['kazoo']['waits']:.2f}",
+            "",
+            "",
+            "<= 2",
+        ),
     ]
     if r["waiters"]:
         big = r["waiters"][-1]
-        rows.append((f"notifications per release, {big['waiters']} waiters",
-                     f"{big['notifications_per_release']:.2f}", "", "", "", "== 1"))
-    out = ["| figure | zklocks | kazoo | redis-py | zklocks ÷ kazoo | target |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+        rows.append(
+            (
+                f"notifications per release, {big['waiters']} waiters",
+                f"{big['notifications_per_release']:.2f}",
+                "",
+                "",
+                "",
+                "== 1",
+            )
+        )
+    out = [
+        "| figure | zklocks | kazoo | redis-py | zklocks ÷ kazoo | target |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
     out += ["| " + " | ".join(row) + " |" for row in rows]
     out += ["", "| processes | zklocks handoffs/s | kazoo handoffs/s | ratio |", "| ---: | ---: | ---: | ---: |"]
-    out += [f"| {n} | {h['zklocks'][n]:.0f} | {h['kazoo'][n]:.0f} | {h['zklocks'][n] / h['kazoo'][n]:.2f} |"
-            for n in sorted(h["zklocks"])]
-    out += ["", "| waiters | first handoff ms | mean handoff ms | server packets per handoff | notifications per release "
-            "| max wake-ups of one waiter |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]
-    out += [f"| {w['waiters']} | {w['first_handoff_ms']:.2f} | {w['mean_handoff_ms']:.2f} | "
-            f"{w['packets_per_handoff']:.2f} | {w['notifications_per_release']:.2f} | {w['max_wakeups_per_waiter']} |"
-            for w in r["waiters"]]
+    out += [
+        f"| {n} | {h['zklocks'][n]:.0f} | {h['kazoo'][n]:.0f} | {h['zklocks'][n] / h['kazoo'][n]:.2f} |"
+        for n in sorted(h["zklocks"])
+    ]
+    out += [
+        "",
+        "| waiters | first handoff ms | mean handoff ms | server packets per handoff | notifications per release "
+        "| max wake-ups of one waiter |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    out += [
+        f"| {w['waiters']} | {w['first_handoff_ms']:.2f} | {w['mean_handoff_ms']:.2f} | "
+        f"{w['packets_per_handoff']:.2f} | {w['notifications_per_release']:.2f} | {w['max_wakeups_per_waiter']} |"
+        for w in r["waiters"]
+    ]
     for name, figures in r.get("extras", {}).items():
         out += ["", f"**{name}**: " + ", ".join(f"{k} = {v}" for k, v in figures.items())]
     return "\n".join(out) + "\n"
@@ -228,8 +296,9 @@ def plot(r: dict, path: Path) -> None:
         rates = [h[kind][n] for n in ns]
         ax1.plot(ns, rates, style, label=kind)
         ax2.plot(ns, [1000.0 / x if x else float("nan") for x in rates], style, label=kind)
-    ax1.set(xscale="log", xlabel="contending processes", ylabel="acquire+release cycles/s",
-            title="Throughput on one lock")
+    ax1.set(
+        xscale="log", xlabel="contending processes", ylabel="acquire+release cycles/s", title="Throughput on one lock"
+    )
     ax2.set(xscale="log", xlabel="contending processes", ylabel="ms per handoff", title="Handoff latency")
     for ax in (ax1, ax2):
         ax.set_xticks(ns, [str(n) for n in ns])

@@ -32,9 +32,14 @@ def build_app(broker: str):
     from zklocks.celery import SingleExecutionTask
 
     app = Celery("zklocks_bench", set_as_current=False)
-    app.conf.update(broker_url=f"{broker}/0", result_backend=f"{broker}/1", worker_prefetch_multiplier=1,
-                    worker_hijack_root_logger=False, broker_connection_retry_on_startup=True,
-                    task_default_queue="zklocks-bench")
+    app.conf.update(
+        broker_url=f"{broker}/0",
+        result_backend=f"{broker}/1",
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+        broker_connection_retry_on_startup=True,
+        task_default_queue="zklocks-bench",
+    )
 
     @app.task(name="zklocks_bench.plain")
     def plain(x):
@@ -54,9 +59,12 @@ def _configure_django(hosts: str) -> None:
     if settings.configured:
         return
     settings.configure(
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"], DATABASES={}, USE_TZ=True,
-        ZKLOCKS={"default": {"HOSTS": hosts, "NAMESPACE": "/zklocks-bench", "SESSION_TIMEOUT": 10.0,
-                             "REAP_INTERVAL": 0}},
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
+        DATABASES={},
+        USE_TZ=True,
+        ZKLOCKS={
+            "default": {"HOSTS": hosts, "NAMESPACE": "/zklocks-bench", "SESSION_TIMEOUT": 10.0, "REAP_INTERVAL": 0}
+        },
     )
     django.setup()
 
@@ -78,10 +86,33 @@ def _start_worker(hosts: str, broker: str, pool: str, logdir: Path) -> subproces
     log = logdir / "worker.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", WORKER_APP, "worker", "-P", pool, "-c", "1", "-l", "WARNING",
-             "-Q", "zklocks-bench", "-n", f"bench-{os.getpid()}@localhost", "--without-gossip", "--without-mingle",
-             "--without-heartbeat"],
-            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                WORKER_APP,
+                "worker",
+                "-P",
+                pool,
+                "-c",
+                "1",
+                "-l",
+                "WARNING",
+                "-Q",
+                "zklocks-bench",
+                "-n",
+                f"bench-{os.getpid()}@localhost",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     return proc
 
 
@@ -146,11 +177,14 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
     plain_ms = statistics.median(times["plain"]) * 1000
     single_ms = statistics.median(times["single"]) * 1000
     return {
-        "pool": pool, "n": n,
-        "plain_median_ms": round(plain_ms, 3), "single_median_ms": round(single_ms, 3),
+        "pool": pool,
+        "n": n,
+        "plain_median_ms": round(plain_ms, 3),
+        "single_median_ms": round(single_ms, 3),
         "plain_p90_ms": round(statistics.quantiles(times["plain"], n=10)[-1] * 1000, 3),
         "single_p90_ms": round(statistics.quantiles(times["single"], n=10)[-1] * 1000, 3),
-        "overhead_ms": round(single_ms - plain_ms, 3), "ratio": round(single_ms / plain_ms, 3),
+        "overhead_ms": round(single_ms - plain_ms, 3),
+        "ratio": round(single_ms / plain_ms, 3),
     }
 
 
@@ -164,11 +198,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(figures))
         return 0
-    print(f"Celery round trip, one worker ({figures['pool']} pool, concurrency 1), {figures['n']} calls each, "
-          "alternating:")
+    print(
+        f"Celery round trip, one worker ({figures['pool']} pool, concurrency 1), {figures['n']} calls each, "
+        "alternating:"
+    )
     print(f"  plain task           median {figures['plain_median_ms']:7.2f} ms   p90 {figures['plain_p90_ms']:7.2f} ms")
-    print(f"  SingleExecutionTask  median {figures['single_median_ms']:7.2f} ms   p90 "
-          f"{figures['single_p90_ms']:7.2f} ms")
+    print(
+        f"  SingleExecutionTask  median {figures['single_median_ms']:7.2f} ms   p90 {figures['single_p90_ms']:7.2f} ms"
+    )
     print(f"  ratio of medians {figures['ratio']:.2f}  (overhead {figures['overhead_ms']:.2f} ms per task)")
     return 0
 

@@ -16,8 +16,12 @@ def inspect_snapshot(zk) -> dict:
     from benchmarks.inspect_snapshot import run
 
     result = run(zk.hosts, 1000, 5)
-    return {"locks": result["locks"], "nodes": result["nodes"], "median_ms": round(result["median"] * 1000, 1),
-            "best_ms": round(result["best"] * 1000, 1)}
+    return {
+        "locks": result["locks"],
+        "nodes": result["nodes"],
+        "median_ms": round(result["median"] * 1000, 1),
+        "best_ms": round(result["best"] * 1000, 1),
+    }
 
 
 ALL = {

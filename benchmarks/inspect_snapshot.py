@@ -39,9 +39,11 @@ def populate(client: KazooClient, namespace: str, locks: int) -> int:
         r.get(timeout=30)
     pending = []
     for path, kind in kinds:
+
         def contender(parent: str, marker: str) -> None:
-            pending.append(client.create_async(f"{parent}/{uuid.uuid4().hex}{marker}", data, ephemeral=True,
-                                               sequence=True))
+            pending.append(
+                client.create_async(f"{parent}/{uuid.uuid4().hex}{marker}", data, ephemeral=True, sequence=True)
+            )
 
         if kind == "exclusive":
             for _ in range(4):
@@ -79,8 +81,15 @@ def run(hosts: str, locks: int, runs: int, multiread: bool = True) -> dict:
             found = read_namespace(reader, namespace)
             timings.append(time.perf_counter() - started)
         contenders = sum(len(lock.holders) + len(lock.waiters) for lock in found)
-        return {"locks": len(found), "nodes": nodes, "contenders": contenders, "runs": runs,
-                "best": min(timings), "median": statistics.median(timings), "worst": max(timings)}
+        return {
+            "locks": len(found),
+            "nodes": nodes,
+            "contenders": contenders,
+            "runs": runs,
+            "best": min(timings),
+            "median": statistics.median(timings),
+            "worst": max(timings),
+        }
     finally:
         writer.stop()
         writer.close()
@@ -107,9 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.cleanup()
-    print(f"snapshot of {r['locks']} locks ({r['nodes']} nodes, {r['contenders']} holders and waiters): "
-          f"best {r['best'] * 1000:.0f} ms, median {r['median'] * 1000:.0f} ms, worst {r['worst'] * 1000:.0f} ms "
-          f"over {r['runs']} runs ({'one request per read' if args.no_multiread else 'multiRead batches'})")
+    print(
+        f"snapshot of {r['locks']} locks ({r['nodes']} nodes, {r['contenders']} holders and waiters): "
+        f"best {r['best'] * 1000:.0f} ms, median {r['median'] * 1000:.0f} ms, worst {r['worst'] * 1000:.0f} ms "
+        f"over {r['runs']} runs ({'one request per read' if args.no_multiread else 'multiRead batches'})"
+    )
     return 0
 
 

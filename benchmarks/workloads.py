@@ -9,7 +9,7 @@ import multiprocessing
 import statistics
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from kazoo.client import KazooClient
 from kazoo.recipe.lock import Lock
@@ -21,9 +21,20 @@ def configure_django(hosts: str, namespace: str = "/zklocks-bench", pool_size: i
     from django.conf import settings
 
     if not settings.configured:
-        settings.configure(INSTALLED_APPS=["zklocks"], USE_TZ=True, ZKLOCKS={"default": {
-            "HOSTS": hosts, "NAMESPACE": namespace, "SESSION_TIMEOUT": 10.0, "CONNECT_TIMEOUT": 10.0,
-            "POOL_SIZE": pool_size, "REAP_INTERVAL": 0}})
+        settings.configure(
+            INSTALLED_APPS=["zklocks"],
+            USE_TZ=True,
+            ZKLOCKS={
+                "default": {
+                    "HOSTS": hosts,
+                    "NAMESPACE": namespace,
+                    "SESSION_TIMEOUT": 10.0,
+                    "CONNECT_TIMEOUT": 10.0,
+                    "POOL_SIZE": pool_size,
+                    "REAP_INTERVAL": 0,
+                }
+            },
+        )
         import django
 
         django.setup()
@@ -51,6 +62,7 @@ def kazoo_client(hosts: str) -> KazooClient:
 
 
 # -- uncontended cycles and failed try-locks --
+
 
 def uncontended(hosts: str, redis_port: int | None, rounds: int, seconds: float, tick: Callable[[], None]) -> dict:
     from zklocks import lock_path, zk_lock
@@ -120,6 +132,7 @@ def failed_trylock(hosts: str, redis_port: int | None, rounds: int, seconds: flo
 
 # -- requests per cycle --
 
+
 def requests_per_cycle(hosts: str, port: int, cycles: int) -> dict:
     """Server-side packets received per uncontended cycle, and round trips the caller waited on."""
     from kazoo.handlers import utils as kazoo_utils
@@ -165,6 +178,7 @@ def requests_per_cycle(hosts: str, port: int, cycles: int) -> dict:
 
 # -- contended handoffs, N processes --
 
+
 def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter) -> None:
     configure_django(hosts)
     if kind == "zklocks":
@@ -184,6 +198,7 @@ def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter) -> 
         def cycle():
             klock.acquire()
             klock.release()
+
     cycle()
     n = 0
     while time.time() < start_at.value:
@@ -201,8 +216,10 @@ def handoffs(kind: str, hosts: str, processes: int, seconds: float) -> float:
     start_at, stop_at = ctx.Value("d", 1e12), ctx.Value("d", 1e12)
     counter = ctx.Value("q", 0)
     name = f"bench:handoff:{kind}:{processes}"
-    procs = [ctx.Process(target=_contender, args=(kind, hosts, name, start_at, stop_at, counter), daemon=True)
-             for _ in range(processes)]
+    procs = [
+        ctx.Process(target=_contender, args=(kind, hosts, name, start_at, stop_at, counter), daemon=True)
+        for _ in range(processes)
+    ]
     for p in procs:
         p.start()
     time.sleep(1.0 + 0.15 * processes)  # interpreters start and connect
@@ -217,6 +234,7 @@ def handoffs(kind: str, hosts: str, processes: int, seconds: float) -> float:
 
 
 # -- many waiters: one release wakes one waiter --
+
 
 def _waiter_process(hosts: str, name: str, sessions: int, ready, go, done_times) -> None:
     configure_django(hosts, pool_size=sessions)

@@ -87,8 +87,15 @@ class Demo:
 
     def spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "ab")
-        proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
         self.procs[name] = proc
         self._write_pids()
@@ -101,8 +108,15 @@ class Demo:
         (self.data / "pids.json").write_text(json.dumps(pids))
 
     def manage(self, *argv: str) -> None:
-        subprocess.run([PY, "manage.py", *argv], cwd=ROOT, env=self.env, check=True, stdin=subprocess.DEVNULL,
-                       start_new_session=True, timeout=300)
+        subprocess.run(
+            [PY, "manage.py", *argv],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            timeout=300,
+        )
 
     # -- the parts --
 
@@ -125,13 +139,30 @@ class Demo:
             self.say(f"Redis: using {os.environ['CELERY_BROKER_URL']}")
             return
         if shutil.which("redis-server") is None:
-            raise RuntimeError("redis-server is not installed: run `make demo` (it installs it) or apt-get install "
-                               "redis-server")
+            raise RuntimeError(
+                "redis-server is not installed: run `make demo` (it installs it) or apt-get install redis-server"
+            )
         port = free_port()
         rdir = self.data / "redis"
         rdir.mkdir(parents=True, exist_ok=True)
-        self.spawn("redis", ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(rdir),
-                             "--save", "", "--appendonly", "no", "--daemonize", "no"])
+        self.spawn(
+            "redis",
+            [
+                "redis-server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(rdir),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
+        )
         wait_for(lambda: redis_ping(port), "Redis", 30, self.procs)
         self.env["CELERY_BROKER_URL"] = f"redis://127.0.0.1:{port}/0"
         self.say(f"Redis: started on 127.0.0.1:{port}")
@@ -146,9 +177,25 @@ class Demo:
         return password
 
     def start_worker(self) -> None:
-        self.spawn("celery", [PY, "-m", "celery", "-A", "demo_project.tasks", "worker", "--loglevel", "INFO",
-                              "--concurrency", "2", "--hostname", f"demo-{os.getpid()}@%h", "--without-gossip",
-                              "--without-mingle"])
+        self.spawn(
+            "celery",
+            [
+                PY,
+                "-m",
+                "celery",
+                "-A",
+                "demo_project.tasks",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--hostname",
+                f"demo-{os.getpid()}@%h",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+        )
         self.say("Celery worker: started (log: .demo/logs/celery.log)")
 
     def start_web(self) -> str:
@@ -181,8 +228,7 @@ class Demo:
             url = self.start_web()
             if not self.args.no_load:
                 self.start_load(url)
-            (self.data / "login.json").write_text(json.dumps({"url": url, "username": "admin",
-                                                              "password": password}))
+            (self.data / "login.json").write_text(json.dumps({"url": url, "username": "admin", "password": password}))
             self.say(f"admin: {url}/admin/zklocks/lock/?refresh=2  login: admin / {password}")
             self.say(f"ready at {url} (Ctrl-C stops everything)")
             deadline = None if self.args.exit_after is None else time.monotonic() + self.args.exit_after
@@ -206,7 +252,7 @@ class Demo:
             self.stop()
 
     def stop(self) -> None:
-        for name, proc in reversed(list(self.procs.items())):
+        for proc in reversed(list(self.procs.values())):
             _stop_group(proc)
         if self.zk is not None:
             self.zk.stop()
@@ -233,8 +279,9 @@ def _stop_group(proc: subprocess.Popen, grace: float = 8.0) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, default=int(os.environ.get("DEMO_PORT", "8000")),
-                        help="web server port (0: a free one)")
+    parser.add_argument(
+        "--port", type=int, default=int(os.environ.get("DEMO_PORT", "8000")), help="web server port (0: a free one)"
+    )
     parser.add_argument("--exit-after", type=float, help="stop everything after this many seconds (for tests)")
     parser.add_argument("--no-load", action="store_true", help="do not start the load generator")
     parser.add_argument("--buyers", type=int, default=6, help="concurrent buyers of the load generator")

@@ -1,7 +1,7 @@
 """Screenshot of the admin page of a running demo (for the README): headless Debian Chromium via Playwright.
 
-    python -m demo_project.run &                      # wait for "ready"
-    python -m demo_project.screenshot docs/admin.png  # reads .demo/login.json
+python -m demo_project.run &                      # wait for "ready"
+python -m demo_project.screenshot docs/admin.png  # reads .demo/login.json
 """
 
 from __future__ import annotations
@@ -15,8 +15,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,9 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     profile = tempfile.mkdtemp(prefix="zklocks-chromium-")
     try:
         with sync_playwright() as p:
-            context = p.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium",
-                                                           headless=True, args=FLAGS,
-                                                           viewport={"width": 1500, "height": 820})
+            context = p.chromium.launch_persistent_context(
+                profile,
+                executable_path="/usr/bin/chromium",
+                headless=True,
+                args=FLAGS,
+                viewport={"width": 1500, "height": 820},
+            )
             try:
                 page = context.new_page()
                 page.goto(login["url"] + "/admin/login/?next=/admin/zklocks/lock/")

@@ -25,8 +25,14 @@ app = Celery("demo_project")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 
 
-@app.task(name="demo.daily_report", bind=True, base=SingleExecutionTask, lock_key="report:daily",
-          lock_timeout=60, on_locked="retry")
+@app.task(
+    name="demo.daily_report",
+    bind=True,
+    base=SingleExecutionTask,
+    lock_key="report:daily",
+    lock_timeout=60,
+    on_locked="retry",
+)
 def daily_report(self):
     """One report at a time, across all workers: later ones wait for the running one, in order."""
     from demo_project.shop.models import Report, Reservation

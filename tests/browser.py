@@ -7,8 +7,16 @@ import shutil
 import tempfile
 
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 
 @contextlib.contextmanager
@@ -19,7 +27,10 @@ def chromium_page(viewport=(1400, 900)):
     try:
         with sync_playwright() as p:
             context = p.chromium.launch_persistent_context(
-                profile, executable_path=CHROMIUM, headless=True, args=FLAGS,
+                profile,
+                executable_path=CHROMIUM,
+                headless=True,
+                args=FLAGS,
                 viewport={"width": viewport[0], "height": viewport[1]},
             )
             try:

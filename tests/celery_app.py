@@ -21,13 +21,15 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
         DATABASES={},
         USE_TZ=True,
-        ZKLOCKS={"default": {
-            "HOSTS": os.environ.get("ZKLOCKS_TEST_HOSTS", "127.0.0.1:2181"),
-            "NAMESPACE": os.environ.get("ZKLOCKS_TEST_NAMESPACE", "/zklocks-test/celery"),
-            "SESSION_TIMEOUT": float(os.environ.get("ZKLOCKS_TEST_SESSION_TIMEOUT", "2.0")),
-            "CONNECT_TIMEOUT": float(os.environ.get("ZKLOCKS_TEST_CONNECT_TIMEOUT", "2.0")),
-            "REAP_INTERVAL": 0,
-        }},
+        ZKLOCKS={
+            "default": {
+                "HOSTS": os.environ.get("ZKLOCKS_TEST_HOSTS", "127.0.0.1:2181"),
+                "NAMESPACE": os.environ.get("ZKLOCKS_TEST_NAMESPACE", "/zklocks-test/celery"),
+                "SESSION_TIMEOUT": float(os.environ.get("ZKLOCKS_TEST_SESSION_TIMEOUT", "2.0")),
+                "CONNECT_TIMEOUT": float(os.environ.get("ZKLOCKS_TEST_CONNECT_TIMEOUT", "2.0")),
+                "REAP_INTERVAL": 0,
+            }
+        },
     )
     django.setup()
 
@@ -87,8 +89,18 @@ def _run(task, key: str, hold: float) -> dict:
     start = time.monotonic()
     time.sleep(hold)
     end = time.monotonic()
-    return record(f"run-{key}", task=task.name, task_id=task.request.id, key=key, start=start, end=end,
-                  token=lock.token, lock=lock.name, held=lock.is_held, retries=task.request.retries)
+    return record(
+        f"run-{key}",
+        task=task.name,
+        task_id=task.request.id,
+        key=key,
+        start=start,
+        end=end,
+        token=lock.token,
+        lock=lock.name,
+        held=lock.is_held,
+        retries=task.request.retries,
+    )
 
 
 @app.task(bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_locked="skip")
@@ -96,8 +108,14 @@ def rec_skip(self, key, hold=0.2):
     return _run(self, key, hold)
 
 
-@app.task(bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_locked="retry", lock_retry_countdown=0.3,
-          lock_max_retries=200)
+@app.task(
+    bind=True,
+    base=SingleExecutionTask,
+    lock_key="rec:{key}",
+    on_locked="retry",
+    lock_retry_countdown=0.3,
+    lock_max_retries=200,
+)
 def rec_retry(self, key, hold=0.2):
     return _run(self, key, hold)
 
@@ -137,8 +155,14 @@ def retry_self(self, key):
         start = time.monotonic()
         retry = self.retry(countdown=0, throw=False, max_retries=3)
         time.sleep(0.6)
-        record(f"run-{key}", task_id=self.request.id, retries=0, start=start, end=time.monotonic(),
-               token=self.request.zk_lock.token)
+        record(
+            f"run-{key}",
+            task_id=self.request.id,
+            retries=0,
+            start=start,
+            end=time.monotonic(),
+            token=self.request.zk_lock.token,
+        )
         raise retry
     return _run(self, key, 0.05)
 
@@ -159,8 +183,7 @@ def hold_until_lost(self, key):
     lock = self.request.zk_lock
     hold = next(iter(lock._mine.values()))[0]
     session_id, password = hold.session.client.client_id
-    record(f"started-{key}", task_id=self.request.id, session_id=session_id, password=password.hex(),
-           token=lock.token)
+    record(f"started-{key}", task_id=self.request.id, session_id=session_id, password=password.hex(), token=lock.token)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -181,20 +204,40 @@ def _first_delivery_hangs(task, key: str) -> dict:
     return _run(task, key, 0.05)
 
 
-@app.task(bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_locked="retry", lock_retry_countdown=0.3,
-          lock_max_retries=100, acks_late=True, reject_on_worker_lost=True)
+@app.task(
+    bind=True,
+    base=SingleExecutionTask,
+    lock_key="rec:{key}",
+    on_locked="retry",
+    lock_retry_countdown=0.3,
+    lock_max_retries=100,
+    acks_late=True,
+    reject_on_worker_lost=True,
+)
 def late_retry(self, key):
     return _first_delivery_hangs(self, key)
 
 
-@app.task(bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_locked="skip", acks_late=True,
-          reject_on_worker_lost=True)
+@app.task(
+    bind=True,
+    base=SingleExecutionTask,
+    lock_key="rec:{key}",
+    on_locked="skip",
+    acks_late=True,
+    reject_on_worker_lost=True,
+)
 def late_skip(self, key):
     return _first_delivery_hangs(self, key)
 
 
-@app.task(bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_unavailable="retry",
-          lock_retry_countdown=0.5, lock_max_retries=100)
+@app.task(
+    bind=True,
+    base=SingleExecutionTask,
+    lock_key="rec:{key}",
+    on_unavailable="retry",
+    lock_retry_countdown=0.5,
+    lock_max_retries=100,
+)
 def unavailable_retry(self, key):
     return _run(self, key, 0.05)
 

@@ -25,22 +25,58 @@ from zklocks.testing.redis import RedisServer
 class CeleryWorker:
     """``celery -A tests.celery_app worker`` with the given pool, concurrency and queue."""
 
-    def __init__(self, env: dict[str, str], *, pool: str = "prefork", concurrency: int = 2,
-                 queue: str = "zk-prefork", logdir: Path, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        *,
+        pool: str = "prefork",
+        concurrency: int = 2,
+        queue: str = "zk-prefork",
+        logdir: Path,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.name = f"{pool}-{uuid.uuid4().hex[:6]}@localhost"
         self.pool = pool
         self.queue = queue
         self.log = logdir / f"worker-{self.name.split('@')[0]}.log"
         self.env = env
-        self.args = [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker", "-P", pool,
-                     "-c", str(concurrency), "-n", self.name, "-Q", queue, "-l", "INFO", "-O", "fair",
-                     "--without-gossip", "--without-mingle", "--without-heartbeat", *extra]
+        self.args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.celery_app",
+            "worker",
+            "-P",
+            pool,
+            "-c",
+            str(concurrency),
+            "-n",
+            self.name,
+            "-Q",
+            queue,
+            "-l",
+            "INFO",
+            "-O",
+            "fair",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            *extra,
+        ]
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> CeleryWorker:
         out = open(self.log, "ab")
-        self.proc = subprocess.Popen(self.args, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.args,
+            cwd=ROOT,
+            env=self.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         out.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -116,11 +152,16 @@ class CeleryEnv:
         self.workers: list[CeleryWorker] = []
 
     def environ(self, **overrides: str) -> dict[str, str]:
-        env = dict(os.environ, PYTHONPATH=str(ROOT), ZKLOCKS_TEST_HOSTS=self.hosts,
-                   ZKLOCKS_TEST_NAMESPACE=self.namespace, ZKLOCKS_TEST_BROKER=self.broker,
-                   ZKLOCKS_TEST_RECORDS=str(self.records),
-                   ZKLOCKS_TEST_SESSION_TIMEOUT=str(self.session_timeout),
-                   ZKLOCKS_TEST_CONNECT_TIMEOUT=str(self.connect_timeout))
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            ZKLOCKS_TEST_HOSTS=self.hosts,
+            ZKLOCKS_TEST_NAMESPACE=self.namespace,
+            ZKLOCKS_TEST_BROKER=self.broker,
+            ZKLOCKS_TEST_RECORDS=str(self.records),
+            ZKLOCKS_TEST_SESSION_TIMEOUT=str(self.session_timeout),
+            ZKLOCKS_TEST_CONNECT_TIMEOUT=str(self.connect_timeout),
+        )
         env.pop("DJANGO_SETTINGS_MODULE", None)
         env.update(overrides)
         return env
@@ -139,8 +180,15 @@ class CeleryEnv:
         return self.records_of(kind)
 
     def settings(self) -> dict:
-        return {"default": {"HOSTS": self.hosts, "NAMESPACE": self.namespace, "SESSION_TIMEOUT": self.session_timeout,
-                            "CONNECT_TIMEOUT": self.connect_timeout, "REAP_INTERVAL": 0}}
+        return {
+            "default": {
+                "HOSTS": self.hosts,
+                "NAMESPACE": self.namespace,
+                "SESSION_TIMEOUT": self.session_timeout,
+                "CONNECT_TIMEOUT": self.connect_timeout,
+                "REAP_INTERVAL": 0,
+            }
+        }
 
     def cleanup(self) -> None:
         for worker in self.workers:  # all at once: a warm shutdown can take seconds (gevent: 5 s)

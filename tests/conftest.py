@@ -11,8 +11,9 @@ def _zk(request):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--chaos-long", action="store_true", default=False,
-                     help="run the long form of the chaos suite (make chaos)")
+    parser.addoption(
+        "--chaos-long", action="store_true", default=False, help="run the long form of the chaos suite (make chaos)"
+    )
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
 
 from kazoo.client import KazooClient
@@ -13,8 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def spawn_worker(*args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    return subprocess.Popen([sys.executable, "-m", "tests.workers", *args], cwd=ROOT, env=env,
-                            start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "tests.workers", *args], cwd=ROOT, env=env, start_new_session=True)
 
 
 def read_records(path) -> list[dict]:
@@ -27,7 +27,7 @@ def read_records(path) -> list[dict]:
 def assert_no_overlap(records: list[dict]) -> None:
     """Exclusive holds never overlap, and tokens strictly increase in hold order."""
     ordered = sorted(records, key=lambda r: r["start"])
-    for a, b in zip(ordered, ordered[1:]):
+    for a, b in pairwise(ordered):
         assert a["end"] <= b["start"], f"overlapping holds: {a} and {b}"
         assert a["token"] < b["token"], f"tokens not increasing: {a} then {b}"
 

@@ -142,8 +142,15 @@ def test_detail_page(admin_client, busy_lock):
 
 
 def test_unreachable_alias_is_an_error_on_the_page_not_a_500(admin_client, zklocks_settings):
-    zklocks_settings(EXTRA_ALIASES={"reports": {"HOSTS": f"127.0.0.1:{free_port()}", "CONNECT_TIMEOUT": 1.0,
-                                                "AUTH": [("digest", "admin:hunter2-secret")]}})
+    zklocks_settings(
+        EXTRA_ALIASES={
+            "reports": {
+                "HOSTS": f"127.0.0.1:{free_port()}",
+                "CONNECT_TIMEOUT": 1.0,
+                "AUTH": [("digest", "admin:hunter2-secret")],
+            }
+        }
+    )
     t = hold("still-visible", "alive")
     try:
         started = time.monotonic()

@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+from itertools import pairwise
 
 import pytest
 from django.test import AsyncClient, override_settings
@@ -47,7 +48,7 @@ def test_async_with_excludes_concurrent_coroutines_without_blocking_the_loop():
     elapsed = time.monotonic() - started
     assert len(intervals) == 6
     intervals.sort()
-    for a, b in zip(intervals, intervals[1:]):
+    for a, b in pairwise(intervals):
         assert a[1] <= b[0] and a[2] < b[2]
     # The loop kept ticking while coroutines waited for the lock: nothing blocked it.
     assert ticks >= 0.5 * elapsed / 0.01
@@ -98,6 +99,7 @@ def test_async_timeout_and_semaphore_and_multi():
             holder = zk_lock("async-held")
             await holder.acquire_async()
             started = time.monotonic()
+
             async def contender():  # another task: another owner (the same task would re-enter)
                 async with zk_lock("async-held", timeout=0.3):
                     pass
@@ -115,6 +117,7 @@ def test_async_timeout_and_semaphore_and_multi():
 @pytest.mark.django_db
 def test_async_django_view_guarded_by_zk_lock():
     with override_settings(ROOT_URLCONF="tests.app.urls"):
+
         async def main():
             client = AsyncClient()
             responses = await asyncio.gather(*(client.get("/counter/") for _ in range(5)))

@@ -11,6 +11,7 @@ from django.test import override_settings
 from tests.helpers import in_thread, raw_client, tree, wait_until
 from zklocks import (
     LockNotAcquired,
+    SemaphoreMismatch,
     ZkConfigError,
     ZkUnavailable,
     lock_path,
@@ -21,14 +22,34 @@ from zklocks import (
 from zklocks.conf import alias_config
 from zklocks.connections import close_all
 from zklocks.names import decode_name, encode_name
-from zklocks import SemaphoreMismatch
 from zklocks.testing import ZkEnsemble, free_port
 
-TRICKY = ["..", ".", "/", "/leading", "trailing/", "a/b", "a/../../../escape", "a%2Fb", "a%252Fb", "%", "100%",
-          "%41", "A", "a", "ünïcødé ✓", "日本語", "<script>alert(1)</script>", "a b", "zookeeper", "x" * 200]
+TRICKY = [
+    "..",
+    ".",
+    "/",
+    "/leading",
+    "trailing/",
+    "a/b",
+    "a/../../../escape",
+    "a%2Fb",
+    "a%252Fb",
+    "%",
+    "100%",
+    "%41",
+    "A",
+    "a",
+    "ünïcødé ✓",
+    "日本語",
+    "<script>alert(1)</script>",
+    "a b",
+    "zookeeper",
+    "x" * 200,
+]
 
 
 # -- names --
+
 
 @pytest.mark.zk
 def test_tricky_names_each_get_their_own_node_inside_the_namespace_and_read_back_verbatim(zk_server):
@@ -42,7 +63,7 @@ def test_tricky_names_each_get_their_own_node_inside_the_namespace_and_read_back
             nodes = client.get_children(namespace)
             assert sorted(nodes) == sorted(encode_name(n) for n in TRICKY)
             assert sorted(decode_name(node) for node in nodes) == sorted(TRICKY)  # shown back verbatim
-            for name, handle in zip(TRICKY, handles):
+            for name, handle in zip(TRICKY, handles, strict=True):
                 assert handle.path == lock_path(name) == f"{namespace}/{encode_name(name)}"
                 assert len(client.get_children(handle.path)) == 1
             # Nothing deeper than lock node / contender, and nothing escaped next to the namespace.
@@ -59,9 +80,18 @@ def test_tricky_names_each_get_their_own_node_inside_the_namespace_and_read_back
             h.release()
 
 
-BAD_NAMES = [("", "empty"), ("x" * 201, "201 characters long; the limit is 200"), ("a\nb", "control"),
-             ("nul\x00", "control"), ("tab\t", "control"), ("del\x7f", "control"), ("c1\x85", "control"),
-             (None, "must be a str"), (42, "must be a str"), (b"bytes", "must be a str")]
+BAD_NAMES = [
+    ("", "empty"),
+    ("x" * 201, "201 characters long; the limit is 200"),
+    ("a\nb", "control"),
+    ("nul\x00", "control"),
+    ("tab\t", "control"),
+    ("del\x7f", "control"),
+    ("c1\x85", "control"),
+    (None, "must be a str"),
+    (42, "must be a str"),
+    (b"bytes", "must be a str"),
+]
 
 
 @pytest.mark.zk
@@ -104,13 +134,20 @@ def test_a_template_that_renders_an_invalid_name_fails_before_the_function_runs(
 
 # -- templates --
 
+
 @pytest.mark.zk
-@pytest.mark.parametrize("template,call,match", [
-    ("order:{invoice_id.number}", lambda f: f(7),
-     r"cannot fill lock name template 'order:\{invoice_id.number\}': 'int' object has no attribute 'number'"),
-    ("order:{invoice_id[3]}", lambda f: f([1]), "cannot fill lock name template .*: list index out of range"),
-    ("order:{invoice_id:d}", lambda f: f("x"), "cannot fill lock name template 'order:{invoice_id:d}'"),
-])
+@pytest.mark.parametrize(
+    "template,call,match",
+    [
+        (
+            "order:{invoice_id.number}",
+            lambda f: f(7),
+            r"cannot fill lock name template 'order:\{invoice_id.number\}': 'int' object has no attribute 'number'",
+        ),
+        ("order:{invoice_id[3]}", lambda f: f([1]), "cannot fill lock name template .*: list index out of range"),
+        ("order:{invoice_id:d}", lambda f: f("x"), "cannot fill lock name template 'order:{invoice_id:d}'"),
+    ],
+)
 def test_templates_referencing_missing_arguments_name_the_function(template, call, match):
     ran = []
 
@@ -124,14 +161,21 @@ def test_templates_referencing_missing_arguments_name_the_function(template, cal
     assert ran == []
 
 
-@pytest.mark.parametrize("template,match", [
-    ("order:{order_id}", r"ship: lock name template 'order:\{order_id\}' refers to 'order_id', which is not an "
-                         r"argument of .*ship\(invoice_id\)"),
-    ("order:{0}", r"ship: lock name template 'order:\{0\}' uses a positional field"),
-    ("order:{}", r"ship: lock name template 'order:\{\}' uses a positional field"),
-])
+@pytest.mark.parametrize(
+    "template,match",
+    [
+        (
+            "order:{order_id}",
+            r"ship: lock name template 'order:\{order_id\}' refers to 'order_id', which is not an "
+            r"argument of .*ship\(invoice_id\)",
+        ),
+        ("order:{0}", r"ship: lock name template 'order:\{0\}' uses a positional field"),
+        ("order:{}", r"ship: lock name template 'order:\{\}' uses a positional field"),
+    ],
+)
 def test_template_typos_are_refused_when_decorating(template, match):
     with pytest.raises(ValueError, match=match):
+
         @zk_lock(template)
         def ship(invoice_id):
             pass
@@ -142,8 +186,12 @@ def test_template_typos_are_refused_when_decorating(template, match):
 
 
 def test_a_malformed_template_is_refused_when_decorating():
-    with pytest.raises(ValueError, match=r"ship: lock name template 'order:\{invoice_id' is malformed \(expected "
-                                         r"'\}' before end of string\); write \{\{ and \}\} for literal braces"):
+    with pytest.raises(
+        ValueError,
+        match=r"ship: lock name template 'order:\{invoice_id' is malformed \(expected "
+        r"'\}' before end of string\); write \{\{ and \}\} for literal braces",
+    ):
+
         @zk_lock("order:{invoice_id")
         def ship(invoice_id):
             pass
@@ -163,34 +211,42 @@ def test_calling_a_decorated_function_with_wrong_arguments_is_a_type_error_namin
 
 # -- settings --
 
+
 def ok(**extra):
     return {"HOSTS": "127.0.0.1:2181", "NAMESPACE": "/zk", **extra}
 
 
-@pytest.mark.parametrize("alias,match,check_id", [
-    ({"HOSTS": ""}, "HOSTS is missing or invalid", "zklocks.E003"),
-    ({"HOSTS": []}, "HOSTS is missing or invalid", "zklocks.E003"),
-    ({"HOSTS": "zk1:99999"}, "HOSTS is missing or invalid", "zklocks.E003"),
-    ({"HOSTS": "zk1:0"}, "HOSTS is missing or invalid", "zklocks.E003"),
-    (ok(NAMESPACE="zklocks"), "NAMESPACE 'zklocks' is not a valid ZooKeeper path", "zklocks.E004"),
-    (ok(NAMESPACE="/zklocks/"), "NAMESPACE '/zklocks/' is not a valid ZooKeeper path", "zklocks.E004"),
-    (ok(SESSION_TIMEOUT="10"), "SESSION_TIMEOUT must be a positive number of seconds, not '10'", "zklocks.E005"),
-    (ok(CONNECT_TIMEOUT=-1), "CONNECT_TIMEOUT must be a positive number of seconds, not -1", "zklocks.E006"),
-    (ok(POOL_SIZE=True), "POOL_SIZE must be an integer >= 1, not True", "zklocks.E007"),
-    (ok(POOL_SIZE=2.5), "POOL_SIZE must be an integer >= 1, not 2.5", "zklocks.E007"),
-    (ok(AUTH=("digest", "u:p")), r"AUTH must be a list of \(scheme, credential\) pairs", "zklocks.E008"),
-    (ok(AUTH=[("digest", "no-colon")]), "a digest credential must be 'user:password'", "zklocks.E008"),
-    (ok(OPTIONS={"use_sll": True}), "OPTIONS use_sll: not a KazooClient argument", "zklocks.E013"),
-    (ok(OPTIONS={"hosts": "x:1"}), "OPTIONS hosts: set by zklocks itself", "zklocks.E013"),
-    (ok(ACL="open"), "ACL must be a non-empty list of kazoo.security.ACL", "zklocks.E014"),
-    (ok(READ_ACL="everyone"), "READ_ACL must be 'world' or 'auth', not 'everyone'", "zklocks.E010"),
-    (ok(REAP_INTERVAL=-5), "REAP_INTERVAL must be >= 0 seconds, not -5", "zklocks.E011"),
-    ("127.0.0.1:2181", "must be a dict of options", "zklocks.E002"),
-])
+@pytest.mark.parametrize(
+    "alias,match,check_id",
+    [
+        ({"HOSTS": ""}, "HOSTS is missing or invalid", "zklocks.E003"),
+        ({"HOSTS": []}, "HOSTS is missing or invalid", "zklocks.E003"),
+        ({"HOSTS": "zk1:99999"}, "HOSTS is missing or invalid", "zklocks.E003"),
+        ({"HOSTS": "zk1:0"}, "HOSTS is missing or invalid", "zklocks.E003"),
+        (ok(NAMESPACE="zklocks"), "NAMESPACE 'zklocks' is not a valid ZooKeeper path", "zklocks.E004"),
+        (ok(NAMESPACE="/zklocks/"), "NAMESPACE '/zklocks/' is not a valid ZooKeeper path", "zklocks.E004"),
+        (ok(SESSION_TIMEOUT="10"), "SESSION_TIMEOUT must be a positive number of seconds, not '10'", "zklocks.E005"),
+        (ok(CONNECT_TIMEOUT=-1), "CONNECT_TIMEOUT must be a positive number of seconds, not -1", "zklocks.E006"),
+        (ok(POOL_SIZE=True), "POOL_SIZE must be an integer >= 1, not True", "zklocks.E007"),
+        (ok(POOL_SIZE=2.5), "POOL_SIZE must be an integer >= 1, not 2.5", "zklocks.E007"),
+        (ok(AUTH=("digest", "u:p")), r"AUTH must be a list of \(scheme, credential\) pairs", "zklocks.E008"),
+        (ok(AUTH=[("digest", "no-colon")]), "a digest credential must be 'user:password'", "zklocks.E008"),
+        (ok(OPTIONS={"use_sll": True}), "OPTIONS use_sll: not a KazooClient argument", "zklocks.E013"),
+        (ok(OPTIONS={"hosts": "x:1"}), "OPTIONS hosts: set by zklocks itself", "zklocks.E013"),
+        (ok(ACL="open"), "ACL must be a non-empty list of kazoo.security.ACL", "zklocks.E014"),
+        (ok(READ_ACL="everyone"), "READ_ACL must be 'world' or 'auth', not 'everyone'", "zklocks.E010"),
+        (ok(REAP_INTERVAL=-5), "REAP_INTERVAL must be >= 0 seconds, not -5", "zklocks.E011"),
+        ("127.0.0.1:2181", "must be a dict of options", "zklocks.E002"),
+    ],
+)
 def test_a_misconfigured_alias_is_a_clear_error_on_use_and_a_system_check(alias, match, check_id):
     with override_settings(ZKLOCKS={"default": alias}):
-        uses = [lambda: zk_lock("x").acquire(), lambda: zk_semaphore("x", 2).acquire(timeout=1),
-                lambda: zk_multi_lock(["x", "y"]).acquire(), lambda: lock_path("x")]
+        uses = [
+            lambda: zk_lock("x").acquire(),
+            lambda: zk_semaphore("x", 2).acquire(timeout=1),
+            lambda: zk_multi_lock(["x", "y"]).acquire(),
+            lambda: lock_path("x"),
+        ]
         for use in uses:
             with pytest.raises(ZkConfigError, match=match) as info:
                 use()
@@ -199,12 +255,15 @@ def test_a_misconfigured_alias_is_a_clear_error_on_use_and_a_system_check(alias,
         assert len(found) == 1 and found[0].msg.startswith("ZKLOCKS['default']") and match.split(" ")[0] in found[0].msg
 
 
-@pytest.mark.parametrize("use", [
-    lambda: zk_lock("x", using="reports").acquire(),
-    lambda: zk_semaphore("x", 2, using="reports").acquire(),
-    lambda: zk_multi_lock(["x"], using="reports").acquire(),
-    lambda: lock_path("x", using="reports"),
-])
+@pytest.mark.parametrize(
+    "use",
+    [
+        lambda: zk_lock("x", using="reports").acquire(),
+        lambda: zk_semaphore("x", 2, using="reports").acquire(),
+        lambda: zk_multi_lock(["x"], using="reports").acquire(),
+        lambda: lock_path("x", using="reports"),
+    ],
+)
 def test_an_unknown_alias_is_a_clear_error(use):
     with override_settings(ZKLOCKS={"default": ok(), "other": ok()}):
         with pytest.raises(ZkConfigError, match=r"unknown zklocks alias 'reports' \(configured: 'default', 'other'\)"):
@@ -213,9 +272,20 @@ def test_an_unknown_alias_is_a_clear_error(use):
 
 # -- ZooKeeper refusing, unreachable, slow --
 
+
 def use_hosts(hosts, **extra):
-    return override_settings(ZKLOCKS={"default": {"HOSTS": hosts, "NAMESPACE": "/bad-input", "SESSION_TIMEOUT": 2.0,
-                                                  "CONNECT_TIMEOUT": 1.0, "REAP_INTERVAL": 0, **extra}})
+    return override_settings(
+        ZKLOCKS={
+            "default": {
+                "HOSTS": hosts,
+                "NAMESPACE": "/bad-input",
+                "SESSION_TIMEOUT": 2.0,
+                "CONNECT_TIMEOUT": 1.0,
+                "REAP_INTERVAL": 0,
+                **extra,
+            }
+        }
+    )
 
 
 def unavailable_within(limit, **kwargs):
@@ -247,7 +317,6 @@ def test_an_ensemble_without_quorum_refuses_sessions_and_is_unavailable():
             unavailable_within(2.5, blocking=False)
     finally:
         ensemble.cleanup()
-
 
 
 def test_a_frozen_server_is_unavailable_within_connect_timeout(own_zk):
@@ -293,8 +362,11 @@ def test_a_server_frozen_under_a_waiter_ends_its_wait_with_zkunavailable_not_a_h
 
 def test_a_closed_port_is_unavailable_for_every_kind():
     with use_hosts(f"127.0.0.1:{free_port()}"):
-        for use in (lambda: zk_semaphore("s", 2, timeout=5).acquire(), lambda: zk_multi_lock(["a", "b"]).acquire(),
-                    lambda: zk_lock("r", shared=True, blocking=False).acquire()):
+        for use in (
+            lambda: zk_semaphore("s", 2, timeout=5).acquire(),
+            lambda: zk_multi_lock(["a", "b"]).acquire(),
+            lambda: zk_lock("r", shared=True, blocking=False).acquire(),
+        ):
             started = time.monotonic()
             with pytest.raises(ZkUnavailable):
                 use()
@@ -304,12 +376,14 @@ def test_a_closed_port_is_unavailable_for_every_kind():
 
 # -- semaphores that disagree --
 
+
 @pytest.mark.zk
 def test_semaphore_disagreement_is_refused_and_leaves_nothing_behind(zk_server):
     with zk_semaphore("renderers", 3) as lease:
         for asked in (2, 4, 1):
-            with pytest.raises(SemaphoreMismatch, match=f"max_leases=3 in ZooKeeper but this contender asked for "
-                                                        f"{asked}"):
+            with pytest.raises(
+                SemaphoreMismatch, match=f"max_leases=3 in ZooKeeper but this contender asked for {asked}"
+            ):
                 in_thread(lambda asked=asked: zk_semaphore("renderers", asked).acquire(timeout=2))
         client = raw_client(zk_server.hosts)
         try:

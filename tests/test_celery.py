@@ -50,11 +50,12 @@ def test_skip_under_contention(celery_env):
     sent = [rec_skip.delay(key, 0.5) for _ in range(8)]
     values = results(sent)
     ran = [v for v in values if v is not None]
-    skipped = {r.id for r, v in zip(sent, values) if v is None}
+    skipped = {r.id for r, v in zip(sent, values, strict=True) if v is None}
     assert ran and skipped, values
     records = celery_env.records_of(f"run-{key}")
     assert sorted(r["task_id"] for r in records) == sorted(v["task_id"] for v in ran)
     assert_no_overlap(records)
+
     # every skip was announced through the task_skipped signal, with its task id
     def skip_records():
         found = [s for s in celery_env.records_of("skipped") if s["task_id"] in skipped]
@@ -159,13 +160,16 @@ def test_bad_key_fails_the_task_at_once_in_the_worker(celery_env, celery_app, ba
     started = time.monotonic()
     missing = celery_app.send_task("tests.celery_bad_tasks.bad_key_missing", args=[1])
     unformattable = celery_app.send_task("tests.celery_bad_tasks.bad_key_format", args=["abc"])
-    not_json = celery_app.send_task("tests.celery_app.rec_default_key", args=["k"],
-                                    kwargs={"extra": datetime.datetime(2024, 1, 1)})
+    not_json = celery_app.send_task(
+        "tests.celery_app.rec_default_key", args=["k"], kwargs={"extra": datetime.datetime(2024, 1, 1)}
+    )
     results([missing, unformattable, not_json], timeout=30)
     assert time.monotonic() - started < 15
-    for r, task, words in ((missing, "tests.celery_bad_tasks.bad_key_missing", "acount_id"),
-                           (unformattable, "tests.celery_bad_tasks.bad_key_format", "cannot fill"),
-                           (not_json, "tests.celery_app.rec_default_key", "not JSON-serialisable")):
+    for r, task, words in (
+        (missing, "tests.celery_bad_tasks.bad_key_missing", "acount_id"),
+        (unformattable, "tests.celery_bad_tasks.bad_key_format", "cannot fill"),
+        (not_json, "tests.celery_app.rec_default_key", "not JSON-serialisable"),
+    ):
         assert r.state == "FAILURE"
         assert type(r.result).__name__ == "InvalidLockName"
         assert f"task '{task}'" in str(r.result)

@@ -36,20 +36,27 @@ def run_chains(env, first_queue, second_queue, count=CHAINS):
     keys = [new_key() for _ in range(count)]
     # lock_timeout is 0 (the default) and on_locked="skip": a lock still held by the first would skip the second.
     # Several chains at once keep the workers busy.
-    values = group(chain(rec_skip.si(k, 0).set(queue=first_queue), rec_skip.si(k, 0).set(queue=second_queue))
-                   for k in keys).apply_async().get(timeout=120)
+    values = (
+        group(chain(rec_skip.si(k, 0).set(queue=first_queue), rec_skip.si(k, 0).set(queue=second_queue)) for k in keys)
+        .apply_async()
+        .get(timeout=120)
+    )
     skipped = [s for s in env.records_of("skipped") if s["name"] in {f"rec:{k}" for k in keys}]
     assert skipped == [] and all(v is not None for v in values), (
-        f"{len(skipped)} of {count} second tasks skipped: {skipped[:3]}")
+        f"{len(skipped)} of {count} second tasks skipped: {skipped[:3]}"
+    )
     for key in keys:
         runs = env.records_of(f"run-{key}")
         assert len(runs) == 2 and runs[0]["end"] <= runs[1]["start"], runs
 
 
-@pytest.mark.parametrize("first,second", [
-    ("zk-chain-far-prefork", "zk-chain-near-prefork"),
-    ("zk-chain-far-threads", "zk-chain-near-threads"),
-])
+@pytest.mark.parametrize(
+    "first,second",
+    [
+        ("zk-chain-far-prefork", "zk-chain-near-prefork"),
+        ("zk-chain-far-threads", "zk-chain-near-threads"),
+    ],
+)
 def test_the_second_of_a_chain_never_skips_when_it_runs_on_a_faster_session(celery_env, first, second):
     run_chains(celery_env, first, second)
 

@@ -123,8 +123,7 @@ def test_worker_shutdown_closes_the_sessions_of_pool_children(zk_server, redis_s
     env = CeleryEnv(zk_server.hosts, redis_server.url, session_timeout=4.0)
     try:
         worker = env.worker(pool="prefork", concurrency=2, queue="zk-shutdown")
-        infos = [r.get(timeout=30) for r in [session_info.apply_async((n,), queue="zk-shutdown")
-                                             for n in range(8)]]
+        infos = [r.get(timeout=30) for r in [session_info.apply_async((n,), queue="zk-shutdown") for n in range(8)]]
         sessions = {hex(i["session_id"]) for i in infos}
         assert sessions and all(s in session_ids_in_dump(zk_server.port) for s in sessions)
         assert worker.stop() is not None

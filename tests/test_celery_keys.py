@@ -8,10 +8,9 @@ from django.core.checks import Error, Warning
 from django.test import override_settings
 
 from tests.celery_app import rec_default_key, rec_skip, self_call
-from zklocks import LockNotAcquired, ZkConfigError
+from zklocks import InvalidLockName, LockNotAcquired, ZkConfigError
 from zklocks.celery import conf as celery_conf
 from zklocks.celery import keys
-from zklocks import InvalidLockName
 
 pytestmark = pytest.mark.celery
 
@@ -87,27 +86,43 @@ def test_invalid_option_on_a_task_is_a_clear_error():
             Broken().lock_options()
     finally:
         celery_conf.declared_task_problems.remove(
-            ("tests.celery_app.rec_default_key", "on_locked: must be one of skip, retry, raise, not 'wait'"))
+            ("tests.celery_app.rec_default_key", "on_locked: must be one of skip, retry, raise, not 'wait'")
+        )
 
 
 def test_system_checks(bad_tasks):
     with override_settings(ZKLOCKS_CELERY={"ON_LOCKED": "later", "LOCK_TIMEOUT": -1, "COLOUR": 1}):
         messages = zk_checks()
     assert messages == [
-        Warning("ZKLOCKS_CELERY: unknown option(s) COLOUR.",
-                hint="Known options: LOCK_TIMEOUT, MAX_RETRIES, ON_LOCKED, ON_UNAVAILABLE, RETRY_COUNTDOWN, "
-                     "UNIQUE_QUEUED, UNIQUE_TIMEOUT, USING.", id="zklocks.W020"),
-        Error("ZKLOCKS_CELERY: LOCK_TIMEOUT must be a number of seconds >= 0, not -1.",
-              hint="Remove it to use the default (0.0).", id="zklocks.E020"),
-        Error("ZKLOCKS_CELERY: ON_LOCKED must be one of skip, retry, raise, not 'later'.",
-              hint="Remove it to use the default ('skip').", id="zklocks.E020"),
-        Error("tests.celery_bad_tasks.bad_key_missing: lock_key 'bad:{acount_id}' refers to acount_id, which is not an "
-              "argument of the task (arguments: self, account_id)",
-              hint="Fix the option on the task (see the README, Celery).", id="zklocks.E021"),
+        Warning(
+            "ZKLOCKS_CELERY: unknown option(s) COLOUR.",
+            hint="Known options: LOCK_TIMEOUT, MAX_RETRIES, ON_LOCKED, ON_UNAVAILABLE, RETRY_COUNTDOWN, "
+            "UNIQUE_QUEUED, UNIQUE_TIMEOUT, USING.",
+            id="zklocks.W020",
+        ),
+        Error(
+            "ZKLOCKS_CELERY: LOCK_TIMEOUT must be a number of seconds >= 0, not -1.",
+            hint="Remove it to use the default (0.0).",
+            id="zklocks.E020",
+        ),
+        Error(
+            "ZKLOCKS_CELERY: ON_LOCKED must be one of skip, retry, raise, not 'later'.",
+            hint="Remove it to use the default ('skip').",
+            id="zklocks.E020",
+        ),
+        Error(
+            "tests.celery_bad_tasks.bad_key_missing: lock_key 'bad:{acount_id}' refers to acount_id, which is not an "
+            "argument of the task (arguments: self, account_id)",
+            hint="Fix the option on the task (see the README, Celery).",
+            id="zklocks.E021",
+        ),
     ]
     with override_settings(ZKLOCKS_CELERY="skip"):
-        assert zk_checks()[0] == Error("settings.ZKLOCKS_CELERY must be a dict.",
-                                       hint='For example ZKLOCKS_CELERY = {"ON_LOCKED": "retry"}.', id="zklocks.E020")
+        assert zk_checks()[0] == Error(
+            "settings.ZKLOCKS_CELERY must be a dict.",
+            hint='For example ZKLOCKS_CELERY = {"ON_LOCKED": "retry"}.',
+            id="zklocks.E020",
+        )
 
 
 @pytest.mark.zk

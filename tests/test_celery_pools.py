@@ -24,15 +24,16 @@ def test_threads_pool_gives_each_execution_its_own_lock(celery_env):
     keys = [new_key() for _ in range(4)]
     sent = [rec_skip.apply_async((k, 0.8), queue="zk-threads") for k in keys]
     values = [r.get(timeout=30) for r in sent]
-    for key, value in zip(keys, values):
+    for key, value in zip(keys, values, strict=True):
         assert value is not None
         assert value["lock"] == f"rec:{key}" and value["held"] is True and value["key"] == key
     assert len({v["token"] for v in values}) == 4
     # several ran at the same time on threads of one process, each with its own handle
     threaded = [v for v in values if v["thread"] != "MainThread"]
     assert len({v["pid"] for v in threaded}) == 1 and len({v["thread"] for v in threaded}) >= 2
-    overlapping = any(a["start"] < b["end"] and b["start"] < a["end"]
-                      for i, a in enumerate(threaded) for b in threaded[i + 1:])
+    overlapping = any(
+        a["start"] < b["end"] and b["start"] < a["end"] for i, a in enumerate(threaded) for b in threaded[i + 1 :]
+    )
     assert overlapping
 
 
@@ -70,7 +71,7 @@ def test_gevent_pool_handles_and_exclusion(gevent_env):
     keys = [new_key() for _ in range(4)]
     sent = [rec_skip.apply_async((k, 0.8), queue="zk-gevent") for k in keys]
     values = [r.get(timeout=30) for r in sent]
-    for key, value in zip(keys, values):
+    for key, value in zip(keys, values, strict=True):
         assert value is not None and value["lock"] == f"rec:{key}" and value["held"] is True
     key = new_key()
     burst = [rec_wait.apply_async((key, 0.05), queue="zk-gevent") for _ in range(10)]

@@ -6,6 +6,7 @@ import time
 
 import pytest
 import redis
+from kombu.exceptions import SerializerNotInstalled
 
 from tests.celery_app import unique_long, unique_short
 from tests.celery_harness import CeleryEnv, new_key
@@ -115,6 +116,6 @@ def test_marker_of_a_killed_worker_goes_stale_within_the_session_timeout(celery_
 
 def test_refused_send_leaves_no_marker(celery_settings):
     key = new_key()
-    with pytest.raises(Exception):
+    with pytest.raises(SerializerNotInstalled):
         send(unique_long, key, 0, serializer="no-such-serializer")
     assert marker(key) is None

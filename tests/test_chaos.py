@@ -24,16 +24,28 @@ def begin(hid, name, start, token, sid=1):
 
 
 def end(hid, at, valid=True, valid_until=None):
-    return {"ev": "end", "id": hid, "end": at, "valid": valid, "valid_until": at if valid_until is None else
-            valid_until, "reason": None if valid else "suspended"}
+    return {
+        "ev": "end",
+        "id": hid,
+        "end": at,
+        "valid": valid,
+        "valid_until": at if valid_until is None else valid_until,
+        "reason": None if valid else "suspended",
+    }
 
 
 def test_checker_finds_overlaps_token_errors_and_stalls():
     """The checker itself must be able to fail: feed it records that break each property."""
-    events = [(1, begin("a", "x", 0.0, 10)), (1, end("a", 1.0)),
-              (2, begin("b", "x", 0.5, 12)), (2, end("b", 2.0)),      # overlaps a while both valid
-              (3, begin("c", "x", 2.5, 11)), (3, end("c", 3.0)),      # token lower than b's
-              (4, begin("d", "y", 0.0, 5)), (4, end("d", 0.1))]
+    events = [
+        (1, begin("a", "x", 0.0, 10)),
+        (1, end("a", 1.0)),
+        (2, begin("b", "x", 0.5, 12)),
+        (2, end("b", 2.0)),  # overlaps a while both valid
+        (3, begin("c", "x", 2.5, 11)),
+        (3, end("c", 3.0)),  # token lower than b's
+        (4, begin("d", "y", 0.0, 5)),
+        (4, end("d", 0.1)),
+    ]
     report = check(events, [Fault("kill-leader", 3.5, 3.5)], {}, [], ["x", "y"], progress_bound=4.2)
     assert [(a.id, b.id) for a, b in report.overlaps] == [("a", "b")]
     assert [(a.id, b.id) for a, b in report.token_errors] == [("b", "c")]
@@ -44,14 +56,23 @@ def test_checker_finds_overlaps_token_errors_and_stalls():
 def test_checker_accounts_for_lost_killed_and_revoked_holds():
     events = [
         # a lost its lease at 1.0 and stopped at 1.004; b started at 1.5: no overlap
-        (1, begin("a", "x", 0.0, 10, sid=7)), (1, end("a", 1.004, valid=False, valid_until=1.0)),
-        (2, begin("b", "x", 1.5, 12, sid=8)),                        # b's process was killed at 2.0
+        (1, begin("a", "x", 0.0, 10, sid=7)),
+        (1, end("a", 1.004, valid=False, valid_until=1.0)),
+        (2, begin("b", "x", 1.5, 12, sid=8)),  # b's process was killed at 2.0
         # c's session was expired by someone else at 2.5; c noticed at 2.6, d got the lock at 2.55
-        (3, begin("c", "x", 2.1, 13, sid=9)), (3, end("c", 2.6, valid=True)),
-        (4, begin("d", "x", 2.55, 14, sid=10)), (4, end("d", 3.0)),
+        (3, begin("c", "x", 2.1, 13, sid=9)),
+        (3, end("c", 2.6, valid=True)),
+        (4, begin("d", "x", 2.55, 14, sid=10)),
+        (4, end("d", 3.0)),
     ]
-    report = check(events, [Fault("kill-holder", 2.0, 2.0)], {2: 2.0}, [{"sid": 9, "at": 2.5, "done": 2.52}],
-                   ["x"], progress_bound=4.2)
+    report = check(
+        events,
+        [Fault("kill-holder", 2.0, 2.0)],
+        {2: 2.0},
+        [{"sid": 9, "at": 2.5, "done": 2.52}],
+        ["x"],
+        progress_bound=4.2,
+    )
     assert report.overlaps == [] and report.token_errors == [] and report.unexplained_raw_overlaps == []
     assert report.lost_holds == 1 and report.killed_holds == 1 and report.revoked_holds == 1
     assert [(a.id, b.id, d) for a, b, d in report.raw_overlaps] == [("c", "d", 0.05)]
@@ -114,14 +135,22 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
     faults = plan(long, seed)
     ensemble = ZkEnsemble(3, tick_time=200, server_links=True)
     # The short form lets contention run a while between faults, so each run checks thousands of holds.
-    run = ChaosRun(ensemble, tmp_path / "chaos", settle=1.0 if long else 4.0, seed=seed, log=log,
-                   sigstop_targets=("holder", "leader", "follower") if long else ("holder",))
+    run = ChaosRun(
+        ensemble,
+        tmp_path / "chaos",
+        settle=1.0 if long else 4.0,
+        seed=seed,
+        log=log,
+        sigstop_targets=("holder", "leader", "follower") if long else ("holder",),
+    )
     try:
         ensemble.start()
         ensemble.wait_quorum()
-        log(f"\nchaos ({'long' if long else 'short'} form): 3-node ensemble, {run.n_workers} processes x "
+        log(
+            f"\nchaos ({'long' if long else 'short'} form): 3-node ensemble, {run.n_workers} processes x "
             f"{run.threads} sessions, locks {run.names}, session timeout {run.session_timeout}s, "
-            f"progress bound {run.bound:.1f}s, seed {seed} (ZKLOCKS_CHAOS_SEED)")
+            f"progress bound {run.bound:.1f}s, seed {seed} (ZKLOCKS_CHAOS_SEED)"
+        )
         run.start()
         run.run(faults)
         run.finish()
@@ -132,18 +161,34 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
     counts = run.idle_counts()
     log(report.summary())
     for kind, worst in overlaps_by_fault(report, run.faults, run.bound).items():
-        log(f"overlaps after {kind}: {worst[1]}, longest {worst[0]:.3f}s (earlier holder still valid after the "
-            f"next acquired)")
+        log(
+            f"overlaps after {kind}: {worst[1]}, longest {worst[0]:.3f}s (earlier holder still valid after the "
+            f"next acquired)"
+        )
     log(f"worker counts: {counts}; exit codes {run.exit_codes}")
     if os.environ.get("ZKLOCKS_CHAOS_LOG"):
         with open(os.environ["ZKLOCKS_CHAOS_LOG"], "a") as f:
-            f.write(json.dumps({"form": "long" if long else "short", "seed": seed, "holds": report.holds,
-                                "lost": report.lost_holds, "killed": report.killed_holds,
-                                "revoked": report.revoked_holds, "faults": report.faults,
-                                "overlaps": len(report.overlaps), "orphans": report.orphans,
-                                "min_sessions": report.min_sessions, "stalls": report.longest_stalls(),
-                                "detection": report.detection, "counts": counts,
-                                "faults_detail": [(f.kind, f.detail) for f in run.faults]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "form": "long" if long else "short",
+                        "seed": seed,
+                        "holds": report.holds,
+                        "lost": report.lost_holds,
+                        "killed": report.killed_holds,
+                        "revoked": report.revoked_holds,
+                        "faults": report.faults,
+                        "overlaps": len(report.overlaps),
+                        "orphans": report.orphans,
+                        "min_sessions": report.min_sessions,
+                        "stalls": report.longest_stalls(),
+                        "detection": report.detection,
+                        "counts": counts,
+                        "faults_detail": [(f.kind, f.detail) for f in run.faults],
+                    }
+                )
+                + "\n"
+            )
     assert report.faults == len(faults)
     assert report.overlaps == []
     assert report.unexplained_raw_overlaps == []

@@ -36,10 +36,12 @@ class Browser:
     def login(self, username: str, password: str) -> None:
         page = self.get("/admin/login/")
         token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-        data = urllib.parse.urlencode({"csrfmiddlewaretoken": token, "username": username, "password": password,
-                                       "next": "/admin/"}).encode()
-        request = urllib.request.Request(self.base + "/admin/login/", data=data,
-                                          headers={"Referer": self.base + "/admin/login/"})
+        data = urllib.parse.urlencode(
+            {"csrfmiddlewaretoken": token, "username": username, "password": password, "next": "/admin/"}
+        ).encode()
+        request = urllib.request.Request(
+            self.base + "/admin/login/", data=data, headers={"Referer": self.base + "/admin/login/"}
+        )
         with self.opener.open(request, timeout=30) as response:
             assert "/admin/login/" not in response.url, "login failed"
 
@@ -53,12 +55,19 @@ def alive(pid: int) -> bool:
 
 
 def test_make_demo_headless(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("ZKLOCKS_HOSTS", "CELERY_BROKER_URL",
-                                                             "DJANGO_SETTINGS_MODULE")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("ZKLOCKS_HOSTS", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")
+    }
     env.update(ZKLOCKS_DEMO_DIR=str(tmp_path), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "demo_project.run", "--port", "0", "--exit-after", "150"],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "demo_project.run", "--port", "0", "--exit-after", "150"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     ready = threading.Event()
 

@@ -26,20 +26,41 @@ pytestmark = pytest.mark.timeout(150)
 def shop(zk_server, tmp_path):
     """The demo site on a dev server of its own, against the suite's ZooKeeper and a fresh SQLite file."""
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    env.update(ZKLOCKS_HOSTS=zk_server.hosts, ZKLOCKS_NAMESPACE=f"/zklocks-shop-{uuid.uuid4().hex[:8]}",
-               ZKLOCKS_DEMO_DIR=str(tmp_path), DJANGO_SETTINGS_MODULE="demo_project.settings",
-               DEMO_WORK_DELAY="0.01", DEMO_READ_DELAY="0", DEMO_AFTER_DELAY="0.05", ZKLOCKS_SESSION_TIMEOUT="4", PYTHONUNBUFFERED="1")
+    env.update(
+        ZKLOCKS_HOSTS=zk_server.hosts,
+        ZKLOCKS_NAMESPACE=f"/zklocks-shop-{uuid.uuid4().hex[:8]}",
+        ZKLOCKS_DEMO_DIR=str(tmp_path),
+        DJANGO_SETTINGS_MODULE="demo_project.settings",
+        DEMO_WORK_DELAY="0.01",
+        DEMO_READ_DELAY="0",
+        DEMO_AFTER_DELAY="0.05",
+        ZKLOCKS_SESSION_TIMEOUT="4",
+        PYTHONUNBUFFERED="1",
+    )
 
     def manage(*args):
-        subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, timeout=120,
-                       stdout=subprocess.DEVNULL, start_new_session=True)
+        subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            timeout=120,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     manage("migrate", "--noinput", "-v", "0")
     manage("demo_setup", "--stock", "15")
     port = free_port()
     log = open(tmp_path / "web.log", "wb")
-    server = subprocess.Popen([sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
-                              cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60

@@ -37,8 +37,11 @@ def per_call(server, fn, n=200):
 
 
 def test_uncontended_cycle_costs_three_requests(quiet_zk):
-    with override_settings(ZKLOCKS={"default": {"HOSTS": quiet_zk.hosts, "NAMESPACE": "/fast",
-                                                "SESSION_TIMEOUT": 30.0, "REAP_INTERVAL": 0}}):
+    with override_settings(
+        ZKLOCKS={
+            "default": {"HOSTS": quiet_zk.hosts, "NAMESPACE": "/fast", "SESSION_TIMEOUT": 30.0, "REAP_INTERVAL": 0}
+        }
+    ):
         lock = zk_lock("hot")
 
         def cycle():
@@ -49,8 +52,11 @@ def test_uncontended_cycle_costs_three_requests(quiet_zk):
 
 
 def test_failed_try_lock_on_a_busy_lock_costs_one_read(quiet_zk):
-    with override_settings(ZKLOCKS={"default": {"HOSTS": quiet_zk.hosts, "NAMESPACE": "/fast",
-                                                "SESSION_TIMEOUT": 30.0, "REAP_INTERVAL": 0}}):
+    with override_settings(
+        ZKLOCKS={
+            "default": {"HOSTS": quiet_zk.hosts, "NAMESPACE": "/fast", "SESSION_TIMEOUT": 30.0, "REAP_INTERVAL": 0}
+        }
+    ):
         other = raw_client(quiet_zk.hosts)
         from kazoo.recipe.lock import Lock
 
@@ -102,8 +108,7 @@ def test_normal_exit_leaves_no_node_for_the_session_timeout(zk_server, hold):
         f"setup({zk_server.hosts!r}, {ns!r}, 30.0)\n"
         "from zklocks import zk_lock\n"
         "lock = zk_lock('leaving')\n"
-        "lock.acquire()\n"
-        + ("" if hold else "lock.release()\n")
+        "lock.acquire()\n" + ("" if hold else "lock.release()\n")
     )
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={"PYTHONPATH": str(ROOT)}, timeout=60)
     assert proc.returncode == 0

@@ -14,10 +14,15 @@ from zklocks.testing.proxy import TcpProxy
 pytestmark = pytest.mark.zk
 
 
-
 def use(hosts, **options):
-    cfg = {"HOSTS": hosts, "NAMESPACE": "/faults", "SESSION_TIMEOUT": 2.0, "CONNECT_TIMEOUT": 2.0,
-           "REAP_INTERVAL": 0, **options}
+    cfg = {
+        "HOSTS": hosts,
+        "NAMESPACE": "/faults",
+        "SESSION_TIMEOUT": 2.0,
+        "CONNECT_TIMEOUT": 2.0,
+        "REAP_INTERVAL": 0,
+        **options,
+    }
     return override_settings(ZKLOCKS={"default": cfg})
 
 
@@ -103,8 +108,7 @@ def test_waiter_whose_session_expires_re_enqueues_within_its_deadline(own_zk, zk
         t = threading.Thread(target=waiter)
         t.start()
         wait_until(lambda: len(connections["default"].sessions()) == 2, timeout=5)
-        waiter_session = [s for s in connections["default"].sessions()
-                          if s is not connections["default"].session()][0]
+        waiter_session = [s for s in connections["default"].sessions() if s is not connections["default"].session()][0]
         wait_until(lambda: len(raw_children(own_zk, "requeue")) == 2, timeout=5)
         zk_expire(own_zk.hosts, waiter_session.client)
         # The waiter re-enqueues on a fresh session: two nodes again, one of them new.

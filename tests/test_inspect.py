@@ -8,10 +8,10 @@ import uuid
 import pytest
 from kazoo.recipe.lock import Lock
 
+from benchmarks.inspect_snapshot import populate
 from tests.helpers import raw_client, wait_until
 from tests.lockholders import hold, lease, queue_behind
 from zklocks import inspect, lock_path
-from benchmarks.inspect_snapshot import populate
 from zklocks.connections import connections
 from zklocks.multiread import _support, fetch
 from zklocks.testing import free_port
@@ -123,8 +123,9 @@ def test_names_come_back_verbatim():
 
 def test_unreachable_alias_is_an_error_naming_it(zklocks_settings):
     dead = f"127.0.0.1:{free_port()}"
-    zklocks_settings(EXTRA_ALIASES={"archive": {"HOSTS": dead, "CONNECT_TIMEOUT": 1.0, "AUTH": [
-        ("digest", "reader:s3cret-pw")]}})
+    zklocks_settings(
+        EXTRA_ALIASES={"archive": {"HOSTS": dead, "CONNECT_TIMEOUT": 1.0, "AUTH": [("digest", "reader:s3cret-pw")]}}
+    )
     t = hold("alive", "alive")
     try:
         started = time.monotonic()
@@ -169,8 +170,12 @@ def test_fetch_reports_missing_nodes_as_none(zk_server):
     try:
         kz.ensure_path("/zklocks-test/fetch/a")
         kz.set("/zklocks-test/fetch/a", b"hello")
-        ops = [("data", "/zklocks-test/fetch/a"), ("data", "/zklocks-test/fetch/missing"),
-               ("children", "/zklocks-test/fetch"), ("children", "/zklocks-test/nothing")]
+        ops = [
+            ("data", "/zklocks-test/fetch/a"),
+            ("data", "/zklocks-test/fetch/missing"),
+            ("children", "/zklocks-test/fetch"),
+            ("children", "/zklocks-test/nothing"),
+        ]
         got = fetch(kz, ops, lambda r: r.get(timeout=5))
         assert got[0][0] == b"hello" and got[1] is None and got[2] == ["a"] and got[3] is None
     finally:

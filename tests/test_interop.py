@@ -37,11 +37,17 @@ def zk_try(name, shared=False):
 KAZOO = {"lock": Lock, "read": ReadLock, "write": WriteLock}
 
 
-@pytest.mark.parametrize("kazoo_kind,shared,expected", [
-    ("lock", False, False), ("lock", True, False),
-    ("write", False, False), ("write", True, False),
-    ("read", False, False), ("read", True, True),
-])
+@pytest.mark.parametrize(
+    "kazoo_kind,shared,expected",
+    [
+        ("lock", False, False),
+        ("lock", True, False),
+        ("write", False, False),
+        ("write", True, False),
+        ("read", False, False),
+        ("read", True, True),
+    ],
+)
 def test_kazoo_holder_against_zklocks(kz, kazoo_kind, shared, expected):
     name = f"interop-{kazoo_kind}-{shared}"
     held = KAZOO[kazoo_kind](kz, lock_path(name), identifier="kazoo-holder")
@@ -53,13 +59,19 @@ def test_kazoo_holder_against_zklocks(kz, kazoo_kind, shared, expected):
     assert zk_try(name, shared=shared) is True
 
 
-@pytest.mark.parametrize("shared,kazoo_kind,expected", [
-    (False, "lock", False), (False, "write", False), (False, "read", False),
-    (True, "read", True), (True, "write", False),
-    # kazoo's plain Lock only looks at "__lock__" nodes, so it ignores readers (kazoo's own ReadLock too):
-    # use kazoo's WriteLock to exclude shared holders.
-    (True, "lock", True),
-])
+@pytest.mark.parametrize(
+    "shared,kazoo_kind,expected",
+    [
+        (False, "lock", False),
+        (False, "write", False),
+        (False, "read", False),
+        (True, "read", True),
+        (True, "write", False),
+        # kazoo's plain Lock only looks at "__lock__" nodes, so it ignores readers (kazoo's own ReadLock too):
+        # use kazoo's WriteLock to exclude shared holders.
+        (True, "lock", True),
+    ],
+)
 def test_zklocks_holder_against_kazoo(kz, shared, kazoo_kind, expected):
     name = f"interop2-{kazoo_kind}-{shared}"
     with zk_lock(name, shared=shared):

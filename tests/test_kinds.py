@@ -6,9 +6,16 @@ import time
 import pytest
 
 from tests.helpers import HeldInThread, assert_no_overlap, in_thread, raw_client, read_records, spawn_worker, wait_until
-from zklocks import LockNotAcquired, LockTimeout, LockUpgradeError, zk_lock, zk_multi_lock, zk_semaphore
+from zklocks import (
+    LockNotAcquired,
+    LockTimeout,
+    LockUpgradeError,
+    SemaphoreMismatch,
+    zk_lock,
+    zk_multi_lock,
+    zk_semaphore,
+)
 from zklocks.conf import alias_config
-from zklocks import SemaphoreMismatch
 from zklocks.testing import four_letter
 
 pytestmark = pytest.mark.zk
@@ -27,12 +34,16 @@ def try_lock(name, shared=False):
 
 # -- reader/writer matrix --
 
-@pytest.mark.parametrize("held,asked,expected", [
-    ("shared", "shared", True),
-    ("shared", "exclusive", False),
-    ("exclusive", "shared", False),
-    ("exclusive", "exclusive", False),
-])
+
+@pytest.mark.parametrize(
+    "held,asked,expected",
+    [
+        ("shared", "shared", True),
+        ("shared", "exclusive", False),
+        ("exclusive", "shared", False),
+        ("exclusive", "exclusive", False),
+    ],
+)
 def test_reader_writer_matrix(held, asked, expected):
     with zk_lock("matrix", shared=held == "shared"):
         assert try_lock("matrix", shared=asked == "shared") is expected
@@ -85,9 +96,25 @@ def test_upgrade_from_shared_is_a_clear_error():
 def test_readers_share_across_processes_and_writers_exclude(zk_server, tmp_path):
     out = tmp_path / "rw.jsonl"
     ns = alias_config().namespace
-    procs = [spawn_worker("hold", "--hosts", zk_server.hosts, "--namespace", ns, "--name", "doc", "--count", "8",
-                          "--hold", "0.03", "--out", str(out), *(["--shared"] if i < 3 else []))
-             for i in range(5)]
+    procs = [
+        spawn_worker(
+            "hold",
+            "--hosts",
+            zk_server.hosts,
+            "--namespace",
+            ns,
+            "--name",
+            "doc",
+            "--count",
+            "8",
+            "--hold",
+            "0.03",
+            "--out",
+            str(out),
+            *(["--shared"] if i < 3 else []),
+        )
+        for i in range(5)
+    ]
     try:
         assert [p.wait(90) for p in procs] == [0] * 5
     finally:
@@ -101,12 +128,17 @@ def test_readers_share_across_processes_and_writers_exclude(zk_server, tmp_path)
     for w in writes:
         for r in reads:
             assert r["end"] <= w["start"] or w["end"] <= r["start"], f"reader {r} overlaps writer {w}"
-    overlapping_reads = sum(1 for a in reads for b in reads if a is not b and a["pid"] != b["pid"]
-                            and a["start"] < b["end"] and b["start"] < a["end"])
+    overlapping_reads = sum(
+        1
+        for a in reads
+        for b in reads
+        if a is not b and a["pid"] != b["pid"] and a["start"] < b["end"] and b["start"] < a["end"]
+    )
     assert overlapping_reads > 0  # readers really did share
 
 
 # -- one notification per release --
+
 
 def test_each_release_notifies_exactly_one_waiter(zk_server):
     from zklocks.connections import connections
@@ -127,9 +159,11 @@ def test_each_release_notifies_exactly_one_waiter(zk_server):
 
     def counting_get_async(path, watch=None):
         if watch is not None:
+
             def counted(event, watch=watch):
                 fired.append(event.path)
                 return watch(event)
+
             return original(path, watch=counted)
         return original(path)
 
@@ -143,8 +177,9 @@ def test_each_release_notifies_exactly_one_waiter(zk_server):
         lock_path = zk_lock("herd").path
 
         def watched():
-            return [line for line in four_letter(zk_server.port, "wchp").splitlines()
-                    if line.startswith(lock_path + "/")]
+            return [
+                line for line in four_letter(zk_server.port, "wchp").splitlines() if line.startswith(lock_path + "/")
+            ]
 
         # Each waiter watches a different single node; nobody watches the parent's children.
         wait_until(lambda: len(watched()) == n, timeout=5)
@@ -160,6 +195,7 @@ def test_each_release_notifies_exactly_one_waiter(zk_server):
 
 
 # -- semaphores --
+
 
 def test_semaphore_allows_max_leases_holders():
     holders = [HeldInThread(zk_semaphore("pool", 2)) for _ in range(2)]
@@ -244,8 +280,12 @@ def test_semaphore_across_processes_never_exceeds_its_leases(zk_server, tmp_path
         "        a=time.monotonic(); time.sleep(0.03); b=time.monotonic()\n"
         "    out.write(json.dumps({'start':a,'end':b,'pid':os.getpid()})+'\\n')\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, env={"PYTHONPATH": str(ROOT)},
-                              start_new_session=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", script], cwd=ROOT, env={"PYTHONPATH": str(ROOT)}, start_new_session=True
+        )
+        for _ in range(4)
+    ]
     try:
         assert [p.wait(90) for p in procs] == [0] * 4
     finally:
@@ -262,6 +302,7 @@ def test_semaphore_across_processes_never_exceeds_its_leases(zk_server, tmp_path
 
 
 # -- multi-locks --
+
 
 def test_multi_lock_takes_all_and_exposes_tokens():
     with zk_multi_lock(["b", "a", ("c", "shared")], timeout=5) as multi:

@@ -24,9 +24,9 @@ def evidence():
 
 def test_a_write_after_a_relayed_sync_proves_the_lease_from_the_first_request():
     ev = evidence()
-    assert ev.answered(0.0, 0.01, PING, 0) is None           # Q1, answered by whichever server
-    assert ev.answered(1.02, 1.03, SYNC, 0) is None          # S2, sent GAP after Q1's answer
-    assert ev.answered(1.04, 1.05, MULTI, 0) == 0.0          # S3, a write sent after S2's answer
+    assert ev.answered(0.0, 0.01, PING, 0) is None  # Q1, answered by whichever server
+    assert ev.answered(1.02, 1.03, SYNC, 0) is None  # S2, sent GAP after Q1's answer
+    assert ev.answered(1.04, 1.05, MULTI, 0) == 0.0  # S3, a write sent after S2's answer
 
 
 def test_answers_of_one_server_alone_prove_nothing():
@@ -40,9 +40,9 @@ def test_answers_of_one_server_alone_prove_nothing():
 def test_the_relay_gap_is_required_between_q1_and_s2():
     ev = evidence()
     ev.answered(0.0, 0.01, PING, 0)
-    ev.answered(0.5, 0.51, SYNC, 0)                          # only 0.49 s after Q1's answer
+    ev.answered(0.5, 0.51, SYNC, 0)  # only 0.49 s after Q1's answer
     assert ev.answered(0.52, 0.53, CREATE, 0) is None
-    ev.answered(1.2, 1.21, SYNC, 0)                          # now GAP after Q1 (not after the first sync)
+    ev.answered(1.2, 1.21, SYNC, 0)  # now GAP after Q1 (not after the first sync)
     assert ev.answered(1.22, 1.23, CREATE, 0) == 0.0
 
 
@@ -73,8 +73,8 @@ def test_writes_the_leader_committed_as_errors_still_prove(err):
 def test_a_write_can_relay_for_the_next_write():
     ev = evidence()
     ev.answered(0.0, 0.01, GET, 0)
-    assert ev.answered(1.1, 1.11, CREATE, 0) is None         # S2 (a write)
-    assert ev.answered(1.12, 1.13, DELETE, 0) == 0.0          # S3
+    assert ev.answered(1.1, 1.11, CREATE, 0) is None  # S2 (a write)
+    assert ev.answered(1.12, 1.13, DELETE, 0) == 0.0  # S3
 
 
 def test_a_reconnect_revalidates_at_the_leader_and_the_next_write_completes_the_proof():
@@ -86,7 +86,7 @@ def test_a_reconnect_revalidates_at_the_leader_and_the_next_write_completes_the_
 def test_thinning_only_ever_finds_older_requests():
     ev = evidence()
     ev.answered(0.0, 0.010, PING, 0)
-    ev.answered(0.002, 0.012, GET, 0)                        # thinned: within the grain of the previous answer
+    ev.answered(0.002, 0.012, GET, 0)  # thinned: within the grain of the previous answer
     ev.answered(1.015, 1.02, SYNC, 0)
     assert ev.answered(1.03, 1.04, CREATE, 0) == 0.0
 
@@ -110,9 +110,16 @@ def test_leases_use_a_clock_that_runs_through_suspend():
 
 # -- on a real server --
 
+
 def use(hosts, **options):
-    cfg = {"HOSTS": hosts, "NAMESPACE": "/lease", "SESSION_TIMEOUT": 2.0, "CONNECT_TIMEOUT": 2.0,
-           "REAP_INTERVAL": 0, **options}
+    cfg = {
+        "HOSTS": hosts,
+        "NAMESPACE": "/lease",
+        "SESSION_TIMEOUT": 2.0,
+        "CONNECT_TIMEOUT": 2.0,
+        "REAP_INTERVAL": 0,
+        **options,
+    }
     return override_settings(ZKLOCKS={"default": cfg})
 
 

@@ -132,6 +132,7 @@ def test_decorator_fills_template_from_bound_arguments_and_keeps_metadata():
 
 def test_decorator_template_errors_name_the_function():
     with pytest.raises(ValueError, match=r"ship.*order_id.*not an argument"):  # when decorating, not calling
+
         @zk_lock("order:{order_id}")
         def ship(invoice_id):
             pass
@@ -150,6 +151,7 @@ def test_fair_fifo_order_and_each_waiter_blocks():
     holder.acquire()
     threads = []
     for i in range(5):
+
         def contend(i=i):
             with zk_lock("fifo"):
                 order.append(i)

@@ -28,8 +28,12 @@ def cut_off(zk_ensemble):
     proxy per server that the test can partition."""
     proxies = [TcpProxy("127.0.0.1", s.port).start() for s in zk_ensemble.servers]
     common = {"NAMESPACE": "/partition", "SESSION_TIMEOUT": 2.0, "CONNECT_TIMEOUT": 2.0, "REAP_INTERVAL": 0}
-    with override_settings(ZKLOCKS={"default": {"HOSTS": zk_ensemble.hosts, **common},
-                                    "cut": {"HOSTS": ",".join(p.hosts for p in proxies), **common}}):
+    with override_settings(
+        ZKLOCKS={
+            "default": {"HOSTS": zk_ensemble.hosts, **common},
+            "cut": {"HOSTS": ",".join(p.hosts for p in proxies), **common},
+        }
+    ):
         try:
             yield proxies
         finally:

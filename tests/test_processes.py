@@ -11,8 +11,22 @@ pytestmark = pytest.mark.zk
 def test_exclusive_lock_across_processes(zk_server, tmp_path):
     out = tmp_path / "holds.jsonl"
     cfg = alias_config()
-    procs = [spawn_worker("hold", "--hosts", zk_server.hosts, "--namespace", cfg.namespace, "--count", "15",
-                          "--hold", "0.005", "--out", str(out)) for _ in range(4)]
+    procs = [
+        spawn_worker(
+            "hold",
+            "--hosts",
+            zk_server.hosts,
+            "--namespace",
+            cfg.namespace,
+            "--count",
+            "15",
+            "--hold",
+            "0.005",
+            "--out",
+            str(out),
+        )
+        for _ in range(4)
+    ]
     try:
         codes = [p.wait(90) for p in procs]
     finally:

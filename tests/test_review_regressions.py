@@ -69,8 +69,16 @@ def test_a_blocking_signal_receiver_does_not_delay_loss_detection():
 
     signals.lock_acquired.connect(slow_receiver, dispatch_uid="slow")
     try:
-        with override_settings(ZKLOCKS={"default": {"HOSTS": proxy.hosts, "NAMESPACE": "/slow-receiver",
-                                                    "SESSION_TIMEOUT": 1.5, "CONNECT_TIMEOUT": 1.0}}):
+        with override_settings(
+            ZKLOCKS={
+                "default": {
+                    "HOSTS": proxy.hosts,
+                    "NAMESPACE": "/slow-receiver",
+                    "SESSION_TIMEOUT": 1.5,
+                    "CONNECT_TIMEOUT": 1.0,
+                }
+            }
+        ):
             lock = zk_lock("watched")
             lock.acquire()
             session = connections["default"].session()
@@ -118,8 +126,16 @@ def test_long_hold_watch_survives_a_connection_blip():
     server = ZkServer(tick_time=100).start()
     proxy = TcpProxy("127.0.0.1", server.port).start()
     try:
-        with override_settings(ZKLOCKS={"default": {"HOSTS": proxy.hosts, "NAMESPACE": "/blip-watch",
-                                                    "SESSION_TIMEOUT": 3.0, "CONNECT_TIMEOUT": 2.0}}):
+        with override_settings(
+            ZKLOCKS={
+                "default": {
+                    "HOSTS": proxy.hosts,
+                    "NAMESPACE": "/blip-watch",
+                    "SESSION_TIMEOUT": 3.0,
+                    "CONNECT_TIMEOUT": 2.0,
+                }
+            }
+        ):
             lock = zk_lock("long")
             lock.acquire()
             time.sleep(1.3)  # long hold: its node is watched
@@ -144,8 +160,16 @@ def test_lock_deadline_during_a_short_blip_is_a_timeout_not_an_outage():
     server = ZkServer(tick_time=100).start()
     proxy = TcpProxy("127.0.0.1", server.port).start()
     try:
-        with override_settings(ZKLOCKS={"default": {"HOSTS": proxy.hosts, "NAMESPACE": "/blip-deadline",
-                                                    "SESSION_TIMEOUT": 3.0, "CONNECT_TIMEOUT": 5.0}}):
+        with override_settings(
+            ZKLOCKS={
+                "default": {
+                    "HOSTS": proxy.hosts,
+                    "NAMESPACE": "/blip-deadline",
+                    "SESSION_TIMEOUT": 3.0,
+                    "CONNECT_TIMEOUT": 5.0,
+                }
+            }
+        ):
             holder = HeldInThread(zk_lock("busy"))
             proxy.partition()
             with pytest.raises(LockTimeout):  # not ZkUnavailable: CONNECT_TIMEOUT (5 s) has not passed

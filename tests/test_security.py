@@ -30,12 +30,19 @@ def secured(zk_server, namespace):
     """'default' has the right password, 'wrong' a wrong one, 'open' no AUTH at all; one namespace."""
 
     def alias(**extra):
-        return {"HOSTS": zk_server.hosts, "NAMESPACE": namespace, "SESSION_TIMEOUT": 2.0, "CONNECT_TIMEOUT": 2.0,
-                "REAP_INTERVAL": 0, **extra}
+        return {
+            "HOSTS": zk_server.hosts,
+            "NAMESPACE": namespace,
+            "SESSION_TIMEOUT": 2.0,
+            "CONNECT_TIMEOUT": 2.0,
+            "REAP_INTERVAL": 0,
+            **extra,
+        }
 
     def configure(**default_extra):
-        override = override_settings(ZKLOCKS={"default": alias(AUTH=[RIGHT], **default_extra),
-                                              "wrong": alias(AUTH=[WRONG]), "open": alias()})
+        override = override_settings(
+            ZKLOCKS={"default": alias(AUTH=[RIGHT], **default_extra), "wrong": alias(AUTH=[WRONG]), "open": alias()}
+        )
         override.enable()
         overrides.append(override)
 
@@ -62,14 +69,27 @@ def as_set(acl):
 
 
 def test_namespace_lock_nodes_contenders_and_semaphore_nodes_get_the_configured_acl(zk_server, secured, namespace):
-    with zk_lock("reports:daily") as lock, zk_lock("catalog", shared=True) as reader, \
-            zk_semaphore("renderers", 2) as lease:
+    with (
+        zk_lock("reports:daily") as lock,
+        zk_lock("catalog", shared=True) as reader,
+        zk_semaphore("renderers", 2) as lease,
+    ):
         client = anonymous(zk_server.hosts, auth=[RIGHT])  # others see the digest masked as "app:x"
         try:
-            paths = [namespace.rsplit("/", 1)[0], namespace, lock.path,
-                     lock_path("catalog"), lock_path("renderers"), f"{lock_path('renderers')}/__mutex__"]
-            paths += [p + "/" + c for p in (lock_path("reports:daily"), lock_path("catalog"), lock_path("renderers"))
-                      for c in client.get_children(p) if "__" in c and c != "__mutex__"]
+            paths = [
+                namespace.rsplit("/", 1)[0],
+                namespace,
+                lock.path,
+                lock_path("catalog"),
+                lock_path("renderers"),
+                f"{lock_path('renderers')}/__mutex__",
+            ]
+            paths += [
+                p + "/" + c
+                for p in (lock_path("reports:daily"), lock_path("catalog"), lock_path("renderers"))
+                for c in client.get_children(p)
+                if "__" in c and c != "__mutex__"
+            ]
             assert len(paths) == 9
             for path in paths:
                 assert acl_of(client, path) == as_set([APP_ALL, WORLD_READ]), path
@@ -101,13 +121,13 @@ def test_a_client_without_the_credentials_cannot_enqueue_delete_or_change_lock_n
         client = anonymous(zk_server.hosts, auth=[WRONG] if who == "wrong password" else None)
         try:
             attempts = {
-                "enqueue a contender": lambda: client.create(f"{lock_path('guarded')}/{uuid.uuid4().hex}__lock__",
-                                                             ephemeral=True, sequence=True),
+                "enqueue a contender": lambda: client.create(
+                    f"{lock_path('guarded')}/{uuid.uuid4().hex}__lock__", ephemeral=True, sequence=True
+                ),
                 "kazoo Lock on the same path": lambda: KazooLock(client, lock_path("guarded")).acquire(timeout=2),
                 "delete the holder's node": lambda: client.delete(node),
                 "overwrite the holder's data": lambda: client.set(node, b"mine"),
-                "change the holder's ACL": lambda: client.set_acls(node, [ACL(Permissions.ALL,
-                                                                                Id("world", "anyone"))]),
+                "change the holder's ACL": lambda: client.set_acls(node, [ACL(Permissions.ALL, Id("world", "anyone"))]),
                 "change the lock node's ACL": lambda: client.set_acls(lock_path("guarded"), [WORLD_READ]),
                 "create another lock node": lambda: client.create(lock_path("intruder")),
                 "change the namespace's data": lambda: client.set(lock_path("guarded").rsplit("/", 1)[0], b"x"),
@@ -157,8 +177,9 @@ def test_a_wrong_password_below_a_protected_parent_fails_in_the_path_creation(zk
     with zk_lock("first"):
         pass
     deeper = f"{namespace}/team-b"
-    with override_settings(ZKLOCKS={"default": {"HOSTS": zk_server.hosts, "NAMESPACE": deeper,
-                                                "AUTH": [WRONG], "REAP_INTERVAL": 0}}):
+    with override_settings(
+        ZKLOCKS={"default": {"HOSTS": zk_server.hosts, "NAMESPACE": deeper, "AUTH": [WRONG], "REAP_INTERVAL": 0}}
+    ):
         with pytest.raises(ZkAuthError, match="alias 'default'"):
             zk_lock("x").acquire(timeout=2)
         with pytest.raises(ZkAuthError, match="alias 'default'"):
@@ -171,8 +192,16 @@ def test_a_wrong_password_below_a_protected_parent_fails_in_the_path_creation(zk
 
 
 def test_a_rejected_auth_scheme_is_a_clear_error_naming_the_alias(zk_server, namespace):
-    with override_settings(ZKLOCKS={"default": {"HOSTS": zk_server.hosts, "NAMESPACE": namespace,
-                                                "AUTH": [("no-such-scheme", "x")], "CONNECT_TIMEOUT": 3.0}}):
+    with override_settings(
+        ZKLOCKS={
+            "default": {
+                "HOSTS": zk_server.hosts,
+                "NAMESPACE": namespace,
+                "AUTH": [("no-such-scheme", "x")],
+                "CONNECT_TIMEOUT": 3.0,
+            }
+        }
+    ):
         for _ in range(5):
             started = time.monotonic()
             with pytest.raises(ZkAuthError, match="alias 'default': ZooKeeper rejected the AUTH credentials"):

@@ -19,8 +19,14 @@ CREATE2 = 15  # the lease and the internal mutex are created with create2 (inclu
 
 
 def use(hosts, **options):
-    cfg = {"HOSTS": hosts, "NAMESPACE": "/sem-faults", "SESSION_TIMEOUT": 3.0, "CONNECT_TIMEOUT": 2.0,
-           "REAP_INTERVAL": 0, **options}
+    cfg = {
+        "HOSTS": hosts,
+        "NAMESPACE": "/sem-faults",
+        "SESSION_TIMEOUT": 3.0,
+        "CONNECT_TIMEOUT": 2.0,
+        "REAP_INTERVAL": 0,
+        **options,
+    }
     return override_settings(ZKLOCKS={"default": cfg})
 
 

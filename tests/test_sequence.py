@@ -10,6 +10,7 @@ and recycles it at its next empty moment; holds never overlap.
 import io
 import threading
 import time
+from itertools import pairwise
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -36,8 +37,13 @@ def near_limit():
     server.seed(nodes)
     try:
         server.start()
-        cfg = {"HOSTS": server.hosts, "NAMESPACE": NS, "SESSION_TIMEOUT": 2.0, "CONNECT_TIMEOUT": 2.0,
-               "REAP_INTERVAL": 0}
+        cfg = {
+            "HOSTS": server.hosts,
+            "NAMESPACE": NS,
+            "SESSION_TIMEOUT": 2.0,
+            "CONNECT_TIMEOUT": 2.0,
+            "REAP_INTERVAL": 0,
+        }
         with override_settings(ZKLOCKS={"default": cfg}):
             yield server
             close_all()
@@ -62,8 +68,15 @@ def contend(handle, workers: int, seconds: float, *, kinds=None, hold: float = 0
                     token = held.token
                     time.sleep(hold)
                     end = time.monotonic()
-                holds.append({"start": start, "end": end, "token": token, "worker": i,
-                              "kind": kinds(i) if kinds else "exclusive"})
+                holds.append(
+                    {
+                        "start": start,
+                        "end": end,
+                        "token": token,
+                        "worker": i,
+                        "kind": kinds(i) if kinds else "exclusive",
+                    }
+                )
             except SequenceExhausted as exc:
                 refusals.append(exc)
                 time.sleep(0.005)
@@ -143,8 +156,9 @@ def test_shared_lock_across_the_limit_keeps_writers_alone(near_limit):
     def kinds(i):
         return "shared" if i < 3 else "exclusive"
 
-    holds, refusals, errors = contend(lambda i: zk_lock("rw", shared=kinds(i) == "shared", timeout=10),
-                                      workers=6, seconds=4.0, kinds=kinds)
+    holds, refusals, errors = contend(
+        lambda i: zk_lock("rw", shared=kinds(i) == "shared", timeout=10), workers=6, seconds=4.0, kinds=kinds
+    )
     keeper.join(5)
     assert not errors, errors
     writes = [h for h in holds if h["kind"] == "exclusive"]
@@ -162,7 +176,7 @@ def test_semaphore_of_one_across_the_limit_never_has_two_holders(near_limit):
     # The semaphore's leases are counted, not ordered; its mutex queue is what runs out.
     holds, refusals, errors = contend(lambda i: zk_semaphore("sem", 1, timeout=10), workers=6, seconds=3.0)
     assert not errors, errors
-    for a, b in zip(sorted(holds, key=lambda h: h["start"]), sorted(holds, key=lambda h: h["start"])[1:]):
+    for a, b in pairwise(sorted(holds, key=lambda h: h["start"])):
         assert a["end"] <= b["start"], f"overlapping leases: {a} and {b}"
     assert_refusal_is_clear(refusals, "sem", join_path(NS, "sem") + "/__mutex__")
     assert len(holds) > 20
@@ -171,8 +185,25 @@ def test_semaphore_of_one_across_the_limit_never_has_two_holders(near_limit):
 def test_processes_across_the_limit_never_hold_together(near_limit, tmp_path):
     out = tmp_path / "holds.jsonl"
     keeper = keep_busy("proc", 1.5)
-    procs = [spawn_worker("hold", "--hosts", near_limit.hosts, "--namespace", NS, "--name", "proc", "--count", "25",
-                          "--hold", "0.005", "--out", str(out), "--record-exhausted") for _ in range(3)]
+    procs = [
+        spawn_worker(
+            "hold",
+            "--hosts",
+            near_limit.hosts,
+            "--namespace",
+            NS,
+            "--name",
+            "proc",
+            "--count",
+            "25",
+            "--hold",
+            "0.005",
+            "--out",
+            str(out),
+            "--record-exhausted",
+        )
+        for _ in range(3)
+    ]
     try:
         assert [p.wait(90) for p in procs] == [0] * 3
     finally:
@@ -194,8 +225,10 @@ def test_reap_reports_a_worn_node_and_recycle_waits_for_its_next_empty_moment(ne
     call_command("zklocks_reap", stdout=out)
     # The other seeded nodes are empty: the sweep recycles them as it reaps them.
     assert "default: removed 4 empty lock node(s)" in out.getvalue()
-    assert (f"lock node hot has used {START + 1} of 2147483647 sequence numbers; recycle it with --alias default "
-            "--recycle hot") in out.getvalue()
+    assert (
+        f"lock node hot has used {START + 1} of 2147483647 sequence numbers; recycle it with --alias default "
+        "--recycle hot"
+    ) in out.getvalue()
     err = io.StringIO()
     with pytest.raises(CommandError, match="not recycled: 'hot'"):
         call_command("zklocks_reap", "--recycle", "hot", "--wait", "0.2", stdout=out, stderr=err)
@@ -217,8 +250,10 @@ def test_snapshot_never_shows_a_contender_past_the_limit_as_holder(near_limit):
         with zk_lock("kz", timeout=5) as lock:
             mine = lock._hold().contender.name
             # Pipelined creates: ZooKeeper names some of them -2147483648, ... which sort before everyone.
-            pending = [client.create_async(f"{join_path(NS, 'kz')}/{i:032x}__lock__", b"", ephemeral=True,
-                                           sequence=True) for i in range(12)]
+            pending = [
+                client.create_async(f"{join_path(NS, 'kz')}/{i:032x}__lock__", b"", ephemeral=True, sequence=True)
+                for i in range(12)
+            ]
             made = [p.get(10).rsplit("/", 1)[1] for p in pending]
             assert any(suffix(c) < 0 for c in made) and any(suffix(c) == SEQUENCE_LIMIT for c in made)
             (info,) = [i for i in read_namespace(client, NS) if i.name == "kz"]

@@ -54,10 +54,14 @@ def ens():
     finally:
         ensemble.cleanup()
         if WORST:
-            print("\nserver partitions, worst margin (next acquire - old holder's last True) per fault: "
-                  + ", ".join(f"{k} {v:+.3f}s" for k, v in WORST.items()))
-            print("the same, after a holder that lost its lease to the fault: "
-                  + ", ".join(f"{k} {v:+.3f}s" for k, v in WORST_LOST.items()))
+            print(
+                "\nserver partitions, worst margin (next acquire - old holder's last True) per fault: "
+                + ", ".join(f"{k} {v:+.3f}s" for k, v in WORST.items())
+            )
+            print(
+                "the same, after a holder that lost its lease to the fault: "
+                + ", ".join(f"{k} {v:+.3f}s" for k, v in WORST_LOST.items())
+            )
 
 
 def serving(ens) -> bool:
@@ -70,8 +74,12 @@ def aliases(ens):
     """One alias per server (s0, s1, s2), each with HOSTS = that server only, on one fresh namespace."""
     ens.heal_all()
     wait_until(lambda: serving(ens), timeout=60, interval=0.1)
-    common = {"NAMESPACE": f"/server-partitions/{uuid.uuid4().hex[:8]}", "SESSION_TIMEOUT": SESSION,
-              "CONNECT_TIMEOUT": 2.0, "REAP_INTERVAL": 0}
+    common = {
+        "NAMESPACE": f"/server-partitions/{uuid.uuid4().hex[:8]}",
+        "SESSION_TIMEOUT": SESSION,
+        "CONNECT_TIMEOUT": 2.0,
+        "REAP_INTERVAL": 0,
+    }
     conf = {f"s{i}": {"HOSTS": s.hosts, **common} for i, s in enumerate(ens.servers)}
     conf["default"] = {"HOSTS": ens.hosts, **common}
     with override_settings(ZKLOCKS=conf):
@@ -152,7 +160,6 @@ class Contender:
         finally:
             self.done.set()
 
-
     @staticmethod
     def watch(lock, hold: Hold, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -174,8 +181,10 @@ def check_exclusion(fault: str, name: str, holds: list[Hold], t0: float, log) ->
         worst = min(worst, margin)
         if last.lost:
             WORST_LOST[fault] = min(WORST_LOST.get(fault, float("inf")), margin)
-        log(f"  {fault} {name}: {last.who} last held at +{last.last_true - t0:.3f}s"
-            f"{' (lost)' if last.lost else ''}, {b.who} acquired at +{b.acquired - t0:.3f}s: margin {margin:+.3f}s")
+        log(
+            f"  {fault} {name}: {last.who} last held at +{last.last_true - t0:.3f}s"
+            f"{' (lost)' if last.lost else ''}, {b.who} acquired at +{b.acquired - t0:.3f}s: margin {margin:+.3f}s"
+        )
     WORST[fault] = min(WORST.get(fault, float("inf")), worst)
     return worst
 
@@ -197,8 +206,7 @@ def run_fault(ens, aliases, fault: str, holders: list[tuple[int, str]], inject, 
         deadline = ended + BOUND
         # Wait until each old holder has lost the lock and someone else got it, or the progress deadline passed.
         while time.monotonic() < deadline + 0.5:
-            if all(c.holds[0].lost for c in first) and all(
-                    any(w.holds for w in waiters if w.name == n) for n in names):
+            if all(c.holds[0].lost for c in first) and all(any(w.holds for w in waiters if w.name == n) for n in names):
                 break
             time.sleep(0.05)
         for c in first:
@@ -223,11 +231,13 @@ def run_fault(ens, aliases, fault: str, holders: list[tuple[int, str]], inject, 
         old = next(c.holds[0] for c in first if c.name == name)
         if old.last_true < deadline:  # the old holder gave it up: someone else must have it by the deadline
             nxt = min((h.acquired for h in holds if h is not old), default=float("inf"))
-            assert nxt <= deadline, (f"{fault} {name}: no one acquired within {BOUND:.1f}s of the fault's end "
-                                     f"(next at +{nxt - ended:.2f}s)")
+            assert nxt <= deadline, (
+                f"{fault} {name}: no one acquired within {BOUND:.1f}s of the fault's end (next at +{nxt - ended:.2f}s)"
+            )
     for name, margin in worst.items():
-        assert margin > 0, (f"{fault} {name}: the old holder still saw the lock held {-margin:.3f}s after "
-                            f"another contender acquired it")
+        assert margin > 0, (
+            f"{fault} {name}: the old holder still saw the lock held {-margin:.3f}s after another contender acquired it"
+        )
 
 
 @pytest.fixture
@@ -235,6 +245,7 @@ def log(capsys):
     def write(text: str) -> None:
         with capsys.disabled():
             print(text, flush=True)
+
     return write
 
 
@@ -245,9 +256,11 @@ def leader_and_followers(ens) -> tuple[int, list[int]]:
 
 def wait_majority_leader(ens, members: list[int], timeout: float = 30.0) -> float:
     """The moment a server of ``members`` leads and the others of them follow: the majority serves again."""
+
     def ok():
         modes = [ens.servers[i].mode() for i in members]
         return modes.count("leader") == 1 and modes.count("follower") == len(members) - 1
+
     wait_until(ok, timeout=timeout, interval=0.02)
     return time.monotonic()
 

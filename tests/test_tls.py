@@ -25,58 +25,157 @@ basicConstraints=CA:FALSE
 extendedKeyUsage=serverAuth,clientAuth
 """
 
+
 def sh(*args, cwd):
     subprocess.run(args, cwd=cwd, check=True, capture_output=True, timeout=60)
+
 
 def make_pki(d, name="ca"):
     """A CA, a server and a client certificate signed by it (PEM), the server's PKCS12 keystore and a
     PKCS12 truststore with the CA, for ZooKeeper."""
     (d / "san.cnf").write_text(SAN)
-    sh("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.pem",
-       "-days", "2", "-subj", f"/CN=zklocks-test-{name}", cwd=d)
+    sh(
+        "openssl",
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{name}.key",
+        "-out",
+        f"{name}.pem",
+        "-days",
+        "2",
+        "-subj",
+        f"/CN=zklocks-test-{name}",
+        cwd=d,
+    )
     for who in ("server", "client"):
-        sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{who}.key", "-out", f"{who}.csr",
-           "-subj", f"/CN={who}", cwd=d)
-        sh("openssl", "x509", "-req", "-in", f"{who}.csr", "-CA", f"{name}.pem", "-CAkey", f"{name}.key",
-           "-CAcreateserial", "-out", f"{who}.pem", "-days", "2", "-extfile", "san.cnf", "-extensions", "ext", cwd=d)
-    sh("openssl", "pkcs12", "-export", "-in", "server.pem", "-inkey", "server.key", "-out", "server.p12",
-       "-passout", f"pass:{PASSWORD}", "-name", "server", cwd=d)
-    sh("keytool", "-importcert", "-noprompt", "-alias", "ca", "-file", f"{name}.pem", "-keystore", "trust.p12",
-       "-storetype", "PKCS12", "-storepass", PASSWORD, cwd=d)
+        sh(
+            "openssl",
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{who}.key",
+            "-out",
+            f"{who}.csr",
+            "-subj",
+            f"/CN={who}",
+            cwd=d,
+        )
+        sh(
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            f"{who}.csr",
+            "-CA",
+            f"{name}.pem",
+            "-CAkey",
+            f"{name}.key",
+            "-CAcreateserial",
+            "-out",
+            f"{who}.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "san.cnf",
+            "-extensions",
+            "ext",
+            cwd=d,
+        )
+    sh(
+        "openssl",
+        "pkcs12",
+        "-export",
+        "-in",
+        "server.pem",
+        "-inkey",
+        "server.key",
+        "-out",
+        "server.p12",
+        "-passout",
+        f"pass:{PASSWORD}",
+        "-name",
+        "server",
+        cwd=d,
+    )
+    sh(
+        "keytool",
+        "-importcert",
+        "-noprompt",
+        "-alias",
+        "ca",
+        "-file",
+        f"{name}.pem",
+        "-keystore",
+        "trust.p12",
+        "-storetype",
+        "PKCS12",
+        "-storepass",
+        PASSWORD,
+        cwd=d,
+    )
     return d
+
 
 @pytest.fixture(scope="module")
 def tls_zk(tmp_path_factory):
     pki = make_pki(tmp_path_factory.mktemp("pki"))
     port = free_port()
-    server = ZkServer(extra={
-        "secureClientPort": str(port),
-        "secureClientPortAddress": "127.0.0.1",
-        "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
-        "ssl.keyStore.location": str(pki / "server.p12"), "ssl.keyStore.password": PASSWORD,
-        "ssl.keyStore.type": "PKCS12",
-        "ssl.trustStore.location": str(pki / "trust.p12"), "ssl.trustStore.password": PASSWORD,
-        "ssl.trustStore.type": "PKCS12",
-    })
+    server = ZkServer(
+        extra={
+            "secureClientPort": str(port),
+            "secureClientPortAddress": "127.0.0.1",
+            "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
+            "ssl.keyStore.location": str(pki / "server.p12"),
+            "ssl.keyStore.password": PASSWORD,
+            "ssl.keyStore.type": "PKCS12",
+            "ssl.trustStore.location": str(pki / "trust.p12"),
+            "ssl.trustStore.password": PASSWORD,
+            "ssl.trustStore.type": "PKCS12",
+        }
+    )
     try:
         server.start()
         yield f"127.0.0.1:{port}", pki
     finally:
         server.cleanup()
 
+
 def run_check():
     out = io.StringIO()
     call_command("zklocks_check", stdout=out)
     return out.getvalue().splitlines()
 
+
 def tls_options(pki, ca="ca.pem"):
-    return {"use_ssl": True, "verify_certs": True, "ca": str(pki / ca), "certfile": str(pki / "client.pem"),
-            "keyfile": str(pki / "client.key")}
+    return {
+        "use_ssl": True,
+        "verify_certs": True,
+        "ca": str(pki / ca),
+        "certfile": str(pki / "client.pem"),
+        "keyfile": str(pki / "client.key"),
+    }
+
 
 def settings_for(hosts, **extra):
-    return override_settings(ZKLOCKS={"default": {"HOSTS": hosts, "NAMESPACE": f"/tls-{uuid.uuid4().hex[:8]}",
-                                                  "SESSION_TIMEOUT": 2.0, "CONNECT_TIMEOUT": 2.0,
-                                                  "REAP_INTERVAL": 0, **extra}})
+    return override_settings(
+        ZKLOCKS={
+            "default": {
+                "HOSTS": hosts,
+                "NAMESPACE": f"/tls-{uuid.uuid4().hex[:8]}",
+                "SESSION_TIMEOUT": 2.0,
+                "CONNECT_TIMEOUT": 2.0,
+                "REAP_INTERVAL": 0,
+                **extra,
+            }
+        }
+    )
+
 
 def test_locks_work_over_tls_with_options(tls_zk):
     hosts, pki = tls_zk
@@ -85,8 +184,9 @@ def test_locks_work_over_tls_with_options(tls_zk):
             with zk_lock("over-tls") as lock:
                 assert lock.token > 0
                 box = {}
-                t = threading.Thread(target=lambda: box.setdefault("got", zk_lock("over-tls",
-                                                                                   blocking=False).acquire()))
+                t = threading.Thread(
+                    target=lambda: box.setdefault("got", zk_lock("over-tls", blocking=False).acquire())
+                )
                 t.start()
                 t.join(10)
                 assert box["got"] is False  # a second session over TLS sees the holder
@@ -94,6 +194,7 @@ def test_locks_work_over_tls_with_options(tls_zk):
             assert lines[0] == f"default: ok connected to {hosts} (session timeout 2s)"
         finally:
             close_all()
+
 
 def test_plaintext_client_on_the_tls_port_is_unavailable_not_a_hang(tls_zk):
     hosts, _ = tls_zk
@@ -103,6 +204,7 @@ def test_plaintext_client_on_the_tls_port_is_unavailable_not_a_hang(tls_zk):
             zk_lock("plain").acquire(timeout=None)
         assert time.monotonic() - started < 3.0
     close_all()
+
 
 def test_a_server_certificate_from_another_ca_is_refused(tls_zk, tmp_path):
     hosts, pki = tls_zk
@@ -114,6 +216,7 @@ def test_a_server_certificate_from_another_ca_is_refused(tls_zk, tmp_path):
             zk_lock("mitm").acquire(timeout=None)
         assert time.monotonic() - started < 3.0
     close_all()
+
 
 def test_the_server_asks_for_a_client_certificate(tls_zk):
     hosts, pki = tls_zk

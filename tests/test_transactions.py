@@ -79,8 +79,10 @@ def _reader(release_on_commit, written, seen, stock_id):
 def test_atomic_requests_pitfall(release_on_commit, expected):
     stock = Stock.objects.create(quantity=10)
     written, seen = threading.Event(), []
-    threads = [threading.Thread(target=_writer, args=(release_on_commit, written, stock.pk)),
-               threading.Thread(target=_reader, args=(release_on_commit, written, seen, stock.pk))]
+    threads = [
+        threading.Thread(target=_writer, args=(release_on_commit, written, stock.pk)),
+        threading.Thread(target=_reader, args=(release_on_commit, written, seen, stock.pk)),
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -37,8 +37,18 @@ def _close():
 
 
 def settings_for(hosts, namespace, **extra):
-    return override_settings(ZKLOCKS={"default": {"HOSTS": hosts, "NAMESPACE": namespace, "SESSION_TIMEOUT": 2.0,
-                                                  "CONNECT_TIMEOUT": 2.0, "REAP_INTERVAL": 0, **extra}})
+    return override_settings(
+        ZKLOCKS={
+            "default": {
+                "HOSTS": hosts,
+                "NAMESPACE": namespace,
+                "SESSION_TIMEOUT": 2.0,
+                "CONNECT_TIMEOUT": 2.0,
+                "REAP_INTERVAL": 0,
+                **extra,
+            }
+        }
+    )
 
 
 def run_check(*args):
@@ -86,12 +96,15 @@ def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(z
         assert f"default: FAILED {ns}: {weak}" in lines
         assert f"default: FAILED {ns}/reports:daily: {weak}" in lines
         assert f"default: FAILED {ns}/pool/__mutex__: {weak}" in lines
-        assert deploy_messages() == [Warning(
-            f"ZKLOCKS['default']: {ns} has a weaker ACL than configured: world:anyone may WRITE, CREATE, DELETE, "
-            "ADMIN (and 4 more node(s) below it).",
-            hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
-                 "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
-            id="zklocks.W002")]
+        assert deploy_messages() == [
+            Warning(
+                f"ZKLOCKS['default']: {ns} has a weaker ACL than configured: world:anyone may WRITE, CREATE, DELETE, "
+                "ADMIN (and 4 more node(s) below it).",
+                hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
+                "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
+                id="zklocks.W002",
+            )
+        ]
 
         lines, failed = run_check("--fix-acls")
         assert failed is None, lines
@@ -112,18 +125,23 @@ def test_a_wrong_password_is_caught_before_the_first_lock(zk_server, ns):
     with settings_for(zk_server.hosts, ns, AUTH=[WRONG]):
         lines, failed = run_check()
         assert failed == "zklocks_check: 6 problem(s) found"
-        assert (f"default: FAILED {ns}: the configured identity may not CREATE, DELETE (every lock would fail with "
-                "NoAuth)") in lines
+        assert (
+            f"default: FAILED {ns}: the configured identity may not CREATE, DELETE (every lock would fail with NoAuth)"
+        ) in lines
         assert lines[-1] == (
             f"default: FAILED zklocks alias 'default': ZooKeeper refused to create and delete a node in {ns} "
-            "(NoAuth). Check the AUTH credentials: ZooKeeper accepts any digest password at connect time.")
+            "(NoAuth). Check the AUTH credentials: ZooKeeper accepts any digest password at connect time."
+        )
         assert not any("weaker" in line for line in lines)  # the right identity's entry is no weakness
-        assert deploy_messages() == [Error(
-            f"ZKLOCKS['default']: in {ns}, the configured identity may not CREATE, DELETE (and 4 more node(s)); "
-            "every lock of this alias will fail with NoAuth.",
-            hint="ZooKeeper accepts any digest password at connect time and refuses later: check the password in "
-                 "AUTH, or grant this identity CREATE, DELETE and READ on the namespace.",
-            id="zklocks.E015")]
+        assert deploy_messages() == [
+            Error(
+                f"ZKLOCKS['default']: in {ns}, the configured identity may not CREATE, DELETE (and 4 more node(s)); "
+                "every lock of this alias will fail with NoAuth.",
+                hint="ZooKeeper accepts any digest password at connect time and refuses later: check the password in "
+                "AUTH, or grant this identity CREATE, DELETE and READ on the namespace.",
+                id="zklocks.E015",
+            )
+        ]
 
 
 def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
@@ -133,14 +151,19 @@ def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
         lines, failed = run_check()
         assert time.monotonic() - started < 2.0
         assert failed == "zklocks_check: 1 problem(s) found"
-        assert lines == [f"default: FAILED zklocks alias 'default': ZooKeeper at {hosts} is unavailable (no session "
-                         "within CONNECT_TIMEOUT=1s)"]
+        assert lines == [
+            f"default: FAILED zklocks alias 'default': ZooKeeper at {hosts} is unavailable (no session "
+            "within CONNECT_TIMEOUT=1s)"
+        ]
         started = time.monotonic()
-        assert deploy_messages() == [Warning(
-            f"ZKLOCKS['default']: could not check the ACLs of {ns}: zklocks alias 'default': ZooKeeper at {hosts} "
-            "is unavailable (no session within CONNECT_TIMEOUT=1s)",
-            hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
-            id="zklocks.W003")]
+        assert deploy_messages() == [
+            Warning(
+                f"ZKLOCKS['default']: could not check the ACLs of {ns}: zklocks alias 'default': ZooKeeper at {hosts} "
+                "is unavailable (no session within CONNECT_TIMEOUT=1s)",
+                hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
+                id="zklocks.W003",
+            )
+        ]
         assert time.monotonic() - started < 2.0
         # The network check is a deploy check: a plain `manage.py check` (and runserver, migrate...) skips it.
         started = time.monotonic()
@@ -170,10 +193,21 @@ def test_unknown_alias_is_a_failure(zk_server, ns):
 
 @pytest.mark.parametrize("reachable", [True, False])
 def test_exit_status_of_the_real_command(zk_server, reachable):
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.settings", PYTHONPATH=str(ROOT),
-               ZKLOCKS_HOSTS=zk_server.hosts if reachable else f"127.0.0.1:{free_port()}")
-    proc = subprocess.run([sys.executable, "-m", "django", "zklocks_check"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=60, start_new_session=True)
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        PYTHONPATH=str(ROOT),
+        ZKLOCKS_HOSTS=zk_server.hosts if reachable else f"127.0.0.1:{free_port()}",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", "zklocks_check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+    )
     if reachable:
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "default: ok connected to" in proc.stdout

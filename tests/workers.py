@@ -18,8 +18,15 @@ def setup(hosts: str, namespace: str, session_timeout: float) -> None:
     settings.configure(
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
         DATABASES={},
-        ZKLOCKS={"default": {"HOSTS": hosts, "NAMESPACE": namespace, "SESSION_TIMEOUT": session_timeout,
-                             "CONNECT_TIMEOUT": 5.0, "REAP_INTERVAL": 0}},
+        ZKLOCKS={
+            "default": {
+                "HOSTS": hosts,
+                "NAMESPACE": namespace,
+                "SESSION_TIMEOUT": session_timeout,
+                "CONNECT_TIMEOUT": 5.0,
+                "REAP_INTERVAL": 0,
+            }
+        },
         USE_TZ=True,
     )
     django.setup()
@@ -36,8 +43,11 @@ def main(argv=None) -> int:
     p.add_argument("--shared", action="store_true")
     p.add_argument("--out", required=True)
     p.add_argument("--session-timeout", type=float, default=4.0)
-    p.add_argument("--record-exhausted", action="store_true",
-                   help="record SequenceExhausted refusals and go on (holds still count up to --count)")
+    p.add_argument(
+        "--record-exhausted",
+        action="store_true",
+        help="record SequenceExhausted refusals and go on (holds still count up to --count)",
+    )
     args = p.parse_args(argv)
     setup(args.hosts, args.namespace, args.session_timeout)
     from zklocks import SequenceExhausted, zk_lock
@@ -63,8 +73,10 @@ def main(argv=None) -> int:
                 time.sleep(0.01)
                 continue
             done += 1
-            out.write(json.dumps({"start": start, "end": end, "token": token, "pid": os.getpid(),
-                                  "shared": args.shared}) + "\n")
+            out.write(
+                json.dumps({"start": start, "end": end, "token": token, "pid": os.getpid(), "shared": args.shared})
+                + "\n"
+            )
     return 0
 
 

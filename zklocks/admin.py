@@ -51,13 +51,17 @@ def duration(seconds: float | None) -> str:
 
 
 def _when(epoch: float | None) -> datetime.datetime | None:
-    return None if epoch is None else datetime.datetime.fromtimestamp(epoch, tz=datetime.timezone.utc)
+    return None if epoch is None else datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
 
 
 def _contender_row(c: inspect.Contender, now: float, position: int | None = None) -> dict:
     return {
-        "c": c, "position": position, "since": duration(max(0.0, now - c.since)),
-        "queued_at": _when(c.queued_at), "acquired_at": _when(c.acquired_at), "created_at": _when(c.created_at),
+        "c": c,
+        "position": position,
+        "since": duration(max(0.0, now - c.since)),
+        "queued_at": _when(c.queued_at),
+        "acquired_at": _when(c.acquired_at),
+        "created_at": _when(c.created_at),
     }
 
 
@@ -99,9 +103,9 @@ class LockAdmin(admin.ModelAdmin):
             return self.admin_site.admin_view(transaction.non_atomic_requests(plain))
 
         return [
-            path("", wrap(self.changelist_view), name="%s_%s_changelist" % info),
-            path("<path:object_id>/change/", wrap(self.detail_view), name="%s_%s_change" % info),
-            path("<path:object_id>/release/", wrap(self.release_view), name="%s_%s_release" % info),
+            path("", wrap(self.changelist_view), name=f"{info[0]}_{info[1]}_changelist"),
+            path("<path:object_id>/change/", wrap(self.detail_view), name=f"{info[0]}_{info[1]}_change"),
+            path("<path:object_id>/release/", wrap(self.release_view), name=f"{info[0]}_{info[1]}_release"),
         ]
 
     # -- helpers --
@@ -109,8 +113,12 @@ class LockAdmin(admin.ModelAdmin):
     def _context(self, request, title: str, **extra) -> dict:
         return {
             **self.admin_site.each_context(request),
-            "opts": self.opts, "app_label": self.opts.app_label, "title": title,
-            "has_view_permission": True, "can_release": self.has_force_release_permission(request), **extra,
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "title": title,
+            "has_view_permission": True,
+            "can_release": self.has_force_release_permission(request),
+            **extra,
         }
 
     def _require_view(self, request) -> None:
@@ -153,13 +161,16 @@ class LockAdmin(admin.ModelAdmin):
                 continue
             if kind_filter and lock.kind != kind_filter:
                 continue
-            rows.append({
-                "lock": lock, "url": self._detail_url(lock.alias, lock.node),
-                "held_for": duration(lock.held_for(now)),
-                "holders": [_contender_row(h, now) for h in lock.holders],
-                "queue": [_contender_row(w, now, i) for i, w in enumerate(lock.waiters[:QUEUE_PREVIEW], 1)],
-                "more": max(0, lock.queue_length - QUEUE_PREVIEW),
-            })
+            rows.append(
+                {
+                    "lock": lock,
+                    "url": self._detail_url(lock.alias, lock.node),
+                    "held_for": duration(lock.held_for(now)),
+                    "holders": [_contender_row(h, now) for h in lock.holders],
+                    "queue": [_contender_row(w, now, i) for i, w in enumerate(lock.waiters[:QUEUE_PREVIEW], 1)],
+                    "more": max(0, lock.queue_length - QUEUE_PREVIEW),
+                }
+            )
         params = {"q": query, "alias": alias_filter, "kind": kind_filter, "refresh": refresh}
 
         def link(**change) -> str:
@@ -167,12 +178,18 @@ class LockAdmin(admin.ModelAdmin):
             return "?" + urlencode(merged) if merged else "?"
 
         context = self._context(
-            request, "Locks",
-            rows=rows, errors=[a.error for a in snap.errors], query=query, refresh=refresh,
-            taken_at=_when(now), total=len(snap.locks),
+            request,
+            "Locks",
+            rows=rows,
+            errors=[a.error for a in snap.errors],
+            query=query,
+            refresh=refresh,
+            taken_at=_when(now),
+            total=len(snap.locks),
             held=sum(1 for lock in snap.locks if lock.holders),
             waiting=sum(lock.queue_length for lock in snap.locks),
-            alias_filter=alias_filter, kind_filter=kind_filter,
+            alias_filter=alias_filter,
+            kind_filter=kind_filter,
             alias_choices=[{"value": a, "selected": a == alias_filter, "url": link(alias=a)} for a in aliases],
             alias_all_url=link(alias=""),
             kind_choices=[{"value": k, "selected": k == kind_filter, "url": link(kind=k)} for k in inspect.KINDS],
@@ -193,8 +210,13 @@ class LockAdmin(admin.ModelAdmin):
         now = time.time()
         name = info.name if info else decode_name(node)
         context = self._context(
-            request, f"Lock {name}",
-            alias=alias, name=name, lock=info, error=error, now=_when(now),
+            request,
+            f"Lock {name}",
+            alias=alias,
+            name=name,
+            lock=info,
+            error=error,
+            now=_when(now),
             held_for=duration(info.held_for(now)) if info else None,
             holders=[_contender_row(h, now) for h in info.holders] if info else [],
             queue=[_contender_row(w, now, i) for i, w in enumerate(info.waiters, 1)] if info else [],
@@ -219,9 +241,13 @@ class LockAdmin(admin.ModelAdmin):
             # whoever holds the lock by the time the POST arrives.
             chosen = shown_holders(request.POST.getlist("holder"))
             if not chosen:
-                self.message_user(request, f"Force-release of {decode_name(node)!r} (alias {alias!r}): the request "
-                                  "named no holder node (with its token) to delete, so nothing was released. Open "
-                                  "the force-release page again.", messages.WARNING)
+                self.message_user(
+                    request,
+                    f"Force-release of {decode_name(node)!r} (alias {alias!r}): the request "
+                    "named no holder node (with its token) to delete, so nothing was released. Open "
+                    "the force-release page again.",
+                    messages.WARNING,
+                )
                 return HttpResponseRedirect(detail_url)
             try:
                 result = force_release(alias, node, chosen)
@@ -233,23 +259,34 @@ class LockAdmin(admin.ModelAdmin):
                 return HttpResponseRedirect(detail_url)
             self._log(request, alias, result)
             if result.deleted:
-                self.message_user(request, (
-                    f"Force-released {result.lock.name!r}: deleted {len(result.deleted)} holder node(s) "
-                    f"(token{'s' if len(result.deleted) > 1 else ''} "
-                    f"{', '.join(str(c.token) for c in result.deleted)}). The holder's process was not stopped."
-                ), messages.SUCCESS)
+                self.message_user(
+                    request,
+                    (
+                        f"Force-released {result.lock.name!r}: deleted {len(result.deleted)} holder node(s) "
+                        f"(token{'s' if len(result.deleted) > 1 else ''} "
+                        f"{', '.join(str(c.token) for c in result.deleted)}). The holder's process was not stopped."
+                    ),
+                    messages.SUCCESS,
+                )
             if result.gone:
-                self.message_user(request, "No longer holding, left alone: " + ", ".join(result.gone),
-                                  messages.WARNING)
+                self.message_user(request, "No longer holding, left alone: " + ", ".join(result.gone), messages.WARNING)
             if not result.deleted:
-                self.message_user(request, f"The holders of {result.lock.name!r} (alias {alias!r}) changed since "
-                                  "the confirmation page: nothing was released. Look again.", messages.WARNING)
+                self.message_user(
+                    request,
+                    f"The holders of {result.lock.name!r} (alias {alias!r}) changed since "
+                    "the confirmation page: nothing was released. Look again.",
+                    messages.WARNING,
+                )
             return HttpResponseRedirect(detail_url)
         info, error = inspect.lock_info(alias, node=node)
         now = time.time()
         context = self._context(
-            request, "Force-release a lock: are you sure?",
-            alias=alias, lock=info, error=error, detail_url=detail_url,
+            request,
+            "Force-release a lock: are you sure?",
+            alias=alias,
+            lock=info,
+            error=error,
+            detail_url=detail_url,
             name=info.name if info else decode_name(node),
             holders=[_contender_row(h, now) for h in info.holders] if info else [],
         )
@@ -260,12 +297,17 @@ class LockAdmin(admin.ModelAdmin):
         lock = result.lock
         if not result.deleted:
             return
-        parts = [f"{c.node} (token {c.token}, session {c.session_hex}, host {c.host or '?'}, pid {c.pid or '?'})"
-                 for c in result.deleted]
+        parts = [
+            f"{c.node} (token {c.token}, session {c.session_hex}, host {c.host or '?'}, pid {c.pid or '?'})"
+            for c in result.deleted
+        ]
         LogEntry.objects.create(
-            user_id=request.user.pk, content_type_id=ContentType.objects.get_for_model(Lock).pk,
-            object_id=Lock.make_key(alias, lock.node), object_repr=str(Lock(alias=alias, name=lock.name))[:200],
-            action_flag=CHANGE, change_message="Force-released holder node(s): " + "; ".join(parts),
+            user_id=request.user.pk,
+            content_type_id=ContentType.objects.get_for_model(Lock).pk,
+            object_id=Lock.make_key(alias, lock.node),
+            object_repr=str(Lock(alias=alias, name=lock.name))[:200],
+            action_flag=CHANGE,
+            change_message="Force-released holder node(s): " + "; ".join(parts),
         )
 
 

@@ -32,11 +32,13 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     known = set(raw) if isinstance(raw, dict) else set()
     for alias, where in conf.declared_aliases():
         if alias not in known and alias != conf.DEFAULT_ALIAS:  # a missing 'default' is E001 already
-            messages.append(checks.Error(
-                f"{where} uses the zklocks alias {alias!r}, which settings.ZKLOCKS does not define.",
-                hint=f"Define ZKLOCKS[{alias!r}] or pass one of: {', '.join(sorted(known)) or 'none'}.",
-                id="zklocks.E012",
-            ))
+            messages.append(
+                checks.Error(
+                    f"{where} uses the zklocks alias {alias!r}, which settings.ZKLOCKS does not define.",
+                    hint=f"Define ZKLOCKS[{alias!r}] or pass one of: {', '.join(sorted(known)) or 'none'}.",
+                    id="zklocks.E012",
+                )
+            )
     return messages
 
 
@@ -77,20 +79,26 @@ def acl_messages(where: str, result) -> list[checks.CheckMessage]:
     if locked_out:
         first = locked_out[0]
         more = f" (and {len(locked_out) - 1} more node(s))" if len(locked_out) > 1 else ""
-        out.append(checks.Error(
-            f"{where}: in {first.path}, {first.detail}{more}; every lock of this alias will fail with NoAuth.",
-            hint="ZooKeeper accepts any digest password at connect time and refuses later: check the password in "
-                 "AUTH, or grant this identity CREATE, DELETE and READ on the namespace.",
-            id="zklocks.E015"))
+        out.append(
+            checks.Error(
+                f"{where}: in {first.path}, {first.detail}{more}; every lock of this alias will fail with NoAuth.",
+                hint="ZooKeeper accepts any digest password at connect time and refuses later: check the password in "
+                "AUTH, or grant this identity CREATE, DELETE and READ on the namespace.",
+                id="zklocks.E015",
+            )
+        )
     weaker = result.weaker
     if weaker:
         first = weaker[0]
         more = f" (and {len(weaker) - 1} more node(s) below it)" if len(weaker) > 1 else ""
-        out.append(checks.Warning(
-            f"{where}: {first.path} has a weaker ACL than configured: {first.detail}{more}.",
-            hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
-                 "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
-            id="zklocks.W002"))
+        out.append(
+            checks.Warning(
+                f"{where}: {first.path} has a weaker ACL than configured: {first.detail}{more}.",
+                hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
+                "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
+                id="zklocks.W002",
+            )
+        )
     return out
 
 
@@ -98,7 +106,8 @@ def _unchecked(where: str, cfg, exc: Exception) -> checks.CheckMessage:
     return checks.Warning(
         f"{where}: could not check the ACLs of {cfg.namespace}: {exc}",
         hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
-        id="zklocks.W003")
+        id="zklocks.W003",
+    )
 
 
 def check_celery_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
@@ -106,11 +115,14 @@ def check_celery_settings(app_configs=None, **kwargs) -> list[checks.CheckMessag
     from django.conf import settings
 
     _, problems = celery_conf.validate(getattr(settings, "ZKLOCKS_CELERY", None))
-    messages = []
+    messages: list[checks.CheckMessage] = []
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
         messages.append(cls(p.msg, hint=p.hint, id=p.id))
     for where, msg in dict.fromkeys(celery_conf.declared_task_problems):
-        messages.append(checks.Error(f"{where}: {msg}", hint="Fix the option on the task (see the README, Celery).",
-                                     id="zklocks.E021"))
+        messages.append(
+            checks.Error(
+                f"{where}: {msg}", hint="Fix the option on the task (see the README, Celery).", id="zklocks.E021"
+            )
+        )
     return messages

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 
+_BOOTTIME: int | None
 try:
-    _BOOTTIME: int | None = time.CLOCK_BOOTTIME  # type: ignore[attr-defined]
+    _BOOTTIME = time.CLOCK_BOOTTIME
     time.clock_gettime(_BOOTTIME)
 except (AttributeError, OSError):  # not Linux
     _BOOTTIME = None

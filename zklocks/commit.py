@@ -56,5 +56,3 @@ class _OwnerRelease:
         self.done = True
         with acting_as(self.owner):
             self.handle.release()
-
-

@@ -22,16 +22,33 @@ from .exceptions import ZkConfigError
 
 DEFAULT_ALIAS = "default"
 KNOWN_KEYS = frozenset(
-    {"HOSTS", "NAMESPACE", "SESSION_TIMEOUT", "CONNECT_TIMEOUT", "POOL_SIZE", "AUTH", "ACL", "OPTIONS",
-     "READ_ACL", "REAP_INTERVAL", "TICK_TIME"}
+    {
+        "HOSTS",
+        "NAMESPACE",
+        "SESSION_TIMEOUT",
+        "CONNECT_TIMEOUT",
+        "POOL_SIZE",
+        "AUTH",
+        "ACL",
+        "OPTIONS",
+        "READ_ACL",
+        "REAP_INTERVAL",
+        "TICK_TIME",
+    }
 )
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(:\d{1,5})?$")
 _NAMESPACE = re.compile(r"^(/[A-Za-z0-9_.:\-]+)+$")
 # OPTIONS are KazooClient keyword arguments, except those zklocks derives from the other settings.
-RESERVED_OPTIONS = {"hosts": "HOSTS", "timeout": "SESSION_TIMEOUT", "auth_data": "AUTH", "default_acl": "ACL",
-                    "client_id": None}
+RESERVED_OPTIONS = {
+    "hosts": "HOSTS",
+    "timeout": "SESSION_TIMEOUT",
+    "auth_data": "AUTH",
+    "default_acl": "ACL",
+    "client_id": None,
+}
 KAZOO_OPTIONS = frozenset(
-    name for name, p in inspect.signature(KazooClient.__init__).parameters.items()
+    name
+    for name, p in inspect.signature(KazooClient.__init__).parameters.items()
     if name != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
 ) - set(RESERVED_OPTIONS)
 
@@ -89,82 +106,162 @@ def _positive_number(value: Any) -> bool:
 def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Problem]]:
     problems: list[Problem] = []
     if not isinstance(raw, dict):
-        return None, [_problem("zklocks.E002", alias, "must be a dict of options.",
-                               'Use e.g. {"HOSTS": "127.0.0.1:2181"}.')]
+        return None, [
+            _problem("zklocks.E002", alias, "must be a dict of options.", 'Use e.g. {"HOSTS": "127.0.0.1:2181"}.')
+        ]
     unknown = sorted(set(raw) - KNOWN_KEYS)
     if unknown:
-        problems.append(_problem("zklocks.W001", alias, f"unknown option(s) {', '.join(unknown)}.",
-                                 f"Known options: {', '.join(sorted(KNOWN_KEYS))}."))
+        problems.append(
+            _problem(
+                "zklocks.W001",
+                alias,
+                f"unknown option(s) {', '.join(unknown)}.",
+                f"Known options: {', '.join(sorted(KNOWN_KEYS))}.",
+            )
+        )
     hosts = _hosts(raw.get("HOSTS"))
     if "HOSTS" not in raw or hosts is None:
-        problems.append(_problem("zklocks.E003", alias, "HOSTS is missing or invalid.",
-                                 'Give "host:port[,host:port...]" or a list of "host:port" strings.'))
+        problems.append(
+            _problem(
+                "zklocks.E003",
+                alias,
+                "HOSTS is missing or invalid.",
+                'Give "host:port[,host:port...]" or a list of "host:port" strings.',
+            )
+        )
     namespace = raw.get("NAMESPACE", "/zklocks")
-    if not isinstance(namespace, str) or not _NAMESPACE.match(namespace) or any(
-        step in (".", "..", "zookeeper") for step in namespace.split("/")[1:2]
-    ) or any(step in (".", "..") for step in namespace.split("/")):
-        problems.append(_problem("zklocks.E004", alias, f"NAMESPACE {namespace!r} is not a valid ZooKeeper path.",
-                                 'Use an absolute path such as "/zklocks" (letters, digits, "-_.:", no trailing "/").'))
+    if (
+        not isinstance(namespace, str)
+        or not _NAMESPACE.match(namespace)
+        or any(step in (".", "..", "zookeeper") for step in namespace.split("/")[1:2])
+        or any(step in (".", "..") for step in namespace.split("/"))
+    ):
+        problems.append(
+            _problem(
+                "zklocks.E004",
+                alias,
+                f"NAMESPACE {namespace!r} is not a valid ZooKeeper path.",
+                'Use an absolute path such as "/zklocks" (letters, digits, "-_.:", no trailing "/").',
+            )
+        )
     timeouts = {}
     for key, pid, default in (("SESSION_TIMEOUT", "zklocks.E005", 10.0), ("CONNECT_TIMEOUT", "zklocks.E006", 5.0)):
         value = raw.get(key, default)
         if not _positive_number(value):
-            problems.append(_problem(pid, alias, f"{key} must be a positive number of seconds, not {value!r}.",
-                                     f"For example {default}."))
+            problems.append(
+                _problem(
+                    pid, alias, f"{key} must be a positive number of seconds, not {value!r}.", f"For example {default}."
+                )
+            )
         timeouts[key] = value
     pool_size = raw.get("POOL_SIZE", 1)
     if not isinstance(pool_size, int) or isinstance(pool_size, bool) or pool_size < 1:
-        problems.append(_problem("zklocks.E007", alias, f"POOL_SIZE must be an integer >= 1, not {pool_size!r}.",
-                                 "Most processes need 1; raise it for many threads holding locks at once."))
+        problems.append(
+            _problem(
+                "zklocks.E007",
+                alias,
+                f"POOL_SIZE must be an integer >= 1, not {pool_size!r}.",
+                "Most processes need 1; raise it for many threads holding locks at once.",
+            )
+        )
     auth = raw.get("AUTH", ())
     if not isinstance(auth, (list, tuple)) or not all(
         isinstance(a, (list, tuple)) and len(a) == 2 and all(isinstance(x, str) for x in a) for a in auth
     ):
-        problems.append(_problem("zklocks.E008", alias, "AUTH must be a list of (scheme, credential) pairs.",
-                                 'For example [("digest", "user:secret")].'))
+        problems.append(
+            _problem(
+                "zklocks.E008",
+                alias,
+                "AUTH must be a list of (scheme, credential) pairs.",
+                'For example [("digest", "user:secret")].',
+            )
+        )
         auth = ()
     elif any(scheme == "digest" and ":" not in cred for scheme, cred in auth):
-        problems.append(_problem("zklocks.E008", alias, "AUTH: a digest credential must be 'user:password'.",
-                                 'For example [("digest", "user:secret")].'))
+        problems.append(
+            _problem(
+                "zklocks.E008",
+                alias,
+                "AUTH: a digest credential must be 'user:password'.",
+                'For example [("digest", "user:secret")].',
+            )
+        )
     options = raw.get("OPTIONS", {})
     if not isinstance(options, dict):
-        problems.append(_problem("zklocks.E009", alias, "OPTIONS must be a dict of KazooClient keyword arguments.",
-                                 'For example {"use_ssl": True, "ca": "/etc/zk/ca.pem"}.'))
+        problems.append(
+            _problem(
+                "zklocks.E009",
+                alias,
+                "OPTIONS must be a dict of KazooClient keyword arguments.",
+                'For example {"use_ssl": True, "ca": "/etc/zk/ca.pem"}.',
+            )
+        )
         options = {}
     unknown_options = sorted(str(k) for k in options if k not in KAZOO_OPTIONS and k not in RESERVED_OPTIONS)
     reserved = sorted(k for k in options if k in RESERVED_OPTIONS)
     if unknown_options:
-        problems.append(_problem("zklocks.E013", alias,
-                                 f"OPTIONS {', '.join(unknown_options)}: not a KazooClient argument.",
-                                 f"Accepted: {', '.join(sorted(KAZOO_OPTIONS))}."))
+        problems.append(
+            _problem(
+                "zklocks.E013",
+                alias,
+                f"OPTIONS {', '.join(unknown_options)}: not a KazooClient argument.",
+                f"Accepted: {', '.join(sorted(KAZOO_OPTIONS))}.",
+            )
+        )
     if reserved:
-        owners = ", ".join(sorted({RESERVED_OPTIONS[k] for k in reserved if RESERVED_OPTIONS[k]}))
-        problems.append(_problem("zklocks.E013", alias, f"OPTIONS {', '.join(reserved)}: set by zklocks itself.",
-                                 f"Use the alias's own settings instead ({owners})." if owners else
-                                 "A session id cannot be shared."))
+        owners = ", ".join(sorted({owner for k in reserved if (owner := RESERVED_OPTIONS[k])}))
+        problems.append(
+            _problem(
+                "zklocks.E013",
+                alias,
+                f"OPTIONS {', '.join(reserved)}: set by zklocks itself.",
+                f"Use the alias's own settings instead ({owners})." if owners else "A session id cannot be shared.",
+            )
+        )
     acl = raw.get("ACL")
     if acl is not None and not (isinstance(acl, (list, tuple)) and acl and all(isinstance(a, ACL) for a in acl)):
-        problems.append(_problem("zklocks.E014", alias, "ACL must be a non-empty list of kazoo.security.ACL.",
-                                 'For example [make_digest_acl("user", "secret", all=True)]; or leave it out '
-                                 "and set AUTH."))
+        problems.append(
+            _problem(
+                "zklocks.E014",
+                alias,
+                "ACL must be a non-empty list of kazoo.security.ACL.",
+                'For example [make_digest_acl("user", "secret", all=True)]; or leave it out and set AUTH.',
+            )
+        )
     read_acl = raw.get("READ_ACL", "world")
     if read_acl not in ("world", "auth"):
-        problems.append(_problem("zklocks.E010", alias, f"READ_ACL must be 'world' or 'auth', not {read_acl!r}.",
-                                 "'world' lets anyone read lock nodes (the admin of another project, monitoring)."))
+        problems.append(
+            _problem(
+                "zklocks.E010",
+                alias,
+                f"READ_ACL must be 'world' or 'auth', not {read_acl!r}.",
+                "'world' lets anyone read lock nodes (the admin of another project, monitoring).",
+            )
+        )
     reap = raw.get("REAP_INTERVAL", 60.0)
     if not (_positive_number(reap) or reap == 0):
-        problems.append(_problem("zklocks.E011", alias, f"REAP_INTERVAL must be >= 0 seconds, not {reap!r}.",
-                                 "0 turns the background sweep of empty lock nodes off."))
+        problems.append(
+            _problem(
+                "zklocks.E011",
+                alias,
+                f"REAP_INTERVAL must be >= 0 seconds, not {reap!r}.",
+                "0 turns the background sweep of empty lock nodes off.",
+            )
+        )
     tick_time = raw.get("TICK_TIME")
     session_timeout = timeouts["SESSION_TIMEOUT"]
     if tick_time is not None and not (
         _positive_number(tick_time) and (not _positive_number(session_timeout) or tick_time <= session_timeout / 2)
     ):
-        problems.append(_problem("zklocks.E016", alias,
-                                 f"TICK_TIME must be a positive number of seconds, at most SESSION_TIMEOUT/2, "
-                                 f"not {tick_time!r}.",
-                                 "Give the servers' tickTime from zoo.cfg in seconds (tickTime=2000 is 2.0), or "
-                                 "leave it out: zklocks then assumes SESSION_TIMEOUT/2."))
+        problems.append(
+            _problem(
+                "zklocks.E016",
+                alias,
+                f"TICK_TIME must be a positive number of seconds, at most SESSION_TIMEOUT/2, not {tick_time!r}.",
+                "Give the servers' tickTime from zoo.cfg in seconds (tickTime=2000 is 2.0), or "
+                "leave it out: zklocks then assumes SESSION_TIMEOUT/2.",
+            )
+        )
     if any(p.id.startswith("zklocks.E") for p in problems):
         return None, problems
     return AliasConfig(
@@ -186,20 +283,44 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
 def validate(raw: Any) -> tuple[dict[str, AliasConfig], list[Problem]]:
     """Validate a whole ZKLOCKS value. Pure: no I/O, no Django state."""
     if raw is None:
-        return {}, [Problem("zklocks.E001", None, "settings.ZKLOCKS is not set.",
-                            'Add ZKLOCKS = {"default": {"HOSTS": "127.0.0.1:2181"}} to your settings.')]
+        return {}, [
+            Problem(
+                "zklocks.E001",
+                None,
+                "settings.ZKLOCKS is not set.",
+                'Add ZKLOCKS = {"default": {"HOSTS": "127.0.0.1:2181"}} to your settings.',
+            )
+        ]
     if not isinstance(raw, dict):
-        return {}, [Problem("zklocks.E001", None, "settings.ZKLOCKS must be a dict of aliases.",
-                            'Add ZKLOCKS = {"default": {"HOSTS": "127.0.0.1:2181"}} to your settings.')]
+        return {}, [
+            Problem(
+                "zklocks.E001",
+                None,
+                "settings.ZKLOCKS must be a dict of aliases.",
+                'Add ZKLOCKS = {"default": {"HOSTS": "127.0.0.1:2181"}} to your settings.',
+            )
+        ]
     configs: dict[str, AliasConfig] = {}
     problems: list[Problem] = []
     if DEFAULT_ALIAS not in raw:
-        problems.append(Problem("zklocks.E001", None, "settings.ZKLOCKS has no 'default' alias.",
-                                "Name one of your connections 'default'."))
+        problems.append(
+            Problem(
+                "zklocks.E001",
+                None,
+                "settings.ZKLOCKS has no 'default' alias.",
+                "Name one of your connections 'default'.",
+            )
+        )
     for alias, value in raw.items():
         if not isinstance(alias, str) or not alias:
-            problems.append(Problem("zklocks.E002", None, f"alias {alias!r} must be a non-empty string.",
-                                    "Aliases are names like 'default' or 'reports'."))
+            problems.append(
+                Problem(
+                    "zklocks.E002",
+                    None,
+                    f"alias {alias!r} must be a non-empty string.",
+                    "Aliases are names like 'default' or 'reports'.",
+                )
+            )
             continue
         cfg, found = _validate_alias(alias, value)
         problems.extend(found)

@@ -12,7 +12,7 @@ import itertools
 import logging
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 from . import clock
 

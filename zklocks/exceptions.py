@@ -1,17 +1,17 @@
 """The exception tree of zklocks.
 
-    ZkLocksError
-    ├── LockNotAcquired          the lock is held elsewhere (contention)
-    │   └── LockTimeout          ... and the wait ran past ``timeout``
-    ├── LockLost                 a lock this process held is gone (session lost, node deleted)
-    ├── LockUpgradeError         a shared-only holder asked for the exclusive lock
-    ├── ZkUnavailable            no ZooKeeper session could be reached (never contention)
-    ├── ZkAuthError              ZooKeeper refused an operation for lack of rights (NoAuth)
-    ├── SequenceExhausted        a lock node's sequence counter is used up (2**31-1 creates)
-    ├── SemaphoreMismatch        a name used as semaphore and lock, or max_leases disagree (also ValueError)
-    ├── StaleToken               a fenced write carried a token lower than one already accepted
-    ├── ZkConfigError            settings.ZKLOCKS is unusable (also ImproperlyConfigured)
-    └── InvalidLockName          also ValueError
+ZkLocksError
+├── LockNotAcquired          the lock is held elsewhere (contention)
+│   └── LockTimeout          ... and the wait ran past ``timeout``
+├── LockLost                 a lock this process held is gone (session lost, node deleted)
+├── LockUpgradeError         a shared-only holder asked for the exclusive lock
+├── ZkUnavailable            no ZooKeeper session could be reached (never contention)
+├── ZkAuthError              ZooKeeper refused an operation for lack of rights (NoAuth)
+├── SequenceExhausted        a lock node's sequence counter is used up (2**31-1 creates)
+├── SemaphoreMismatch        a name used as semaphore and lock, or max_leases disagree (also ValueError)
+├── StaleToken               a fenced write carried a token lower than one already accepted
+├── ZkConfigError            settings.ZKLOCKS is unusable (also ImproperlyConfigured)
+└── InvalidLockName          also ValueError
 """
 
 from __future__ import annotations
@@ -63,8 +63,9 @@ class SequenceExhausted(ZkLocksError):
     re-created with a fresh counter) at its next empty moment.
     """
 
-    def __init__(self, message: str = "", *, name: str | None = None, alias: str | None = None,
-                 path: str | None = None) -> None:
+    def __init__(
+        self, message: str = "", *, name: str | None = None, alias: str | None = None, path: str | None = None
+    ) -> None:
         super().__init__(message or f"lock {name!r} (alias {alias!r}): sequence numbers of {path} are used up")
         self.name = name
         self.alias = alias

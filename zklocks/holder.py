@@ -44,7 +44,7 @@ def payload(*, thread: str | None = None, task: tuple[str, str] | None = None, *
             _prefixes.clear()
         encoded = _encode(_fields(thread, task), {}).decode("utf-8")
         prefix = _prefixes[key] = encoded[:-1]  # without the closing brace
-    return f'{prefix},"queued_at":{time.time():.3f}}}'.encode("utf-8")
+    return f'{prefix},"queued_at":{time.time():.3f}}}'.encode()
 
 
 def _fields(thread: str | None = None, task: tuple[str, str] | None = None) -> dict[str, Any]:

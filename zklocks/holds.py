@@ -86,8 +86,22 @@ def acting_as(owner: object) -> Iterator[None]:
 class Hold:
     """One node this process holds (or a semaphore lease), shared by nested acquires of one owner."""
 
-    __slots__ = ("alias", "name", "kind", "contender", "session", "count", "lost", "lost_reason", "acquired_at",
-                 "key", "task", "task_id", "thread_name", "__weakref__")
+    __slots__ = (
+        "alias",
+        "name",
+        "kind",
+        "contender",
+        "session",
+        "count",
+        "lost",
+        "lost_reason",
+        "acquired_at",
+        "key",
+        "task",
+        "task_id",
+        "thread_name",
+        "__weakref__",
+    )
 
     def __init__(self, alias: str, name: str, kind: str, contender: Contender, key: tuple | None) -> None:
         self.alias = alias
@@ -117,8 +131,16 @@ class Hold:
             return
         self.lost = True
         self.lost_reason = reason
-        signals.send_async(signals.lock_lost, sender=Hold, name=self.name, alias=self.alias, kind=self.kind,
-                           token=self.token, reason=reason, task_id=self.task_id)
+        signals.send_async(
+            signals.lock_lost,
+            sender=Hold,
+            name=self.name,
+            alias=self.alias,
+            kind=self.kind,
+            token=self.token,
+            reason=reason,
+            task_id=self.task_id,
+        )
 
     def check_node(self) -> None:
         """Is our node still there? (A force-release or a lost session removes it.)
@@ -247,9 +269,15 @@ def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
         client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
 
     if waited:
-        client.set_async(contender.node, holder.payload(
-            thread=hold.thread_name, task=hold.task,
-            acquired_at=round(acquired_at, 3), queued_at=round(contender.queued_at, 3)))
+        client.set_async(
+            contender.node,
+            holder.payload(
+                thread=hold.thread_name,
+                task=hold.task,
+                acquired_at=round(acquired_at, 3),
+                queued_at=round(contender.queued_at, 3),
+            ),
+        )
     rearm()
 
 

@@ -112,9 +112,14 @@ class LockInfo:
 
     def to_dict(self, now: float | None = None) -> dict[str, Any]:
         return {
-            "alias": self.alias, "name": self.name, "path": self.path, "kind": self.kind,
-            "max_leases": self.max_leases, "held_for": self.held_for(now),
-            "holders": [h.to_dict() for h in self.holders], "waiters": [w.to_dict() for w in self.waiters],
+            "alias": self.alias,
+            "name": self.name,
+            "path": self.path,
+            "kind": self.kind,
+            "max_leases": self.max_leases,
+            "held_for": self.held_for(now),
+            "holders": [h.to_dict() for h in self.holders],
+            "waiters": [w.to_dict() for w in self.waiters],
         }
 
 
@@ -150,8 +155,13 @@ class Snapshot:
         return {
             "taken_at": self.taken_at,
             "aliases": [
-                {"alias": a.alias, "namespace": a.namespace, "error": a.error, "seconds": round(a.seconds, 4),
-                 "locks": [lock.to_dict(self.taken_at) for lock in a.locks]}
+                {
+                    "alias": a.alias,
+                    "namespace": a.namespace,
+                    "error": a.error,
+                    "seconds": round(a.seconds, 4),
+                    "locks": [lock.to_dict(self.taken_at) for lock in a.locks],
+                }
                 for a in self.aliases
             ],
         }
@@ -208,15 +218,26 @@ def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None
     if mode == "lease":
         acquired = created  # a lease node is created at the moment the lease is taken
     return Contender(
-        node=child, mode=mode, sequence=sequence, token=stat.czxid, session_id=stat.ephemeralOwner,
-        created_at=created, host=_str(data.get("host")), pid=_int(data.get("pid")), thread=_str(data.get("thread")),
-        task_id=_str(data.get("task_id")), task_name=_str(data.get("task_name")),
-        queued_at=_float(data.get("queued_at")) or created, acquired_at=acquired, raw=data.get("raw"),
+        node=child,
+        mode=mode,
+        sequence=sequence,
+        token=stat.czxid,
+        session_id=stat.ephemeralOwner,
+        created_at=created,
+        host=_str(data.get("host")),
+        pid=_int(data.get("pid")),
+        thread=_str(data.get("thread")),
+        task_id=_str(data.get("task_id")),
+        task_name=_str(data.get("task_name")),
+        queued_at=_float(data.get("queued_at")) or created,
+        acquired_at=acquired,
+        raw=data.get("raw"),
     )
 
 
-def read_namespace(client, namespace: str, alias: str = "default", *, patience: float = 5.0,
-                   nodes: list[str] | None = None) -> list[LockInfo]:
+def read_namespace(
+    client, namespace: str, alias: str = "default", *, patience: float = 5.0, nodes: list[str] | None = None
+) -> list[LockInfo]:
     """Every lock below ``namespace`` (or only the lock nodes in ``nodes``), sorted by name.
 
     Raises NoAnswer if the server stops answering for ``patience`` seconds, NoAuthError if reads are refused.
@@ -229,16 +250,23 @@ def read_namespace(client, namespace: str, alias: str = "default", *, patience: 
         except NoNodeError:
             return []
     # Round 2: every lock node's data (a semaphore's marker) and children.
-    answers = fetch(client, [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))],
-                    results.wait)
+    answers = fetch(
+        client, [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))], results.wait
+    )
     found: list[tuple[LockInfo, list, list, bool]] = []
     for idx, node in enumerate(nodes):
         data, children = answers[2 * idx], answers[2 * idx + 1]
         if data is None or children is None:
             continue  # reaped since the listing
         max_leases = stored_max_leases(data[0])
-        lock = LockInfo(alias=alias, name=decode_name(node), node=node, path=f"{ns}/{node}", kind=Kind.EXCLUSIVE,
-                        max_leases=max_leases)
+        lock = LockInfo(
+            alias=alias,
+            name=decode_name(node),
+            node=node,
+            path=f"{ns}/{node}",
+            kind=Kind.EXCLUSIVE,
+            max_leases=max_leases,
+        )
         if max_leases is not None:
             lock.kind = Kind.SEMAPHORE
             held = [(c.rsplit("__", 1)[1], LEASE, c) for c in leases(children)]
@@ -254,27 +282,27 @@ def read_namespace(client, namespace: str, alias: str = "default", *, patience: 
             held, waiting = split_queue(order)
             found.append((lock, held, waiting, False))
     # Round 3: every holder's and waiter's data, and the semaphores' internal mutex queues.
-    ops = []
+    ops: list[tuple[str, str]] = []
     for lock, held, waiting, mutex in found:
         ops.extend((DATA, f"{lock.path}/{child}") for _, _, child in held + waiting)
         if mutex:
             ops.append((CHILDREN, mutex_path(lock.path)))
-    answers = iter(fetch(client, ops, results.wait))
+    replies = iter(fetch(client, ops, results.wait))
     mutex_queues = []
     for lock, held, waiting, mutex in found:
         for target, entries in ((lock.holders, held), (lock.waiters, waiting)):
             for seq, marker, child in entries:
-                c = _contender(child, mode(marker), int(seq), next(answers))
+                c = _contender(child, mode(marker), int(seq), next(replies))
                 if c is not None:
                     target.append(c)
         if mutex:
-            mutex_queues.append((lock, sort_contenders(next(answers) or [])))
+            mutex_queues.append((lock, sort_contenders(next(replies) or [])))
     # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order).
     ops = [(DATA, child_path(mutex_path(lock.path), child)) for lock, order in mutex_queues for _, _, child in order]
-    answers = iter(fetch(client, ops, results.wait))
+    replies = iter(fetch(client, ops, results.wait))
     for lock, order in mutex_queues:
         for seq, _, child in order:
-            c = _contender(child, Kind.EXCLUSIVE, int(seq), next(answers))
+            c = _contender(child, Kind.EXCLUSIVE, int(seq), next(replies))
             if c is not None:
                 lock.waiters.append(c)
     out = [entry[0] for entry in found]
@@ -315,8 +343,14 @@ def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.
         snap.locks = read_namespace(session.client, cfg.namespace, alias, patience=cfg.connect_timeout, nodes=nodes)
     except NoAuthError as exc:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
-        snap.error = str(translate(exc, alias, f"list {cfg.namespace if cfg else 'the namespace'}",
-                                   hint="Check the alias's AUTH and READ_ACL."))
+        snap.error = str(
+            translate(
+                exc,
+                alias,
+                f"list {cfg.namespace if cfg else 'the namespace'}",
+                hint="Check the alias's AUTH and READ_ACL.",
+            )
+        )
     except NoAnswer as exc:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
         snap.error = f"alias {alias!r}: {exc}"
@@ -358,8 +392,12 @@ def _read_all(wanted: list[tuple[str, list[str] | None]]) -> list[AliasSnapshot]
         except Exception:
             limit = 0.0  # unknown or invalid alias: read_alias reports it at once
         if not connected.wait(max(0.0, started + limit + 0.5 - time.monotonic())):
-            found[idx] = AliasSnapshot(alias=alias, namespace="", error=(
-                f"alias {alias!r}: no ZooKeeper session within CONNECT_TIMEOUT={limit:g}s"), seconds=limit)
+            found[idx] = AliasSnapshot(
+                alias=alias,
+                namespace="",
+                error=(f"alias {alias!r}: no ZooKeeper session within CONNECT_TIMEOUT={limit:g}s"),
+                seconds=limit,
+            )
             continue
         t.join()
     return [found[idx] for idx in range(len(wanted))]

@@ -33,19 +33,21 @@ from bisect import bisect_right
 
 # ZooKeeper opcodes (zookeeper.jute / ZooDefs.OpCode).
 SYNC = 9
-WRITES = frozenset({
-    1,   # create
-    2,   # delete
-    5,   # setData
-    7,   # setACL
-    13,  # check
-    14,  # multi (a write transaction; multiRead is 22)
-    15,  # create2
-    16,  # reconfig
-    19,  # createContainer
-    20,  # deleteContainer
-    21,  # createTTL
-})
+WRITES = frozenset(
+    {
+        1,  # create
+        2,  # delete
+        5,  # setData
+        7,  # setACL
+        13,  # check
+        14,  # multi (a write transaction; multiRead is 22)
+        15,  # create2
+        16,  # reconfig
+        19,  # createContainer
+        20,  # deleteContainer
+        21,  # createTTL
+    }
+)
 # Answers of a write that the leader turned into a committed transaction (an error txn still has a zxid).
 # Anything else (connection loss, session expired or moved, marshalling errors) proves nothing.
 COMMITTED_ERRORS = frozenset({0, -101, -102, -103, -108, -110, -111, -114})
@@ -102,8 +104,8 @@ class Evidence:
     def __init__(self, relay_gap: float, horizon: float) -> None:
         self.relay_gap = relay_gap
         self.horizon = horizon  # answers older than this cannot prove a lease that is still running
-        self._any = _Answers()       # candidates for Q1
-        self._relayed = _Answers()   # candidates for S2: answered sync or committed write
+        self._any = _Answers()  # candidates for Q1
+        self._relayed = _Answers()  # candidates for S2: answered sync or committed write
         self._touched: list[tuple[float, float]] = []  # (answered, sent) of a re-validation at the leader
 
     def reconnected(self, sent: float, answered: float) -> None:

@@ -11,7 +11,8 @@ import functools
 import inspect
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from . import conf, holder, holds, names, signals
 from .commit import release_after_commit
@@ -27,8 +28,9 @@ from .recipes.layout import Kind, marker
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _deadline(blocking: bool, timeout: float | None, cancel: threading.Event | None,
-              at: float | None) -> tuple[Deadline, bool]:
+def _deadline(
+    blocking: bool, timeout: float | None, cancel: threading.Event | None, at: float | None
+) -> tuple[Deadline, bool]:
     """The deadline of one acquire, and whether it is a single attempt (``timeout=0``, as with threading.Lock).
 
     ``at`` is the absolute deadline of an async call, fixed when it was made (not when a thread took it up).
@@ -45,8 +47,13 @@ def _deadline(blocking: bool, timeout: float | None, cancel: threading.Event | N
 class _Acquirable:
     """``acquire() -> bool`` on top of a raising ``_acquire``."""
 
-    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None,
-                 at: float | None = None) -> None:
+    def _acquire(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None = None,
+        at: float | None = None,
+    ) -> None:
         raise NotImplementedError
 
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
@@ -70,8 +77,9 @@ class _BaseHandle(_Acquirable):
 
     kind: str = Kind.EXCLUSIVE
 
-    def __init__(self, name: str, *, timeout: float | None, blocking: bool, using: str,
-                 release_on_commit: bool | str = False) -> None:
+    def __init__(
+        self, name: str, *, timeout: float | None, blocking: bool, using: str, release_on_commit: bool | str = False
+    ) -> None:
         self.name = validate_name(name)
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
             raise ValueError(f"timeout must be None or a number >= 0, not {timeout!r}")
@@ -96,15 +104,21 @@ class _BaseHandle(_Acquirable):
 
     # -- acquire / release --
 
-    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None,
-                 at: float | None = None) -> None:
+    def _acquire(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None = None,
+        at: float | None = None,
+    ) -> None:
         blocking = self.blocking if blocking is None else blocking
         timeout = self.timeout if timeout is None else timeout
         deadline, once = _deadline(blocking, timeout, cancel, at)
         started = time.monotonic()
         if deadline.expired():  # an async call cancelled, or whose time ran out before a thread took it up
-            raise LockTimeout(f"{self.kind} lock {self.name!r} (alias {self.using!r}) not acquired within the "
-                              "timeout", name=self.name)
+            raise LockTimeout(
+                f"{self.kind} lock {self.name!r} (alias {self.using!r}) not acquired within the timeout", name=self.name
+            )
         grant = Grant()
         owner: object | None = None
         depth: int | None = None
@@ -113,8 +127,11 @@ class _BaseHandle(_Acquirable):
                 hold = self._acquire_hold(blocking and not once, deadline, grant)
             except LockNotAcquired as exc:
                 if once and not isinstance(exc, LockTimeout):
-                    raise LockTimeout(f"{self.kind} lock {self.name!r} (alias {self.using!r}) is held elsewhere "
-                                      "(timeout=0: one attempt)", name=self.name) from None
+                    raise LockTimeout(
+                        f"{self.kind} lock {self.name!r} (alias {self.using!r}) is held elsewhere "
+                        "(timeout=0: one attempt)",
+                        name=self.name,
+                    ) from None
                 raise
             owner = current_owner()
             with self._mine_lock:
@@ -122,17 +139,24 @@ class _BaseHandle(_Acquirable):
                 depth = len(stack)
                 stack.append(hold)  # nothing can interrupt between the depth and the append
             if hold.count == 1:
-                signals.send_async(signals.lock_acquired, sender=type(self), name=self.name, alias=self.using,
-                                   kind=hold.kind, token=hold.token, wait_time=time.monotonic() - started)
+                signals.send_async(
+                    signals.lock_acquired,
+                    sender=type(self),
+                    name=self.name,
+                    alias=self.using,
+                    kind=hold.kind,
+                    token=hold.token,
+                    wait_time=time.monotonic() - started,
+                )
         except BaseException:
             # Whatever arrived after the grant (even asynchronously) must not leave a node nobody releases.
             if owner is not None:
                 with self._mine_lock:
-                    stack = self._mine.get(owner)
-                    if stack is not None:
+                    mine = self._mine.get(owner)
+                    if mine is not None:
                         if depth is not None:
-                            del stack[depth:]
-                        if not stack:
+                            del mine[depth:]
+                        if not mine:
                             del self._mine[owner]
             grant.give_back()
             raise
@@ -168,8 +192,15 @@ class _BaseHandle(_Acquirable):
         hold.session.remove_hold(hold)
         if not hold.lost:
             self._release_hold(hold, wait)
-        signals.send_async(signals.lock_released, sender=type(self), name=self.name, alias=self.using,
-                           kind=hold.kind, token=hold.token, held_time=time.monotonic() - hold.acquired_at)
+        signals.send_async(
+            signals.lock_released,
+            sender=type(self),
+            name=self.name,
+            alias=self.using,
+            kind=hold.kind,
+            token=hold.token,
+            held_time=time.monotonic() - hold.acquired_at,
+        )
 
     # -- what the holder sees --
 
@@ -241,8 +272,10 @@ class _BaseHandle(_Acquirable):
             raise InvalidLockName(f"{where}: lock name template {template!r} {exc}") from None
         missing = names.missing_fields(template, func)
         if missing:
-            raise InvalidLockName(f"{where}: lock name template {template!r} refers to "
-                                  f"{', '.join(map(repr, missing))}, which is not an argument of {owner}")
+            raise InvalidLockName(
+                f"{where}: lock name template {template!r} refers to "
+                f"{', '.join(map(repr, missing))}, which is not an argument of {owner}"
+            )
         conf.declare_alias(self.using, where)
 
         def handle_for(args: tuple, kwargs: dict) -> _BaseHandle:
@@ -252,10 +285,12 @@ class _BaseHandle(_Acquirable):
                 arguments = names.bind_arguments(func, args, kwargs)
             except TypeError as exc:
                 raise TypeError(f"{where}: {exc}") from None
-            return self._clone(names.render_template(template, arguments, what=where, label="lock name template",
-                                                     owner=owner))
+            return self._clone(
+                names.render_template(template, arguments, what=where, label="lock name template", owner=owner)
+            )
 
         if inspect.iscoroutinefunction(func):
+
             @functools.wraps(func)
             async def async_wrapper(*args, **kwargs):
                 async with handle_for(args, kwargs):
@@ -280,17 +315,32 @@ class _BaseHandle(_Acquirable):
 class ZkLock(_BaseHandle):
     """An exclusive or shared (read) lock on one name."""
 
-    def __init__(self, name: str, *, shared: bool = False, timeout: float | None = None, blocking: bool = True,
-                 using: str = "default", release_on_commit: bool | str = False, reentrant: bool = True) -> None:
-        super().__init__(name, timeout=timeout, blocking=blocking, using=using,
-                         release_on_commit=release_on_commit)
+    def __init__(
+        self,
+        name: str,
+        *,
+        shared: bool = False,
+        timeout: float | None = None,
+        blocking: bool = True,
+        using: str = "default",
+        release_on_commit: bool | str = False,
+        reentrant: bool = True,
+    ) -> None:
+        super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
         self.shared = shared
         self.kind = Kind.SHARED if shared else Kind.EXCLUSIVE
         self.reentrant = reentrant
 
     def _clone(self, name: str) -> ZkLock:
-        return ZkLock(name, shared=self.shared, timeout=self.timeout, blocking=self.blocking, using=self.using,
-                      release_on_commit=self.release_on_commit, reentrant=self.reentrant)
+        return ZkLock(
+            name,
+            shared=self.shared,
+            timeout=self.timeout,
+            blocking=self.blocking,
+            using=self.using,
+            release_on_commit=self.release_on_commit,
+            reentrant=self.reentrant,
+        )
 
     @property
     def path(self) -> str:
@@ -303,12 +353,16 @@ class ZkLock(_BaseHandle):
                 existing = holds.registry.get(key)
                 if existing is not None:
                     if existing.lost or not existing.is_held:
-                        raise LockLost(f"lock {self.name!r} is already held by this thread and was lost",
-                                       name=self.name, reason=existing.lost_reason or "suspended")
+                        raise LockLost(
+                            f"lock {self.name!r} is already held by this thread and was lost",
+                            name=self.name,
+                            reason=existing.lost_reason or "suspended",
+                        )
                     if existing.kind == Kind.SHARED and not self.shared:
                         raise LockUpgradeError(
                             f"this thread holds the shared lock {self.name!r} and asked for the exclusive one; "
-                            "an upgrade would deadlock. Release the shared lock first.")
+                            "an upgrade would deadlock. Release the shared lock first."
+                        )
                     existing.count += 1
                     grant.hold = existing
                     return existing
@@ -318,8 +372,9 @@ class ZkLock(_BaseHandle):
         data = holder.payload()
         while True:
             grant.hold = None
-            contender = grant.contender = queue.acquire(pool.session, parent, marker_, data, blocking=blocking,
-                                                        deadline=deadline, name=self.name)
+            contender = grant.contender = queue.acquire(
+                pool.session, parent, marker_, data, blocking=blocking, deadline=deadline, name=self.name
+            )
             hold = grant.hold = Hold(self.using, self.name, self.kind, contender, key)
             if contender.session.add_hold(hold):
                 break
@@ -340,16 +395,24 @@ class ZkLock(_BaseHandle):
             hold.contender.delete_nowait()
 
 
-def zk_lock(name: str, *, shared: bool = False, timeout: float | None = None, blocking: bool = True,
-            using: str = "default", release_on_commit: bool | str = False) -> ZkLock:
+def zk_lock(
+    name: str,
+    *,
+    shared: bool = False,
+    timeout: float | None = None,
+    blocking: bool = True,
+    using: str = "default",
+    release_on_commit: bool | str = False,
+) -> ZkLock:
     """A distributed lock on ``name``: context manager (``with``/``async with``), decorator, or handle.
 
     shared=True takes the read lock. blocking=False makes one attempt. timeout=None waits for ever.
     As a decorator, ``name`` may be a template filled from the call's bound arguments.
     release_on_commit=True (or a database alias) defers the release to transaction.on_commit.
     """
-    return ZkLock(name, shared=shared, timeout=timeout, blocking=blocking, using=using,
-                  release_on_commit=release_on_commit)
+    return ZkLock(
+        name, shared=shared, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
+    )
 
 
 def lock_path(name: str, using: str = "default") -> str:
@@ -364,17 +427,30 @@ class ZkSemaphore(_BaseHandle):
 
     kind: str = Kind.SEMAPHORE
 
-    def __init__(self, name: str, max_leases: int, *, timeout: float | None = None, blocking: bool = True,
-                 using: str = "default", release_on_commit: bool | str = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        max_leases: int,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        using: str = "default",
+        release_on_commit: bool | str = False,
+    ) -> None:
         if not isinstance(max_leases, int) or isinstance(max_leases, bool) or max_leases < 1:
             raise ValueError(f"max_leases must be an integer >= 1, not {max_leases!r}")
-        super().__init__(name, timeout=timeout, blocking=blocking, using=using,
-                         release_on_commit=release_on_commit)
+        super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
         self.max_leases = max_leases
 
     def _clone(self, name: str) -> ZkSemaphore:
-        return ZkSemaphore(name, self.max_leases, timeout=self.timeout, blocking=self.blocking, using=self.using,
-                           release_on_commit=self.release_on_commit)
+        return ZkSemaphore(
+            name,
+            self.max_leases,
+            timeout=self.timeout,
+            blocking=self.blocking,
+            using=self.using,
+            release_on_commit=self.release_on_commit,
+        )
 
     @property
     def path(self) -> str:
@@ -387,16 +463,24 @@ class ZkSemaphore(_BaseHandle):
         path = join_path(pool.cfg.namespace, self.name)
         while True:
             grant.hold = None
-            lease = grant.contender = semaphore.acquire(pool.session, path, self.max_leases, holder.payload(),
-                                                        blocking=blocking, deadline=deadline, name=self.name,
-                                                        alias=self.using)
+            lease = grant.contender = semaphore.acquire(
+                pool.session,
+                path,
+                self.max_leases,
+                holder.payload(),
+                blocking=blocking,
+                deadline=deadline,
+                name=self.name,
+                alias=self.using,
+            )
             hold = grant.hold = Hold(self.using, self.name, self.kind, lease, None)
             if lease.session.add_hold(hold):
                 holds.long_holds.add(hold, lease.waited)
                 return hold
             if deadline.expired():
-                raise LockTimeout(f"semaphore {self.name!r} (alias {self.using!r}): session lost while acquiring",
-                                  name=self.name)
+                raise LockTimeout(
+                    f"semaphore {self.name!r} (alias {self.using!r}): session lost while acquiring", name=self.name
+                )
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
         if wait:
@@ -405,10 +489,16 @@ class ZkSemaphore(_BaseHandle):
             hold.contender.delete_nowait()
 
 
-def zk_semaphore(name: str, max_leases: int, *, timeout: float | None = None, blocking: bool = True,
-                 using: str = "default", release_on_commit: bool | str = False) -> ZkSemaphore:
+def zk_semaphore(
+    name: str,
+    max_leases: int,
+    *,
+    timeout: float | None = None,
+    blocking: bool = True,
+    using: str = "default",
+    release_on_commit: bool | str = False,
+) -> ZkSemaphore:
     """A counting semaphore: at most ``max_leases`` holders of ``name`` at a time, across all processes."""
-    return ZkSemaphore(name, max_leases, timeout=timeout, blocking=blocking, using=using,
-                       release_on_commit=release_on_commit)
-
-
+    return ZkSemaphore(
+        name, max_leases, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
+    )

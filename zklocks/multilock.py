@@ -21,8 +21,15 @@ class ZkMultiLock(_Acquirable):
     Members are names (exclusive), ``(name, "shared")`` / ``(name, "exclusive")`` pairs, or ZkLock handles.
     """
 
-    def __init__(self, members: list[MemberSpec] | tuple[MemberSpec, ...], *, timeout: float | None = None,
-                 blocking: bool = True, using: str = "default", release_on_commit: bool | str = False) -> None:
+    def __init__(
+        self,
+        members: list[MemberSpec] | tuple[MemberSpec, ...],
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        using: str = "default",
+        release_on_commit: bool | str = False,
+    ) -> None:
         locks: dict[str, ZkLock] = {}
         for spec in members:
             lock = self._member(spec, using)
@@ -49,8 +56,13 @@ class ZkMultiLock(_Acquirable):
             return ZkLock(spec[0], shared=spec[1] == Kind.SHARED, using=using)
         raise ValueError(f"zk_multi_lock member {spec!r}: give a name, (name, 'shared'|'exclusive') or a zk_lock")
 
-    def _acquire(self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None = None,
-                 at: float | None = None) -> None:
+    def _acquire(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None = None,
+        at: float | None = None,
+    ) -> None:
         blocking = self.blocking if blocking is None else blocking
         timeout = self.timeout if timeout is None else timeout
         deadline, once = _deadline(blocking, timeout, cancel, at)
@@ -58,8 +70,11 @@ class ZkMultiLock(_Acquirable):
         try:
             for lock in self.locks:
                 if deadline.expired():
-                    raise LockTimeout(f"multi-lock {self.names!r} (alias {self.using!r}): {lock.name!r} not "
-                                      "acquired within the timeout", name=lock.name)
+                    raise LockTimeout(
+                        f"multi-lock {self.names!r} (alias {self.using!r}): {lock.name!r} not "
+                        "acquired within the timeout",
+                        name=lock.name,
+                    )
                 # timeout=0: one attempt per member; otherwise the members share the overall deadline.
                 lock._acquire(blocking, 0 if once else None, cancel, deadline.at)
                 taken.append(lock)
@@ -107,26 +122,41 @@ class ZkMultiLock(_Acquirable):
 
     def __call__(self, func: F) -> F:
         if inspect.iscoroutinefunction(func):
+
             @functools.wraps(func)
             async def async_wrapper(*args, **kwargs):
-                async with ZkMultiLock([lock._clone(lock.name) for lock in self.locks], timeout=self.timeout,
-                                       blocking=self.blocking, using=self.using,
-                                       release_on_commit=self.release_on_commit):
+                async with ZkMultiLock(
+                    [lock._clone(lock.name) for lock in self.locks],
+                    timeout=self.timeout,
+                    blocking=self.blocking,
+                    using=self.using,
+                    release_on_commit=self.release_on_commit,
+                ):
                     return await func(*args, **kwargs)
 
             return async_wrapper  # type: ignore[return-value]
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            with ZkMultiLock([lock._clone(lock.name) for lock in self.locks], timeout=self.timeout,
-                             blocking=self.blocking, using=self.using, release_on_commit=self.release_on_commit):
+            with ZkMultiLock(
+                [lock._clone(lock.name) for lock in self.locks],
+                timeout=self.timeout,
+                blocking=self.blocking,
+                using=self.using,
+                release_on_commit=self.release_on_commit,
+            ):
                 return func(*args, **kwargs)
 
         return wrapper  # type: ignore[return-value]
 
 
-def zk_multi_lock(names: list[MemberSpec] | tuple[MemberSpec, ...], *, timeout: float | None = None,
-                  blocking: bool = True, using: str = "default",
-                  release_on_commit: bool | str = False) -> ZkMultiLock:
+def zk_multi_lock(
+    names: list[MemberSpec] | tuple[MemberSpec, ...],
+    *,
+    timeout: float | None = None,
+    blocking: bool = True,
+    using: str = "default",
+    release_on_commit: bool | str = False,
+) -> ZkMultiLock:
     """Take several locks as one: ``zk_multi_lock(["a", ("b", "shared")], timeout=5)``; ``.tokens`` maps names."""
     return ZkMultiLock(names, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)

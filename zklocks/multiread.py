@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import weakref
 from collections import namedtuple
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
 from kazoo.protocol.serialization import (
@@ -97,7 +98,7 @@ def fetch(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any]) -> lis
     supported = _support.get(client)
     out: list[Any] = []
     if supported is not False:
-        batches = [ops[i:i + BATCH] for i in range(0, len(ops), BATCH)]
+        batches = [ops[i : i + BATCH] for i in range(0, len(ops), BATCH)]
         pending = []
         if supported is None:  # first use on this client: probe with one batch
             first = _send(client, batches[0])

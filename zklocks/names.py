@@ -11,7 +11,8 @@ import functools
 import inspect
 import re
 import string
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import unquote
 
 from .exceptions import InvalidLockName
@@ -103,8 +104,9 @@ def template_fields(template: str) -> list[str] | None:
         if field is None:
             continue
         if field == "" or field.isdigit():
-            raise ValueError("uses a positional field ({} or {0}), which cannot be filled: name the argument, "
-                             "e.g. {account_id}")
+            raise ValueError(
+                "uses a positional field ({} or {0}), which cannot be filled: name the argument, e.g. {account_id}"
+            )
         fields.append(field.split(".", 1)[0].split("[", 1)[0])
     return fields
 
@@ -129,8 +131,9 @@ def render_template(template: str, arguments: dict[str, Any], *, what: str, labe
     try:
         name = template.format(**arguments)
     except KeyError as exc:
-        raise InvalidLockName(f"{what}: {label} {template!r} refers to {exc}, which is not an argument of "
-                              f"{owner}") from None
+        raise InvalidLockName(
+            f"{what}: {label} {template!r} refers to {exc}, which is not an argument of {owner}"
+        ) from None
     except (IndexError, AttributeError, ValueError, TypeError) as exc:
         # e.g. "{user.nme}", "{ids[3]}", a positional "{0}", or a format spec the value does not take
         raise InvalidLockName(f"{what}: cannot fill {label} {template!r}: {exc}") from None

@@ -7,8 +7,9 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 from .exceptions import LockTimeout
 from .holds import owner_context
@@ -68,20 +69,20 @@ async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None)
     at = time.monotonic() + wait if resolved and wait else None
     ctx = owner_context()
     cancel = threading.Event()
-    future = asyncio.get_running_loop().run_in_executor(_executor(), ctx.run, handle._acquire, blocking, timeout,
-                                                        cancel, at)
+    future = asyncio.get_running_loop().run_in_executor(
+        _executor(), ctx.run, handle._acquire, blocking, timeout, cancel, at
+    )
     try:
         if at is None:
             await asyncio.shield(future)
         else:
             await asyncio.wait_for(asyncio.shield(future), max(0.0, at - time.monotonic()) + _ASYNC_GRACE)
-    except (asyncio.CancelledError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, asyncio.CancelledError) as exc:
         cancel.set()
         future.add_done_callback(
-            lambda f: f.cancelled() or f.exception() is not None or _releaser().submit(ctx.copy().run, handle.release))
+            lambda f: f.cancelled() or f.exception() is not None or _releaser().submit(ctx.copy().run, handle.release)
+        )
         if isinstance(exc, asyncio.TimeoutError):
             what, name = handle.describe()
             raise LockTimeout(f"{what} (alias {handle.using!r}) not acquired within the timeout", name=name) from None
         raise
-
-

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("zklocks")
 
 
-
 def sequence_used(stat) -> int:
     """How many children were ever created below a node: the counter its next sequential child is named after.
 
@@ -55,8 +54,12 @@ def sweep(client, namespace: str, worn: list[tuple[str, int]] | None = None) -> 
         if stat is None:
             continue
         if stat.numChildren and sequence_used(stat) >= SEQUENCE_WARN:
-            log.warning("zklocks: lock node %s has used %d of its 2147483647 sequence numbers; it is recycled when "
-                        "next empty (manage.py zklocks_reap --recycle)", path, sequence_used(stat))
+            log.warning(
+                "zklocks: lock node %s has used %d of its 2147483647 sequence numbers; it is recycled when "
+                "next empty (manage.py zklocks_reap --recycle)",
+                path,
+                sequence_used(stat),
+            )
             if worn is not None:
                 worn.append((name, sequence_used(stat)))
         if stat.numChildren:
@@ -79,7 +82,7 @@ def recycle(client, path: str, wait: float) -> bool:
     while True:
         changed = threading.Event()
         try:
-            children = client.get_children(path, watch=lambda _event: changed.set())
+            children = client.get_children(path, watch=lambda _event, changed=changed: changed.set())
         except NoNodeError:
             return True
         for internal in INTERNAL_CHILDREN:
@@ -123,8 +126,7 @@ def schedule(pool: Pool) -> None:
         if id(pool) in _started:
             return
         _started.add(id(pool))
-    thread = threading.Thread(target=_loop, args=(pool, interval), name=f"zklocks-reaper-{pool.cfg.alias}",
-                              daemon=True)
+    thread = threading.Thread(target=_loop, args=(pool, interval), name=f"zklocks-reaper-{pool.cfg.alias}", daemon=True)
     thread.start()
 
 

@@ -51,7 +51,8 @@ def force_release(alias: str, node: str, holders: Mapping[str, int] | None = Non
             result.gone.append(contender.node)
             continue
         except (KazooException, KazooTimeoutError) as exc:
-            raise translate(exc, alias, f"delete {contender.node} (look again before retrying)",
-                            timeout=pool.cfg.connect_timeout) from exc
+            raise translate(
+                exc, alias, f"delete {contender.node} (look again before retrying)", timeout=pool.cfg.connect_timeout
+            ) from exc
         result.deleted.append(contender)
     return result

@@ -24,8 +24,13 @@ from .recipes.calls import translate
 from .recipes.layout import mutex_path
 from .session import Session, build_acl
 
-PERMISSIONS = (("READ", Permissions.READ), ("WRITE", Permissions.WRITE), ("CREATE", Permissions.CREATE),
-               ("DELETE", Permissions.DELETE), ("ADMIN", Permissions.ADMIN))
+PERMISSIONS = (
+    ("READ", Permissions.READ),
+    ("WRITE", Permissions.WRITE),
+    ("CREATE", Permissions.CREATE),
+    ("DELETE", Permissions.DELETE),
+    ("ADMIN", Permissions.ADMIN),
+)
 # What this alias needs on the namespace and on every lock node.
 NEEDED = Permissions.CREATE | Permissions.DELETE | Permissions.READ
 WORLD = Id("world", "anyone")
@@ -196,8 +201,9 @@ def _remaining(deadline: float | None, cfg: conf.AliasConfig) -> float:
         return cfg.connect_timeout
     left = deadline - time.monotonic()
     if left <= 0:
-        raise ZkUnavailable(f"zklocks alias {cfg.alias!r}: the ACL check ran past CONNECT_TIMEOUT="
-                            f"{cfg.connect_timeout:g}s")
+        raise ZkUnavailable(
+            f"zklocks alias {cfg.alias!r}: the ACL check ran past CONNECT_TIMEOUT={cfg.connect_timeout:g}s"
+        )
     return left
 
 
@@ -218,9 +224,12 @@ def probe(session: Session) -> None:
     except NoNodeError:
         return
     except (NoAuthError, AuthFailedError) as exc:
-        raise translate(exc, cfg.alias, f"create and delete a node in {cfg.namespace}",
-                        hint="Check the AUTH credentials: ZooKeeper accepts any digest password at connect time."
-                        ) from exc
+        raise translate(
+            exc,
+            cfg.alias,
+            f"create and delete a node in {cfg.namespace}",
+            hint="Check the AUTH credentials: ZooKeeper accepts any digest password at connect time.",
+        ) from exc
 
 
 def fix(session: Session, result: AuditResult) -> list[str]:

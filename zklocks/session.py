@@ -16,8 +16,9 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator, Protocol
+from typing import Protocol
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
@@ -77,7 +78,10 @@ class Session:
         self._evidence = self._new_evidence()
         options = dict(cfg.options)
         retry = options.pop("connection_retry", None) or {
-            "max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": max(0.1, min(1.0, cfg.session_timeout / 4)),
+            "max_tries": -1,
+            "delay": 0.05,
+            "backoff": 1.5,
+            "max_delay": max(0.1, min(1.0, cfg.session_timeout / 4)),
         }
         self.client = KazooClient(
             hosts=cfg.hosts,
@@ -231,8 +235,11 @@ class Session:
         if self.lease_remaining() > 2 * self.renew_ahead():
             return
         result = self.client.sync_async("/")
-        limit = self.cfg.connect_timeout if deadline is None else max(0.0, min(self.cfg.connect_timeout,
-                                                                               deadline - time.monotonic()))
+        limit = (
+            self.cfg.connect_timeout
+            if deadline is None
+            else max(0.0, min(self.cfg.connect_timeout, deadline - time.monotonic()))
+        )
         result.wait(limit)
 
     def _mark_dead(self, reason: str) -> bool:
@@ -366,14 +373,17 @@ class Session:
             self.dead_reason = "unreachable"
             self.close(wait=False)
             if auth_failed:
-                raise ZkAuthError(f"zklocks alias {self.alias!r}: ZooKeeper rejected the AUTH credentials "
-                                  "(unknown scheme or malformed credential)") from error
+                raise ZkAuthError(
+                    f"zklocks alias {self.alias!r}: ZooKeeper rejected the AUTH credentials "
+                    "(unknown scheme or malformed credential)"
+                ) from error
             if isinstance(error, KazooTimeoutError):
                 detail = f"no session within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
             else:
                 detail = f"{type(error).__name__}: {error}"
-            raise ZkUnavailable(f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable "
-                                f"({detail})") from error
+            raise ZkUnavailable(
+                f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable ({detail})"
+            ) from error
         self._connected.set()
 
     def close(self, wait: bool = True) -> None:

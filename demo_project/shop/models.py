@@ -20,9 +20,15 @@ class Reservation(models.Model):
     token = models.BigIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
 
+    def __str__(self) -> str:
+        return f"{self.quantity} x {self.product_id} (token {self.token})"
+
 
 class Report(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     reservations = models.IntegerField()
     units = models.IntegerField()
     token = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"report of {self.reservations} reservations, {self.units} units (token {self.token})"

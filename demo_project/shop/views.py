@@ -46,15 +46,18 @@ def reserve(request, sku):
                 return JsonResponse({"ok": False, "error": "sold out", "left": product.stock}, status=409)
             # A fenced write: refused if a later holder (higher token) has written this row already.
             written = Product.objects.filter(pk=product.pk, fence__lte=lock.token).update(
-                stock=product.stock - quantity, fence=lock.token)
+                stock=product.stock - quantity, fence=lock.token
+            )
             if not written:
                 return _busy("stale lock holder: write refused by the fencing token", 409)
             reservation = Reservation.objects.create(product=product, quantity=quantity, token=lock.token)
         # Still inside the request's transaction: the response is built, the confirmation queued... A lock
         # released at the end of the ``with`` would let the next buyer read the stock before we commit.
         time.sleep(settings.DEMO_AFTER_DELAY)
-        return JsonResponse({"ok": True, "reservation": reservation.pk, "left": product.stock - quantity,
-                             "token": lock.token}, status=201)
+        return JsonResponse(
+            {"ok": True, "reservation": reservation.pk, "left": product.stock - quantity, "token": lock.token},
+            status=201,
+        )
     except LockTimeout:
         return _busy("too many buyers, try again")
     except LockLost:
@@ -71,8 +74,11 @@ def _catalog():
     # Shared lock: many readers at once, none while a restock (exclusive) runs.
     with zk_lock("catalog", shared=True, timeout=settings.DEMO_LOCK_TIMEOUT):
         time.sleep(settings.DEMO_READ_DELAY)
-        products = list(Product.objects.annotate(reserved=Sum("reservations__quantity"),
-                                                 orders=Count("reservations")).order_by("sku"))
+        products = list(
+            Product.objects.annotate(reserved=Sum("reservations__quantity"), orders=Count("reservations")).order_by(
+                "sku"
+            )
+        )
     return products
 
 
@@ -91,9 +97,21 @@ def catalog(request):
         products = _catalog()
     except (LockTimeout, ZkUnavailable) as exc:
         return _busy(str(exc))
-    return JsonResponse({"products": [
-        {"sku": p.sku, "name": p.name, "stock": p.stock, "reserved": p.reserved or 0, "orders": p.orders,
-         "fence": p.fence} for p in products]})
+    return JsonResponse(
+        {
+            "products": [
+                {
+                    "sku": p.sku,
+                    "name": p.name,
+                    "stock": p.stock,
+                    "reserved": p.reserved or 0,
+                    "orders": p.orders,
+                    "fence": p.fence,
+                }
+                for p in products
+            ]
+        }
+    )
 
 
 @csrf_exempt
@@ -111,8 +129,10 @@ def restock(request):
         return JsonResponse({"ok": False, "error": "units must be a number"}, status=400)
     skus = list(Product.objects.order_by("sku").values_list("sku", flat=True))
     try:
-        with zk_multi_lock(["catalog", *[f"stock:{sku}" for sku in skus]],
-                           timeout=settings.DEMO_LOCK_TIMEOUT) as locks, transaction.atomic():
+        with (
+            zk_multi_lock(["catalog", *[f"stock:{sku}" for sku in skus]], timeout=settings.DEMO_LOCK_TIMEOUT) as locks,
+            transaction.atomic(),
+        ):
             for sku in skus:
                 token = locks.tokens[f"stock:{sku}"]
                 Product.objects.filter(sku=sku, fence__lte=token).update(stock=F("stock") + units, fence=token)

@@ -7,3 +7,6 @@ class Stock(models.Model):
 
     class Meta:
         app_label = "app"
+
+    def __str__(self) -> str:
+        return f"stock {self.quantity} (fence {self.fence})"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 
@@ -67,8 +68,15 @@ class Report:
 
     @property
     def ok(self) -> bool:
-        return not (self.overlaps or self.unexplained_raw_overlaps or self.token_errors or self.crashes
-                    or self.unfinished or self.no_progress or self.orphans)
+        return not (
+            self.overlaps
+            or self.unexplained_raw_overlaps
+            or self.token_errors
+            or self.crashes
+            or self.unfinished
+            or self.no_progress
+            or self.orphans
+        )
 
     def longest_stalls(self) -> dict[str, float]:
         return {kind: max(values) for kind, values in sorted(self.stalls.items())}
@@ -82,8 +90,7 @@ class Report:
             f"token order errors: {len(self.token_errors)}",
             f"orphan nodes left: {self.orphans}",
             f"fewest live sessions before a fault: {self.min_sessions}",
-            "longest stall per fault kind: " + ", ".join(
-                f"{k} {v:.2f}s" for k, v in self.longest_stalls().items()),
+            "longest stall per fault kind: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.longest_stalls().items()),
         ]
         if self.detection:
             lines.append("revoked holders stopped after: " + ", ".join(f"{d:.3f}s" for d in self.detection))
@@ -105,8 +112,9 @@ def read_events(directory: Path) -> list[tuple[int, dict]]:
     return out
 
 
-def build_holds(events: list[tuple[int, dict]], kills: dict[int, float], revocations: list[dict]) -> tuple[
-        list[Hold], list, list]:
+def build_holds(
+    events: list[tuple[int, dict]], kills: dict[int, float], revocations: list[dict]
+) -> tuple[list[Hold], list, list]:
     """Pair begin/end records into holds; apply kills and revocations. Returns (holds, crashes, unfinished)."""
     begins: dict[str, tuple[int, dict]] = {}
     ends: dict[str, dict] = {}
@@ -123,8 +131,18 @@ def build_holds(events: list[tuple[int, dict]], kills: dict[int, float], revocat
     for hold_id, (pid, b) in begins.items():
         e = ends.get(hold_id)
         if e is not None:
-            hold = Hold(hold_id, b["name"], pid, b["sid"], b["token"], b["start"], e["end"], e["valid_until"],
-                        lost=not e["valid"], reason=e["reason"])
+            hold = Hold(
+                hold_id,
+                b["name"],
+                pid,
+                b["sid"],
+                b["token"],
+                b["start"],
+                e["end"],
+                e["valid_until"],
+                lost=not e["valid"],
+                reason=e["reason"],
+            )
         elif pid in kills:
             dead = kills[pid]
             hold = Hold(hold_id, b["name"], pid, b["sid"], b["token"], b["start"], dead, dead, killed=True)
@@ -155,10 +173,9 @@ def check_exclusion(holds: list[Hold], report: Report) -> None:
                     report.overlaps.append((a, b))
                 elif a.end > b.start:
                     entry = (a, b, round(a.end - b.start, 4))
-                    (report.raw_overlaps if a.revoked_at is not None else report.unexplained_raw_overlaps).append(
-                        entry)
+                    (report.raw_overlaps if a.revoked_at is not None else report.unexplained_raw_overlaps).append(entry)
             active.append(b)
-        for a, b in zip(group, group[1:]):
+        for a, b in pairwise(group):
             if not a.token < b.token:
                 report.token_errors.append((a, b))
 
@@ -178,8 +195,14 @@ def check_progress(holds: list[Hold], faults: list[Fault], names: list[str], bou
             report.no_progress.append((fault.kind, round(fault.ended, 3), worst))
 
 
-def check(events, faults: list[Fault], kills: dict[int, float], revocations: list[dict], names: list[str],
-          progress_bound: float) -> Report:
+def check(
+    events,
+    faults: list[Fault],
+    kills: dict[int, float],
+    revocations: list[dict],
+    names: list[str],
+    progress_bound: float,
+) -> Report:
     report = Report()
     holds, report.crashes, report.unfinished = build_holds(events, kills, revocations)
     report.holds = len(holds)

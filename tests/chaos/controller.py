@@ -31,8 +31,19 @@ from zklocks.testing.server import four_letter
 
 MIN_SESSIONS = 50
 _SID = re.compile(r"sid=0x([0-9a-f]+)")
-SHORT_PLAN = ["kill-leader", "kill-follower", "sigstop", "restart-ensemble", "expire-holder", "kill-holder",
-              "drop-create", "cut-follower", "isolate-leader", "split", "flap-link"]
+SHORT_PLAN = [
+    "kill-leader",
+    "kill-follower",
+    "sigstop",
+    "restart-ensemble",
+    "expire-holder",
+    "kill-holder",
+    "drop-create",
+    "cut-follower",
+    "isolate-leader",
+    "split",
+    "flap-link",
+]
 # cut-follower, isolate-leader, split and flap-link partition servers: ZkEnsemble(server_links=True).
 
 
@@ -45,10 +56,21 @@ class Worker:
 
 
 class ChaosRun:
-    def __init__(self, ensemble: ZkEnsemble, workdir: Path, *, namespace: str = "/chaos",
-                 names: tuple[str, ...] = ("chaos:a", "chaos/b ü%"), workers: int = 6, threads: int = 10,
-                 session_timeout: float = 2.0, settle: float = 1.0, seed: int | None = None,
-                 sigstop_targets: tuple[str, ...] = ("holder", "leader", "follower"), log=print) -> None:
+    def __init__(
+        self,
+        ensemble: ZkEnsemble,
+        workdir: Path,
+        *,
+        namespace: str = "/chaos",
+        names: tuple[str, ...] = ("chaos:a", "chaos/b ü%"),
+        workers: int = 6,
+        threads: int = 10,
+        session_timeout: float = 2.0,
+        settle: float = 1.0,
+        seed: int | None = None,
+        sigstop_targets: tuple[str, ...] = ("holder", "leader", "follower"),
+        log=print,
+    ) -> None:
         self.ensemble = ensemble
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -83,8 +105,9 @@ class ChaosRun:
 
     def start(self) -> None:
         self.proxies = [TcpProxy("127.0.0.1", s.port).start() for s in self.ensemble.servers]
-        self.zk = KazooClient(hosts=self.ensemble.hosts, timeout=4.0,
-                              connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5})
+        self.zk = KazooClient(
+            hosts=self.ensemble.hosts, timeout=4.0, connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5}
+        )
         self.zk.start(timeout=30)
         # Worker 0 reaches the servers through proxies; workers 1..3 are attached each to ONE server, so
         # contenders stay on a server that a partition cuts off; the rest talk to the whole ensemble.
@@ -103,10 +126,31 @@ class ChaosRun:
         env.pop("DJANGO_SETTINGS_MODULE", None)
         out = open(self.dir / f"{tag}-{len(self.workers)}.log", "ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.chaos.worker", "--hosts", hosts, "--namespace", self.namespace,
-             "--names", ",".join(self.names), "--threads", str(self.threads),
-             "--session-timeout", str(self.session_timeout), "--dir", str(self.dir), "--tag", tag],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "tests.chaos.worker",
+                "--hosts",
+                hosts,
+                "--namespace",
+                self.namespace,
+                "--names",
+                ",".join(self.names),
+                "--threads",
+                str(self.threads),
+                "--session-timeout",
+                str(self.session_timeout),
+                "--dir",
+                str(self.dir),
+                "--tag",
+                tag,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         out.close()
         worker = Worker(proc, proxied, pin)
         self.workers.append(worker)
@@ -307,8 +351,9 @@ class ChaosRun:
                 continue  # that session ended on its own meanwhile: ask for another holder
             ended = time.monotonic()
             self.revocations.append({"sid": sid, "at": started, "done": ended})
-            return Fault("expire-holder", started, ended, {"lock": victim["name"], "sid": hex(sid),
-                                                           "hold": victim["id"]})
+            return Fault(
+                "expire-holder", started, ended, {"lock": victim["name"], "sid": hex(sid), "hold": victim["id"]}
+            )
         raise RuntimeError("could not expire a holder's session")
 
     def fault_kill_holder(self) -> Fault:
@@ -324,8 +369,9 @@ class ChaosRun:
         # Its node outlives it until the session expires: it died holding the lock.
         held = self.zk_call(self.zk.exists, victim_hold["node"]) is not None
         self.spawn(proxied=victim.proxied, pin=victim.pin)
-        return Fault("kill-holder", started, ended, {"lock": victim_hold["name"], "pid": victim.proc.pid,
-                                                     "died_holding": held})
+        return Fault(
+            "kill-holder", started, ended, {"lock": victim_hold["name"], "pid": victim.proc.pid, "died_holding": held}
+        )
 
     def fault_drop_create(self) -> Fault:
         started = time.monotonic()
@@ -367,8 +413,7 @@ class ChaosRun:
         time.sleep(self.partition_time())
         self.ensemble.heal(f, leader)
         ended = time.monotonic()
-        return Fault("cut-follower", started, ended, {"server": f + 1, "leader": leader + 1,
-                                                      "long_hold": hold["id"]})
+        return Fault("cut-follower", started, ended, {"server": f + 1, "leader": leader + 1, "long_hold": hold["id"]})
 
     def fault_isolate_leader(self) -> Fault:
         """Cut the leader off from both followers; the followers elect a new leader."""
@@ -390,8 +435,12 @@ class ChaosRun:
         time.sleep(self.partition_time())
         self.ensemble.heal_all()
         ended = time.monotonic()
-        return Fault("split", started, ended, {"minority": [f + 1], "majority": [i + 1 for i in majority],
-                                               "long_hold": hold["id"]})
+        return Fault(
+            "split",
+            started,
+            ended,
+            {"minority": [f + 1], "majority": [i + 1 for i in majority], "long_hold": hold["id"]},
+        )
 
     def fault_flap_link(self) -> Fault:
         """The link between a follower (the long holder's, if a follower) and the leader goes down and up four

@@ -40,9 +40,16 @@ def setup(args) -> None:
     settings.configure(
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
         DATABASES={},
-        ZKLOCKS={"default": {"HOSTS": args.hosts, "NAMESPACE": args.namespace,
-                             "SESSION_TIMEOUT": args.session_timeout, "CONNECT_TIMEOUT": args.connect_timeout,
-                             "POOL_SIZE": args.threads, "REAP_INTERVAL": args.reap_interval}},
+        ZKLOCKS={
+            "default": {
+                "HOSTS": args.hosts,
+                "NAMESPACE": args.namespace,
+                "SESSION_TIMEOUT": args.session_timeout,
+                "CONNECT_TIMEOUT": args.connect_timeout,
+                "POOL_SIZE": args.threads,
+                "REAP_INTERVAL": args.reap_interval,
+            }
+        },
         USE_TZ=True,
     )
     django.setup()
@@ -165,8 +172,10 @@ def main(argv=None) -> int:
     rec = Recorder(control / f"{args.tag}-{os.getpid()}.jsonl")
     stop = threading.Event()
     counts = {"holds": 0, "lost": 0, "timeouts": 0, "unavailable": 0, "crashes": 0}
-    threads = [threading.Thread(target=contend, args=(i, args, rec, stop, counts), name=f"contender-{i}",
-                                daemon=True) for i in range(args.threads)]
+    threads = [
+        threading.Thread(target=contend, args=(i, args, rec, stop, counts), name=f"contender-{i}", daemon=True)
+        for i in range(args.threads)
+    ]
     for t in threads:
         t.start()
     while not (control / "stop").exists():

@@ -18,14 +18,14 @@ ON_LOCKED = ("skip", "retry", "raise")
 ON_UNAVAILABLE = ("fail", "retry")
 
 DEFAULTS: dict[str, Any] = {
-    "LOCK_TIMEOUT": 0.0,        # seconds to wait for the lock before on_locked applies
-    "ON_LOCKED": "skip",        # skip | retry | raise
-    "ON_UNAVAILABLE": "fail",   # fail | retry: what a ZooKeeper outage at acquire time does
-    "RETRY_COUNTDOWN": 1.0,     # seconds before a retry (jittered by +-25 %)
-    "MAX_RETRIES": 10,          # retries for contention or an outage before the task fails
-    "USING": "default",         # connection alias
-    "UNIQUE_QUEUED": False,     # enqueue-time de-duplication
-    "UNIQUE_TIMEOUT": 3600.0,   # seconds after which a queued marker is stale
+    "LOCK_TIMEOUT": 0.0,  # seconds to wait for the lock before on_locked applies
+    "ON_LOCKED": "skip",  # skip | retry | raise
+    "ON_UNAVAILABLE": "fail",  # fail | retry: what a ZooKeeper outage at acquire time does
+    "RETRY_COUNTDOWN": 1.0,  # seconds before a retry (jittered by +-25 %)
+    "MAX_RETRIES": 10,  # retries for contention or an outage before the task fails
+    "USING": "default",  # connection alias
+    "UNIQUE_QUEUED": False,  # enqueue-time de-duplication
+    "UNIQUE_TIMEOUT": 3600.0,  # seconds after which a queued marker is stale
 }
 
 # task attribute -> ZKLOCKS_CELERY key (Celery's ``from_config`` pattern)
@@ -77,13 +77,25 @@ def validate(raw: Any) -> tuple[dict[str, Any], list[Problem]]:
     if raw is None:
         return values, []
     if not isinstance(raw, dict):
-        return values, [Problem("zklocks.E020", None, "settings.ZKLOCKS_CELERY must be a dict.",
-                                'For example ZKLOCKS_CELERY = {"ON_LOCKED": "retry"}.')]
+        return values, [
+            Problem(
+                "zklocks.E020",
+                None,
+                "settings.ZKLOCKS_CELERY must be a dict.",
+                'For example ZKLOCKS_CELERY = {"ON_LOCKED": "retry"}.',
+            )
+        ]
     problems: list[Problem] = []
     unknown = sorted(str(k) for k in set(raw) - set(DEFAULTS))
     if unknown:
-        problems.append(Problem("zklocks.W020", None, f"ZKLOCKS_CELERY: unknown option(s) {', '.join(unknown)}.",
-                                f"Known options: {', '.join(sorted(DEFAULTS))}."))
+        problems.append(
+            Problem(
+                "zklocks.W020",
+                None,
+                f"ZKLOCKS_CELERY: unknown option(s) {', '.join(unknown)}.",
+                f"Known options: {', '.join(sorted(DEFAULTS))}.",
+            )
+        )
     for key in DEFAULTS:
         if key not in raw:
             continue
@@ -91,8 +103,14 @@ def validate(raw: Any) -> tuple[dict[str, Any], list[Problem]]:
         if why is None:
             values[key] = raw[key]
         else:
-            problems.append(Problem("zklocks.E020", None, f"ZKLOCKS_CELERY: {why}.",
-                                    f"Remove it to use the default ({DEFAULTS[key]!r})."))
+            problems.append(
+                Problem(
+                    "zklocks.E020",
+                    None,
+                    f"ZKLOCKS_CELERY: {why}.",
+                    f"Remove it to use the default ({DEFAULTS[key]!r}).",
+                )
+            )
     return values, problems
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import names
 from ..exceptions import InvalidLockName
@@ -22,8 +23,9 @@ def bind_arguments(task_name: str, func: Callable, args: tuple | list, kwargs: d
     try:
         return names.bind_arguments(func, args, kwargs)
     except TypeError as exc:
-        raise TypeError(f"task {task_name!r}: the arguments {tuple(args)!r} {kwargs!r} do not fit "
-                        f"{names.signature(func)}: {exc}") from None
+        raise TypeError(
+            f"task {task_name!r}: the arguments {tuple(args)!r} {kwargs!r} do not fit {names.signature(func)}: {exc}"
+        ) from None
 
 
 def canonical_json(task_name: str, arguments: dict[str, Any]) -> str:
@@ -33,7 +35,7 @@ def canonical_json(task_name: str, arguments: dict[str, Any]) -> str:
         raise InvalidLockName(
             f"task {task_name!r}: the default lock_key is a digest of the arguments as JSON, and these arguments "
             f"are not JSON-serialisable ({exc}). Give the task an explicit lock_key template, e.g. "
-            f"lock_key=\"{task_name}:{{some_argument}}\"."
+            f'lock_key="{task_name}:{{some_argument}}".'
         ) from None
 
 
@@ -41,14 +43,20 @@ def default_name(task_name: str, arguments: dict[str, Any]) -> str:
     """``<task name>:<digest>``; the digest covers the full task name too, so a clipped name cannot collide."""
     body = canonical_json(task_name, arguments)
     digest = hashlib.sha256(f"{task_name}\n{body}".encode()).hexdigest()[:DIGEST_CHARS]
-    return f"{task_name[:MAX_NAME_LENGTH - DIGEST_CHARS - 1]}:{digest}"
+    return f"{task_name[: MAX_NAME_LENGTH - DIGEST_CHARS - 1]}:{digest}"
 
 
-def lock_name(task_name: str, func: Callable, template: str | None, args: tuple | list | None,
-              kwargs: dict | None) -> str:
+def lock_name(
+    task_name: str, func: Callable, template: str | None, args: tuple | list | None, kwargs: dict | None
+) -> str:
     """The lock name of one execution of ``task_name`` called with ``args`` and ``kwargs``."""
     arguments = bind_arguments(task_name, func, args or (), kwargs or {})
     if template is None:
         return names.validate_name(default_name(task_name, arguments))
-    return names.render_template(template, arguments, what=f"task {task_name!r}", label="lock_key",
-                                 owner=f"the task (arguments: {', '.join(arguments) or 'none'})")
+    return names.render_template(
+        template,
+        arguments,
+        what=f"task {task_name!r}",
+        label="lock_key",
+        owner=f"the task (arguments: {', '.join(arguments) or 'none'})",
+    )

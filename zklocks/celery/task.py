@@ -113,8 +113,9 @@ class SingleExecutionTask(Task):
 
     # -- enqueue --
 
-    def apply_async(self, args=None, kwargs=None, task_id=None, producer=None, link=None, link_error=None,
-                    shadow=None, **options):
+    def apply_async(
+        self, args=None, kwargs=None, task_id=None, producer=None, link=None, link_error=None, shadow=None, **options
+    ):
         name = self.lock_name(args, kwargs)  # a bad key fails here, before anything is queued
         opts = self.lock_options()
         if not opts.unique_queued or self._get_app().conf.task_always_eager:
@@ -126,8 +127,13 @@ class SingleExecutionTask(Task):
             if task_id != self.request.id:
                 raise
             # A retry sent by the running task itself: sending it matters more than the marker.
-            log.warning("zklocks: %s[%s]: cannot refresh the queued marker of %r; retrying without it",
-                        self.name, task_id, name, exc_info=True)
+            log.warning(
+                "zklocks: %s[%s]: cannot refresh the queued marker of %r; retrying without it",
+                self.name,
+                task_id,
+                name,
+                exc_info=True,
+            )
             owner = task_id
         if owner != task_id:
             log.debug("zklocks: %s: %r is already queued or running as %s", self.name, name, owner)
@@ -194,13 +200,16 @@ class SingleExecutionTask(Task):
                         # A redelivery (acks_late) or a retry of this very task: the holder is its earlier
                         # attempt, which is ending, or dead with a session that lives on. Wait for that
                         # session's bound.
-                        log.info("zklocks: %s[%s]: lock %r is held by an earlier attempt of this task; waiting",
-                                 self.name, request.id, name)
+                        log.info(
+                            "zklocks: %s[%s]: lock %r is held by an earlier attempt of this task; waiting",
+                            self.name,
+                            request.id,
+                            name,
+                        )
                         got = lock.acquire(blocking=True, timeout=redelivery_wait(opts.lock_using))
                 except ZkUnavailable as exc:
                     if opts.on_unavailable == "retry":
-                        log.warning("zklocks: %s[%s]: ZooKeeper unavailable (%s); retrying", self.name, request.id,
-                                    exc)
+                        log.warning("zklocks: %s[%s]: ZooKeeper unavailable (%s); retrying", self.name, request.id, exc)
                         raise self._retry(exc, opts) from exc
                     raise
             finally:
@@ -219,13 +228,12 @@ class SingleExecutionTask(Task):
 
     def _on_contention(self, name: str, opts: LockOptions, request) -> None:
         if opts.on_locked == "skip":
-            log.info("zklocks: task %s[%s] skipped: lock %r is held by another execution", self.name, request.id,
-                     name)
-            signals.send_async(signals.task_skipped, sender=self, task=self, name=name, alias=opts.lock_using,
-                               task_id=request.id)
+            log.info("zklocks: task %s[%s] skipped: lock %r is held by another execution", self.name, request.id, name)
+            signals.send_async(
+                signals.task_skipped, sender=self, task=self, name=name, alias=opts.lock_using, task_id=request.id
+            )
             return None
-        exc = LockNotAcquired(f"task {self.name}[{request.id}]: lock {name!r} is held by another execution",
-                              name=name)
+        exc = LockNotAcquired(f"task {self.name}[{request.id}]: lock {name!r} is held by another execution", name=name)
         if opts.on_locked == "retry":
             raise self._retry(exc, opts)
         raise exc
@@ -241,15 +249,22 @@ class SingleExecutionTask(Task):
         try:
             unique.mark_running(opts.lock_using, name, task_id, self.name, opts.unique_timeout)
         except ZkLocksError:
-            log.warning("zklocks: %s[%s]: cannot mark the queued marker of %r running", self.name, task_id, name,
-                        exc_info=True)
+            log.warning(
+                "zklocks: %s[%s]: cannot mark the queued marker of %r running", self.name, task_id, name, exc_info=True
+            )
 
     def _forget_marker(self, opts: LockOptions, name: str, task_id: str) -> None:
         try:
             unique.release(opts.lock_using, name, task_id)
         except ZkLocksError:
-            log.warning("zklocks: %s[%s]: cannot remove the queued marker of %r; it goes stale within "
-                        "unique_timeout=%gs", self.name, task_id, name, opts.unique_timeout, exc_info=True)
+            log.warning(
+                "zklocks: %s[%s]: cannot remove the queued marker of %r; it goes stale within unique_timeout=%gs",
+                self.name,
+                task_id,
+                name,
+                opts.unique_timeout,
+                exc_info=True,
+            )
 
 
 def _declare(cls: type) -> None:
@@ -283,5 +298,9 @@ def _declare(cls: type) -> None:
     if missing:
         arguments = ", ".join(names.signature(func).parameters) or "none"
         celery_conf.declared_task_problems.append(
-            (str(where), f"lock_key {template!r} refers to {', '.join(missing)}, which is not an argument of the task "
-                         f"(arguments: {arguments})"))
+            (
+                str(where),
+                f"lock_key {template!r} refers to {', '.join(missing)}, which is not an argument of the task "
+                f"(arguments: {arguments})",
+            )
+        )

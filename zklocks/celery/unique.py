@@ -15,10 +15,12 @@ once a minute by default and would make the bound coarse.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -28,6 +30,7 @@ from ..exceptions import ZkLocksError, ZkUnavailable
 from ..names import join_path
 from ..recipes.calls import Deadline, DeadlinePassed, SessionGone, call
 from ..recipes.layout import queued_marker_path
+from ..session import Session
 from .holders import holder_task_id
 
 log = logging.getLogger("zklocks")
@@ -43,17 +46,27 @@ def marker_path(pool: Pool, name: str) -> str:
     return queued_marker_path(join_path(pool.cfg.namespace, name))
 
 
-def _call(pool: Pool, make: Callable[[object], object]):
+def _set_data(path: str, value: bytes, version: int) -> Callable[[Session], Any]:
+    return lambda s: s.client.set_async(path, value, version=version)
+
+
+def _delete(path: str, version: int) -> Callable[[Session], Any]:
+    return lambda s: s.client.delete_async(path, version=version)
+
+
+def _call(pool: Pool, make: Callable[[Session], Any]) -> Any:
     """One request on the calling thread's session, bounded by CONNECT_TIMEOUT; ZkUnavailable on trouble."""
     for _ in range(2):
         session = pool.session()
         try:
-            return call(session, lambda: make(session), Deadline(pool.cfg.connect_timeout))
+            return call(session, functools.partial(make, session), Deadline(pool.cfg.connect_timeout))
         except SessionGone:
             continue  # the session ended under us: one more try on a fresh one
         except DeadlinePassed:
-            raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: no answer from ZooKeeper within "
-                                f"CONNECT_TIMEOUT={pool.cfg.connect_timeout:g}s") from None
+            raise ZkUnavailable(
+                f"zklocks alias {pool.cfg.alias!r}: no answer from ZooKeeper within "
+                f"CONNECT_TIMEOUT={pool.cfg.connect_timeout:g}s"
+            ) from None
     raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: the session ended twice in a row")
 
 
@@ -109,8 +122,9 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
         try:
             pool.session()  # connect first, so the clock reading below spans one round trip only
             sent = time.time()
-            _, stat = _call(pool, lambda s: s.client.create_async(path, mine, acl=s.acl, makepath=True,
-                                                                  include_data=True))
+            _, stat = _call(
+                pool, lambda s: s.client.create_async(path, mine, acl=s.acl, makepath=True, include_data=True)
+            )
             _note_offset(pool.cfg.alias, stat, sent, time.time())
             return task_id
         except NodeExistsError:
@@ -124,13 +138,17 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
         marker = holder.parse(raw)
         try:
             if marker.get("task_id") == task_id:  # a retry or a re-send of the same task: refresh the marker
-                _call(pool, lambda s: s.client.set_async(path, mine, version=stat.version))
+                _call(pool, _set_data(path, mine, stat.version))
                 return task_id
             if is_live(pool, name, marker, stat):
                 return marker["task_id"]
-            log.info("zklocks: removing the stale queued marker of %r (task %s, state %s)", name,
-                     marker.get("task_id"), marker.get("state"))
-            _call(pool, lambda s: s.client.delete_async(path, version=stat.version))
+            log.info(
+                "zklocks: removing the stale queued marker of %r (task %s, state %s)",
+                name,
+                marker.get("task_id"),
+                marker.get("state"),
+            )
+            _call(pool, _delete(path, stat.version))
         except (BadVersionError, NoNodeError):
             continue  # it changed under us: look again
     raise ZkLocksError(f"queued marker of {name!r} kept changing; gave up after {_ATTEMPTS} attempts")
@@ -161,7 +179,7 @@ def release(using: str, name: str, task_id: str) -> bool:
         if holder.parse(raw).get("task_id") != task_id:
             return False
         try:
-            _call(pool, lambda s: s.client.delete_async(path, version=stat.version))
+            _call(pool, _delete(path, stat.version))
             return True
         except NoNodeError:
             return False

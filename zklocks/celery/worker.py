@@ -44,14 +44,12 @@ def open_sessions(**_: object) -> None:
         try:
             connections[alias].session()
         except ZkLocksError as exc:
-            log.warning("zklocks: cannot open a ZooKeeper session for alias %r in this worker process: %s", alias,
-                        exc)
+            log.warning("zklocks: cannot open a ZooKeeper session for alias %r in this worker process: %s", alias, exc)
 
 
 def close_sessions(**_: object) -> None:
     """Close every session, waiting at most CLOSE_WAIT seconds (an unreachable server must not stall exit)."""
-    done = threading.Thread(target=connections.close_all, kwargs={"wait": True}, name="zklocks-close-all",
-                            daemon=True)
+    done = threading.Thread(target=connections.close_all, kwargs={"wait": True}, name="zklocks-close-all", daemon=True)
     done.start()
     done.join(CLOSE_WAIT)
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from kazoo.exceptions import (
     AuthFailedError,
@@ -33,7 +34,6 @@ class SessionGone(Exception):
     """Our session is lost or closed: whatever we enqueued is gone with it."""
 
 
-
 class DeadlinePassed(Exception):
     """A recipe's own deadline passed; the caller turns it into LockTimeout naming the lock."""
 
@@ -56,8 +56,14 @@ class Deadline:
         return self.at is not None and time.monotonic() >= self.at
 
 
-def translate(exc: BaseException, alias: str, action: str = "run the request", *, hint: str = NOAUTH_HINT,
-              timeout: float | None = None) -> Exception:
+def translate(
+    exc: BaseException,
+    alias: str,
+    action: str = "run the request",
+    *,
+    hint: str = NOAUTH_HINT,
+    timeout: float | None = None,
+) -> Exception:
     """The zklocks error to raise for a kazoo error ``exc`` met while trying to ``action`` on ``alias``.
 
     NoAuth and a rejected AUTH are ZkAuthError; silence, a lost connection and an ended session are ZkUnavailable;
@@ -68,14 +74,14 @@ def translate(exc: BaseException, alias: str, action: str = "run the request", *
     if isinstance(exc, NoAuthError):
         return ZkAuthError(f"{prefix}ZooKeeper refused to {action} (NoAuth). {hint}")
     if isinstance(exc, AuthFailedError):
-        return ZkAuthError(f"{prefix}ZooKeeper rejected the AUTH credentials (unknown scheme or malformed "
-                           "credential).")
+        return ZkAuthError(f"{prefix}ZooKeeper rejected the AUTH credentials (unknown scheme or malformed credential).")
     if isinstance(exc, KazooTimeoutError):
         within = f" within {timeout:g}s" if timeout is not None else ""
         return ZkUnavailable(f"{prefix}ZooKeeper did not answer{within} (trying to {action})")
     if isinstance(exc, (SessionExpiredError, ConnectionClosedError, ConnectionLoss)):
-        return ZkUnavailable(f"{prefix}the ZooKeeper session or connection ended while trying to {action} "
-                             f"({type(exc).__name__})")
+        return ZkUnavailable(
+            f"{prefix}the ZooKeeper session or connection ended while trying to {action} ({type(exc).__name__})"
+        )
     if isinstance(exc, KazooException):
         return ZkLocksError(f"{prefix}could not {action} ({type(exc).__name__})")
     return exc  # type: ignore[return-value]
@@ -110,5 +116,3 @@ def call(session: Session, make: Callable[[], object], deadline: Deadline):
             session.wait_connected(deadline.at)
             if deadline.expired():
                 raise DeadlinePassed() from None
-
-

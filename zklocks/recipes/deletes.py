@@ -4,9 +4,16 @@ an abandoned node would block everyone behind it)."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, NoNodeError, OperationTimeoutError, SessionExpiredError
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    ConnectionLoss,
+    NoNodeError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
 
 from .. import dispatch
 from .calls import SessionGone
@@ -21,8 +28,11 @@ def delete_failed(contender: Contender, exc: Exception) -> None:
     """A delete that cannot succeed (e.g. NoAuth) must not leave our node in the queue: end the session."""
     if isinstance(exc, (NoNodeError, SessionExpiredError, ConnectionClosedError, SessionGone)):
         return  # the node is gone either way
-    log.warning("zklocks: could not delete %s (%s); closing its session so the node goes with it",
-                contender.node, type(exc).__name__)
+    log.warning(
+        "zklocks: could not delete %s (%s); closing its session so the node goes with it",
+        contender.node,
+        type(exc).__name__,
+    )
     dispatch.get().call_soon(lambda: contender.session.declare_lost("delete-failed"))
 
 
@@ -67,7 +77,8 @@ class GuaranteedDelete:
             return
         # sync first: the server we reconnected to may not have applied our create yet.
         c.session.client.sync_async(c.parent).rawlink(
-            lambda _r: c.session.client.get_children_async(c.parent).rawlink(self._on_children))
+            lambda _r: c.session.client.get_children_async(c.parent).rawlink(self._on_children)
+        )
 
     def _on_children(self, result) -> None:
         try:

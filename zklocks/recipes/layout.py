@@ -104,7 +104,7 @@ def split_queue(order: list[tuple[str, str, str]]) -> tuple[list[tuple[str, str,
                 holders.append(entry)
             break
         holders.append(entry)
-    return holders, order[len(holders):]
+    return holders, order[len(holders) :]
 
 
 def leases(children: list[str]) -> list[str]:

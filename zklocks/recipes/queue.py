@@ -11,12 +11,13 @@ This module knows kazoo and paths, nothing of Django.
 
 from __future__ import annotations
 
+import functools
 import logging
 import shlex
 import threading
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from kazoo.exceptions import (
     ConnectionLoss,
@@ -49,11 +50,24 @@ from .layout import (
 
 log = logging.getLogger("zklocks")
 
+
 class Contender:
     """One enqueued node of one acquire attempt on one session."""
 
-    __slots__ = ("session", "parent", "marker", "guid", "prefix", "node", "name", "token", "_pending_create",
-                 "queued_at", "waited", "wakeups")
+    __slots__ = (
+        "session",
+        "parent",
+        "marker",
+        "guid",
+        "prefix",
+        "node",
+        "name",
+        "token",
+        "_pending_create",
+        "queued_at",
+        "waited",
+        "wakeups",
+    )
 
     def __init__(self, session: Session, parent: str, marker: str) -> None:
         self.session = session
@@ -77,8 +91,9 @@ class Contender:
         while True:
             if self.session.dead:
                 raise SessionGone()
-            created = client.create_async(self.prefix, data, acl=self.session.acl, ephemeral=True,
-                                          sequence=True, include_data=True)
+            created = client.create_async(
+                self.prefix, data, acl=self.session.acl, ephemeral=True, sequence=True, include_data=True
+            )
             self._pending_create = created
             listed = client.get_children_async(self.parent)
             try:
@@ -110,8 +125,11 @@ class Contender:
     def _ensure_parent(self, deadline: Deadline) -> None:
         client = self.session.client
         try:
-            call(self.session, lambda: client.create_async(self.parent, b"", acl=self.session.acl, makepath=True),
-                 deadline)
+            call(
+                self.session,
+                lambda: client.create_async(self.parent, b"", acl=self.session.acl, makepath=True),
+                deadline,
+            )
         except NodeExistsError:
             pass
 
@@ -245,8 +263,16 @@ class Contender:
         GuaranteedDelete(self).start()
 
 
-def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: bytes, *, blocking: bool,
-            deadline: Deadline, name: str) -> Contender:
+def acquire(
+    get_session: Callable[[], Session],
+    parent: str,
+    marker: str,
+    data: bytes,
+    *,
+    blocking: bool,
+    deadline: Deadline,
+    name: str,
+) -> Contender:
     """Enqueue and wait until held. LockNotAcquired / LockTimeout / ZkUnavailable otherwise.
 
     If the session ends while we wait, re-enqueue on a fresh session within our own deadline.
@@ -256,7 +282,7 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
         if not blocking and parent in session.busy_hint:
             # This lock was busy at our last try: one read may settle it without a create and a delete.
             try:
-                children = call(session, lambda: session.client.get_children_async(parent), deadline)
+                children = call(session, functools.partial(session.client.get_children_async, parent), deadline)
             except NoNodeError:
                 children = []
             except SessionGone:
@@ -278,10 +304,11 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
                 contender.delete_nowait()  # FIFO: the parent's delete below sees ours applied
                 if _recycle(session, parent, deadline):
                     continue
-                raise SequenceExhausted(_exhausted_message(name, session.alias, parent), name=name,
-                                        alias=session.alias, path=parent)
+                raise SequenceExhausted(
+                    _exhausted_message(name, session.alias, parent), name=name, alias=session.alias, path=parent
+                )
             far = seq is not None and seq < SEQUENCE_WARN
-            if not far:
+            if seq is not None and not far:
                 _warn_near_limit(session.alias, parent, seq)
             while True:
                 blocker, alone = contender.blocker(children)
@@ -303,8 +330,9 @@ def acquire(get_session: Callable[[], Session], parent: str, marker: str, data: 
                 children = contender.children(deadline)
         except SessionGone:
             if deadline.expired():
-                raise LockTimeout(f"lock {name!r} not acquired in time (its session ended while waiting)",
-                                  name=name) from None
+                raise LockTimeout(
+                    f"lock {name!r} not acquired in time (its session ended while waiting)", name=name
+                ) from None
             continue
         except DeadlinePassed:
             contender.abandon()
@@ -327,8 +355,7 @@ def _recycle(session: Session, parent: str, deadline: Deadline) -> bool:
         pass  # recycled by another contender (or the reaper) already
     except (NotEmptyError, ZkAuthError):
         return False
-    log.warning("zklocks: recycled lock node %s of alias %r: its sequence numbers were used up", parent,
-                session.alias)
+    log.warning("zklocks: recycled lock node %s of alias %r: its sequence numbers were used up", parent, session.alias)
     return True
 
 
@@ -350,5 +377,11 @@ def _warn_near_limit(alias: str, parent: str, seq: int) -> None:
     if (alias, parent) in _warned or len(_warned) > 10_000:
         return
     _warned.add((alias, parent))
-    log.warning("zklocks: lock node %s of alias %r has used %d of its %d sequence numbers; it must be empty for a "
-                "moment to be recycled (manage.py zklocks_reap --recycle)", parent, alias, seq, SEQUENCE_LIMIT)
+    log.warning(
+        "zklocks: lock node %s of alias %r has used %d of its %d sequence numbers; it must be empty for a "
+        "moment to be recycled (manage.py zklocks_reap --recycle)",
+        parent,
+        alias,
+        seq,
+        SEQUENCE_LIMIT,
+    )

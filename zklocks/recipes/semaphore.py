@@ -12,6 +12,7 @@ lease and releases the mutex. Each release therefore wakes one contender.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 
@@ -42,8 +43,11 @@ def stored_max_leases(raw: bytes | None) -> int | None:
 def _ensure_semaphore_node(session: Session, path: str, max_leases: int, deadline: Deadline, name: str) -> None:
     client = session.client
     try:
-        call(session, lambda: client.create_async(path, marker_data(max_leases), acl=session.acl, makepath=True),
-             deadline)
+        call(
+            session,
+            lambda: client.create_async(path, marker_data(max_leases), acl=session.acl, makepath=True),
+            deadline,
+        )
         return
     except NodeExistsError:
         pass
@@ -68,8 +72,9 @@ def _ensure_semaphore_node(session: Session, path: str, max_leases: int, deadlin
         )
 
 
-def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: bool, deadline: Deadline,
-            name: str, alias: str) -> Contender:
+def acquire(
+    get_session, path: str, max_leases: int, data: bytes, *, blocking: bool, deadline: Deadline, name: str, alias: str
+) -> Contender:
     """Take one lease; returns a Contender standing for the lease node.
 
     Raises only zklocks errors: LockNotAcquired / LockTimeout / ZkUnavailable / ZkAuthError / SemaphoreMismatch,
@@ -86,28 +91,30 @@ def acquire(get_session, path: str, max_leases: int, data: bytes, *, blocking: b
         raise type(exc)(f"{what}: {exc}") from exc
 
 
-def _acquire(get_session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline, name: str,
-             what: str) -> Contender:
+def _acquire(
+    get_session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline, name: str, what: str
+) -> Contender:
     while True:
         session = get_session()
         try:
             _ensure_semaphore_node(session, path, max_leases, deadline, name)
             if not blocking:
                 # All leases taken: fail at once, without queueing for the mutex behind a blocking waiter.
-                children = call(session, lambda: session.client.get_children_async(path), deadline)
+                children = call(session, functools.partial(session.client.get_children_async, path), deadline)
                 if len(leases(children)) >= max_leases:
                     raise LockNotAcquired(f"{what}: all {max_leases} leases are held", name=name)
             # Non-blocking callers still wait for the (short) mutex turn, bounded by CONNECT_TIMEOUT.
             mutex_deadline = deadline if blocking else Deadline(session.cfg.connect_timeout)
 
-            def same_session() -> Session:
+            def same_session(session: Session = session) -> Session:
                 if session.dead:
                     raise SessionGone()  # start over on a fresh session (below)
                 return session
 
             try:
-                mutex = queue.acquire(same_session, mutex_path(path), EXCLUSIVE, data, blocking=True,
-                                      deadline=mutex_deadline, name=name)
+                mutex = queue.acquire(
+                    same_session, mutex_path(path), EXCLUSIVE, data, blocking=True, deadline=mutex_deadline, name=name
+                )
             except LockTimeout:
                 raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
         except (SessionGone, NoNodeError):
@@ -135,8 +142,9 @@ def _acquire(get_session, path: str, max_leases: int, data: bytes, blocking: boo
         return lease
 
 
-def _take_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,
-                name: str, what: str) -> Contender:
+def _take_lease(
+    session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline, name: str, what: str
+) -> Contender:
     lease = Contender(session, path, LEASE)  # one guid for every create of this acquire
     try:
         return _create_lease(session, path, max_leases, data, blocking, deadline, name, what, lease)
@@ -147,20 +155,30 @@ def _take_lease(session: Session, path: str, max_leases: int, data: bytes, block
         raise
 
 
-def _create_lease(session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline,
-                  name: str, what: str, lease: Contender) -> Contender:
+def _create_lease(
+    session: Session,
+    path: str,
+    max_leases: int,
+    data: bytes,
+    blocking: bool,
+    deadline: Deadline,
+    name: str,
+    what: str,
+    lease: Contender,
+) -> Contender:
     client = session.client
     while True:
         changed = threading.Event()
         with session.waking(changed):
             try:
-                children = call(session, lambda: client.get_children_async(path, watch=lambda _e: changed.set()),
-                                deadline)
+                watch = _setter(changed)  # a late watch of an earlier round must not wake this one
+                children = call(session, functools.partial(client.get_children_async, path, watch=watch), deadline)
             except NoNodeError:
                 raise SessionGone() from None  # the semaphore node was deleted under us: start over
             if len(leases(children)) < max_leases:
-                created = client.create_async(lease.prefix, data, acl=session.acl, ephemeral=True, sequence=True,
-                                              include_data=True)
+                created = client.create_async(
+                    lease.prefix, data, acl=session.acl, ephemeral=True, sequence=True, include_data=True
+                )
                 lease._pending_create = created
                 try:
                     try:
@@ -202,3 +220,7 @@ def _recover_lease(lease: Contender, deadline: Deadline) -> bool:
         return False
     lease._adopt(mine, deadline)
     return True
+
+
+def _setter(event: threading.Event):
+    return lambda _event: event.set()

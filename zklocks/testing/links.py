@@ -190,10 +190,10 @@ class PeerProxy:
                         return
                     if s is client and header is not None:
                         header += data
-                        data = self._rewrite_handshake(header)
-                        if data is None:
+                        rewritten = self._rewrite_handshake(header)
+                        if rewritten is None:
                             continue  # the handshake is not complete yet
-                        header = None
+                        data, header = rewritten, None
                     peers[s].sendall(data)
         except (OSError, ValueError):  # ValueError: a socket closed by a reset under our feet
             return
@@ -215,7 +215,7 @@ class PeerProxy:
             return bytes(buf)
         if len(buf) < ELECTION_HEADER.size:
             return None
-        version, sid, length = ELECTION_HEADER.unpack(buf[:ELECTION_HEADER.size])
+        version, sid, length = ELECTION_HEADER.unpack(buf[: ELECTION_HEADER.size])
         end = ELECTION_HEADER.size + length
         if len(buf) < end:
             return None

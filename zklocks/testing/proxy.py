@@ -1,14 +1,14 @@
 """A small TCP proxy on loopback for fault tests: cut a client off, or drop it mid-request.
 
-    proxy = TcpProxy("127.0.0.1", zk_port).start()
-    client connects to proxy.hosts
-    proxy.partition()        # black-hole: connections stay open, nothing passes (like a cut cable)
-    proxy.heal()
-    proxy.drop_after_next_request()   # forward the next request to the server, then drop the connection
-    proxy.drop_after_next_request((15,), skip=1)  # ... the second create2 instead
-    proxy.cancel_drop()      # disarm it
-    proxy.latency = 0.2      # delay every request (client to server) by 0.2 s, in order, from now on
-    proxy.reset()            # close every connection now
+proxy = TcpProxy("127.0.0.1", zk_port).start()
+client connects to proxy.hosts
+proxy.partition()        # black-hole: connections stay open, nothing passes (like a cut cable)
+proxy.heal()
+proxy.drop_after_next_request()   # forward the next request to the server, then drop the connection
+proxy.drop_after_next_request((15,), skip=1)  # ... the second create2 instead
+proxy.cancel_drop()      # disarm it
+proxy.latency = 0.2      # delay every request (client to server) by 0.2 s, in order, from now on
+proxy.reset()            # close every connection now
 """
 
 from __future__ import annotations
@@ -125,8 +125,7 @@ class TcpProxy:
                     if s is client and (self.latency > 0 or delayed is not None):
                         if delayed is None:
                             delayed = queue.Queue()
-                            threading.Thread(target=self._send_later, args=(delayed, upstream),
-                                             daemon=True).start()
+                            threading.Thread(target=self._send_later, args=(delayed, upstream), daemon=True).start()
                         delayed.put((time.monotonic() + self.latency, data))
                         continue
                     peers[s].sendall(data)
@@ -134,8 +133,11 @@ class TcpProxy:
                         requests_seen += 1
                         # The first client packet is the session handshake; then each packet starts with
                         # length, xid and the request's opcode (several packets may share one read).
-                        if (requests_seen > 1 and self._drop_next.is_set()
-                                and self._drop_opcodes.intersection(opcodes(data))):
+                        if (
+                            requests_seen > 1
+                            and self._drop_next.is_set()
+                            and self._drop_opcodes.intersection(opcodes(data))
+                        ):
                             with self._lock:
                                 if self._drop_skip > 0:
                                     self._drop_skip -= 1
@@ -177,7 +179,7 @@ def opcodes(data: bytes) -> list[int]:
     """Opcodes of the ZooKeeper requests framed in ``data`` (best effort: reads may split packets)."""
     found, offset = [], 0
     while offset + 12 <= len(data):
-        length = int.from_bytes(data[offset:offset + 4], "big")
-        found.append(int.from_bytes(data[offset + 8:offset + 12], "big", signed=True))
+        length = int.from_bytes(data[offset : offset + 4], "big")
+        found.append(int.from_bytes(data[offset + 8 : offset + 12], "big", signed=True))
         offset += 4 + length
     return found

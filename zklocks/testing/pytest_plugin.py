@@ -57,8 +57,13 @@ def zklocks_settings(zk_server):
     overrides: list = []
 
     def configure(**options):
-        alias = {"HOSTS": zk_server.hosts, "NAMESPACE": namespace, "SESSION_TIMEOUT": 2.0,
-                 "CONNECT_TIMEOUT": 2.0, "REAP_INTERVAL": 0}
+        alias = {
+            "HOSTS": zk_server.hosts,
+            "NAMESPACE": namespace,
+            "SESSION_TIMEOUT": 2.0,
+            "CONNECT_TIMEOUT": 2.0,
+            "REAP_INTERVAL": 0,
+        }
         alias.update(options)
         extra = alias.pop("EXTRA_ALIASES", {})
         override = override_settings(ZKLOCKS={"default": alias, **extra})

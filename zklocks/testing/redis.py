@@ -39,9 +39,27 @@ class RedisServer:
             raise RuntimeError("redis-server is not installed: run `apt-get install -y redis-server` (make test does)")
         log = open(self.dir / "redis.log", "ab")
         self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.dir), "--daemonize", "no", "--protected-mode", "no"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "no",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
         deadline = time.monotonic() + timeout

@@ -5,8 +5,6 @@ from __future__ import annotations
 import os
 
 # Without netty-codec the server accepts connections and then drops them.
-CLASSPATH = os.environ.get(
-    "ZKLOCKS_ZK_CLASSPATH", "/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar"
-)
+CLASSPATH = os.environ.get("ZKLOCKS_ZK_CLASSPATH", "/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar")
 JAVA = os.environ.get("ZKLOCKS_JAVA", "java")
 JAVAC = os.environ.get("ZKLOCKS_JAVAC", "javac")

@@ -54,8 +54,15 @@ def mntr(port: int) -> dict[str, str]:
 class ZkServer:
     """One ZooKeeper server process (standalone, or a member of a :class:`ZkEnsemble`)."""
 
-    def __init__(self, *, tick_time: int = 200, force_sync: bool = False, workdir: str | None = None,
-                 myid: int | None = None, extra: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        tick_time: int = 200,
+        force_sync: bool = False,
+        workdir: str | None = None,
+        myid: int | None = None,
+        extra: dict[str, str] | None = None,
+    ) -> None:
         self.tick_time = tick_time
         self.force_sync = force_sync
         self.myid = myid
@@ -120,10 +127,22 @@ class ZkServer:
             raise RuntimeError("ZooKeeper is not installed: run `apt-get install -y zookeeper` (make test does)")
         log = open(self.dir / "stdout.log", "ab")
         self.proc = subprocess.Popen(
-            [JAVA, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-             f"-Dlog4j.configuration=file:{self.dir}/log4j.properties",
-             "-Dzookeeper.jmx.log4j.disable=true", "-cp", CLASSPATH, MAIN, str(cfg)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            [
+                JAVA,
+                "-Xmx256m",
+                "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1",
+                f"-Dlog4j.configuration=file:{self.dir}/log4j.properties",
+                "-Dzookeeper.jmx.log4j.disable=true",
+                "-cp",
+                CLASSPATH,
+                MAIN,
+                str(cfg),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
         log.close()
 
@@ -210,8 +229,9 @@ class ZkEnsemble:
     :class:`ZkServer`. Clients keep their direct connections to every server.
     """
 
-    def __init__(self, size: int = 3, *, tick_time: int = 200, force_sync: bool = False,
-                 server_links: bool = False) -> None:
+    def __init__(
+        self, size: int = 3, *, tick_time: int = 200, force_sync: bool = False, server_links: bool = False
+    ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="zklocks-ensemble-"))
         self.servers = [
             ZkServer(tick_time=tick_time, force_sync=force_sync, workdir=str(self.dir / f"s{i}"), myid=i)
@@ -221,14 +241,15 @@ class ZkEnsemble:
         if server_links:
             from .links import ServerLinks
 
-            self.links = ServerLinks([s.myid for s in self.servers], [free_port() for _ in self.servers],
-                                     [free_port() for _ in self.servers])
+            self.links = ServerLinks(
+                [s.myid for s in self.servers if s.myid is not None],
+                [free_port() for _ in self.servers],
+                [free_port() for _ in self.servers],
+            )
             for i, s in enumerate(self.servers):
                 s.peers = self.links.peers_for(i)
             return
-        peers = "\n".join(
-            f"server.{s.myid}=127.0.0.1:{free_port()}:{free_port()}" for s in self.servers
-        )
+        peers = "\n".join(f"server.{s.myid}=127.0.0.1:{free_port()}:{free_port()}" for s in self.servers)
         for s in self.servers:
             s.peers = peers
 
@@ -261,7 +282,7 @@ class ZkEnsemble:
         """Partition the servers into ``groups``: every link between two groups is cut."""
         idx = [[self.index(s) for s in g] for g in groups]
         for a, group in enumerate(idx):
-            for other in idx[a + 1:]:
+            for other in idx[a + 1 :]:
                 for i in group:
                     for j in other:
                         self._links().cut(i, j, mode=mode)

@@ -28,12 +28,17 @@ def _classes() -> Path:
     with _compile_lock:
         if _compiled is None:
             if shutil.which(JAVAC) is None:
-                raise RuntimeError("javac is not installed: run `apt-get install -y default-jdk-headless` "
-                                   "(make test does)")
+                raise RuntimeError(
+                    "javac is not installed: run `apt-get install -y default-jdk-headless` (make test does)"
+                )
             out = Path(tempfile.mkdtemp(prefix="zklocks-javac-"))
             atexit.register(shutil.rmtree, out, True)
-            done = subprocess.run([JAVAC, "-nowarn", "-cp", CLASSPATH, "-d", str(out), str(SOURCE)],
-                                  capture_output=True, text=True, timeout=120)
+            done = subprocess.run(
+                [JAVAC, "-nowarn", "-cp", CLASSPATH, "-d", str(out), str(SOURCE)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             if done.returncode:
                 raise RuntimeError(f"javac failed on {SOURCE}:\n{done.stdout}{done.stderr}")
             _compiled = out
@@ -45,7 +50,12 @@ def seed_snapshot(data_dir: str | os.PathLike, cversions: dict[str, int]) -> Non
     counter given: the next sequential child created below it gets that number as its suffix."""
     args = [f"{path}={int(cversion)}" for path, cversion in cversions.items()]
     Path(data_dir).mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([JAVA, "-cp", f"{_classes()}:{CLASSPATH}", "SeedSnapshot", str(data_dir), *args],
-                          capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [JAVA, "-cp", f"{_classes()}:{CLASSPATH}", "SeedSnapshot", str(data_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
     if done.returncode:
         raise RuntimeError(f"SeedSnapshot failed:\n{done.stdout}{done.stderr}")

@@ -15,15 +15,21 @@ from zklocks.exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
 
 
 class Command(BaseCommand):
-    help = ("Check each zklocks alias: connectivity, AUTH credentials and the ACLs of its namespace. "
-            "Exits with status 1 on any problem.")
+    help = (
+        "Check each zklocks alias: connectivity, AUTH credentials and the ACLs of its namespace. "
+        "Exits with status 1 on any problem."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--alias", action="append", help="only this alias (repeatable)")
-        parser.add_argument("--fix-acls", action="store_true",
-                            help="give nodes with a weaker ACL the configured one (needs ADMIN on them)")
-        parser.add_argument("--limit", type=int, default=None,
-                            help="check at most this many lock nodes per alias (default: all)")
+        parser.add_argument(
+            "--fix-acls",
+            action="store_true",
+            help="give nodes with a weaker ACL the configured one (needs ADMIN on them)",
+        )
+        parser.add_argument(
+            "--limit", type=int, default=None, help="check at most this many lock nodes per alias (default: all)"
+        )
 
     def handle(self, *args, alias=None, fix_acls=False, limit=None, **options):
         configs, _ = conf.get_config()
@@ -64,8 +70,9 @@ class Command(BaseCommand):
                 self._fail(name, f"could not read the ACLs of {cfg.namespace}: {exc}")
                 return 1
             if not result.exists:
-                self._ok(name, f"{cfg.namespace} does not exist yet; it is created with the configured ACL on "
-                               "first use")
+                self._ok(
+                    name, f"{cfg.namespace} does not exist yet; it is created with the configured ACL on first use"
+                )
                 return 0
             if fix_acls and result.weaker:
                 try:
@@ -76,9 +83,15 @@ class Command(BaseCommand):
                     self._fail(name, f"could not fix the ACLs: {exc!r}")
                     failures += 1
             for finding in result.findings:
-                self._fail(name, f"{finding.path}: " + (
-                    f"weaker ACL than configured: {finding.detail}" if finding.kind == "weaker"
-                    else f"{finding.detail} (every lock would fail with NoAuth)"))
+                self._fail(
+                    name,
+                    f"{finding.path}: "
+                    + (
+                        f"weaker ACL than configured: {finding.detail}"
+                        if finding.kind == "weaker"
+                        else f"{finding.detail} (every lock would fail with NoAuth)"
+                    ),
+                )
                 failures += 1
             if not result.findings:
                 scope = f"{cfg.namespace} and {result.checked - 1} node(s) below it"

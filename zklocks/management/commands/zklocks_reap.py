@@ -18,11 +18,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--alias", action="append", help="only this alias (repeatable)")
-        parser.add_argument("--recycle", action="append", metavar="NAME",
-                            help="recycle this lock's node at its next empty moment (repeatable; needs one --alias "
-                                 "unless the lock is on 'default')")
-        parser.add_argument("--wait", type=float, default=60.0,
-                            help="seconds --recycle waits for an empty moment (default 60)")
+        parser.add_argument(
+            "--recycle",
+            action="append",
+            metavar="NAME",
+            help="recycle this lock's node at its next empty moment (repeatable; needs one --alias "
+            "unless the lock is on 'default')",
+        )
+        parser.add_argument(
+            "--wait", type=float, default=60.0, help="seconds --recycle waits for an empty moment (default 60)"
+        )
 
     def handle(self, *args, alias=None, recycle=None, wait=60.0, **options):
         if recycle:
@@ -33,8 +38,10 @@ class Command(BaseCommand):
             removed = sweep(pool.session().client, pool.cfg.namespace, worn)
             self.stdout.write(f"{name}: removed {removed} empty lock node(s)")
             for node, used in worn:
-                self.stdout.write(f"{name}: lock node {node} has used {used} of 2147483647 sequence numbers; "
-                                  f"recycle it with --alias {name} --recycle {shlex.quote(decode_name(node))}")
+                self.stdout.write(
+                    f"{name}: lock node {node} has used {used} of 2147483647 sequence numbers; "
+                    f"recycle it with --alias {name} --recycle {shlex.quote(decode_name(node))}"
+                )
 
     def _recycle(self, aliases, names, wait):
         if aliases and len(aliases) > 1:
@@ -48,7 +55,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"{alias}: recycled lock node {path} of {name!r}")
             else:
                 failed.append(name)
-                self.stderr.write(f"{alias}: lock node {path} of {name!r} was never empty within {wait:g}s; "
-                                  "run again, or stop its clients for a moment")
+                self.stderr.write(
+                    f"{alias}: lock node {path} of {name!r} was never empty within {wait:g}s; "
+                    "run again, or stop its clients for a moment"
+                )
         if failed:
             raise CommandError(f"not recycled: {', '.join(map(repr, failed))}")

@@ -10,8 +10,10 @@ from ._render import clean, who
 
 log = logging.getLogger("zklocks")
 
-WARNING = ("This deletes the holder's node; it does not stop a live holder. The holder learns it at its next "
-           "ensure_held(), and the next holder gets a higher fencing token.")
+WARNING = (
+    "This deletes the holder's node; it does not stop a live holder. The holder learns it at its next "
+    "ensure_held(), and the next holder gets a higher fencing token."
+)
 
 
 class Command(BaseCommand):
@@ -46,8 +48,14 @@ class Command(BaseCommand):
         except ZkLocksError as exc:
             raise CommandError(str(exc)) from None
         for c in result.deleted:
-            log.warning("zklocks: force-released %r (alias %r): node %s, token %s, session %s",
-                        info.name, alias, c.node, c.token, c.session_hex)
+            log.warning(
+                "zklocks: force-released %r (alias %r): node %s, token %s, session %s",
+                info.name,
+                alias,
+                c.node,
+                c.token,
+                c.session_hex,
+            )
             self.stdout.write(f"released: node {clean(c.node)} (token {c.token})")
         for node in result.gone:
             self.stdout.write(f"no longer a holder, left alone: {clean(node)}")

@@ -34,15 +34,19 @@ class Command(BaseCommand):
             kind = (lock.kind or "-") + (f"({lock.max_leases})" if lock.max_leases else "")
             first = [clean(lock.alias), clean(lock.name), kind]
             for i, h in enumerate(lock.holders or [None]):
-                rows.append((first if i == 0 else ["", "", ""]) + [
-                    who(h) if h else "-",
-                    duration(lock.held_for(now)) if h and i == 0 else "",
-                    str(h.token) if h else "-",
-                    str(lock.queue_length) if i == 0 else "",
-                ])
+                rows.append(
+                    (first if i == 0 else ["", "", ""])
+                    + [
+                        who(h) if h else "-",
+                        duration(lock.held_for(now)) if h and i == 0 else "",
+                        str(h.token) if h else "-",
+                        str(lock.queue_length) if i == 0 else "",
+                    ]
+                )
             queue_after[len(rows) - 1] = lock
         for idx, line in enumerate(table(rows)):
             self.stdout.write(line)
             for pos, w in enumerate(queue_after[idx].waiters if idx in queue_after else [], 1):
-                self.stdout.write(f"    {pos}. {who(w)}  (waiting {duration(max(0.0, now - w.since))}, {w.mode}, "
-                                  f"token {w.token})")
+                self.stdout.write(
+                    f"    {pos}. {who(w)}  (waiting {duration(max(0.0, now - w.since))}, {w.mode}, token {w.token})"
+                )

@@ -5,8 +5,13 @@ from django.core.management.base import BaseCommand
 
 from demo_project.shop.models import Product
 
-PRODUCTS = [("tea", "Green tea", 40), ("coffee", "Coffee beans", 40), ("cocoa", "Cocoa", 25),
-            ("honey", "Honey", 15), ("rice", "Rice", 60)]
+PRODUCTS = [
+    ("tea", "Green tea", 40),
+    ("coffee", "Coffee beans", 40),
+    ("cocoa", "Cocoa", 25),
+    ("honey", "Honey", 15),
+    ("rice", "Rice", 60),
+]
 
 
 class Command(BaseCommand):
