@@ -15,8 +15,9 @@ from .exceptions import (
     ZkLocksError,
     ZkUnavailable,
 )
-from .locks import lock_path, zk_lock, zk_semaphore
+from .locks import lock_path, zk_lock
 from .multilock import zk_multi_lock
+from .semaphores import zk_semaphore
 
 __all__ = [
     "zk_lock",

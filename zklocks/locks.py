@@ -97,7 +97,14 @@ class _BaseHandle(_Acquirable):
         raise NotImplementedError
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
-        raise NotImplementedError
+        if wait:
+            hold.contender.delete(Deadline(hold.session.cfg.connect_timeout))
+        else:
+            hold.contender.delete_nowait()
+
+    @property
+    def path(self) -> str:
+        return join_path(connections[self.using].cfg.namespace, self.name)
 
     def _clone(self, name: str) -> _BaseHandle:
         raise NotImplementedError
@@ -342,10 +349,6 @@ class ZkLock(_BaseHandle):
             reentrant=self.reentrant,
         )
 
-    @property
-    def path(self) -> str:
-        return join_path(connections[self.using].cfg.namespace, self.name)
-
     def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
         key = (current_owner(), self.using, self.name)
         if self.reentrant:
@@ -388,12 +391,6 @@ class ZkLock(_BaseHandle):
                 hold.key = None
         return hold
 
-    def _release_hold(self, hold: Hold, wait: bool) -> None:
-        if wait:
-            hold.contender.delete(Deadline(hold.session.cfg.connect_timeout))
-        else:
-            hold.contender.delete_nowait()
-
 
 def zk_lock(
     name: str,
@@ -420,85 +417,3 @@ def lock_path(name: str, using: str = "default") -> str:
     from .conf import alias_config
 
     return join_path(alias_config(using).namespace, name)
-
-
-class ZkSemaphore(_BaseHandle):
-    """Up to ``max_leases`` holders at once (not reentrant: each acquire takes a lease)."""
-
-    kind: str = Kind.SEMAPHORE
-
-    def __init__(
-        self,
-        name: str,
-        max_leases: int,
-        *,
-        timeout: float | None = None,
-        blocking: bool = True,
-        using: str = "default",
-        release_on_commit: bool | str = False,
-    ) -> None:
-        if not isinstance(max_leases, int) or isinstance(max_leases, bool) or max_leases < 1:
-            raise ValueError(f"max_leases must be an integer >= 1, not {max_leases!r}")
-        super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
-        self.max_leases = max_leases
-
-    def _clone(self, name: str) -> ZkSemaphore:
-        return ZkSemaphore(
-            name,
-            self.max_leases,
-            timeout=self.timeout,
-            blocking=self.blocking,
-            using=self.using,
-            release_on_commit=self.release_on_commit,
-        )
-
-    @property
-    def path(self) -> str:
-        return join_path(connections[self.using].cfg.namespace, self.name)
-
-    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
-        from .recipes import semaphore
-
-        pool = connections[self.using]
-        path = join_path(pool.cfg.namespace, self.name)
-        while True:
-            grant.hold = None
-            lease = grant.contender = semaphore.acquire(
-                pool.session,
-                path,
-                self.max_leases,
-                holder.payload(),
-                blocking=blocking,
-                deadline=deadline,
-                name=self.name,
-                alias=self.using,
-            )
-            hold = grant.hold = Hold(self.using, self.name, self.kind, lease, None)
-            if lease.session.add_hold(hold):
-                holds.long_holds.add(hold, lease.waited)
-                return hold
-            if deadline.expired():
-                raise LockTimeout(
-                    f"semaphore {self.name!r} (alias {self.using!r}): session lost while acquiring", name=self.name
-                )
-
-    def _release_hold(self, hold: Hold, wait: bool) -> None:
-        if wait:
-            hold.contender.delete(Deadline(hold.session.cfg.connect_timeout))
-        else:
-            hold.contender.delete_nowait()
-
-
-def zk_semaphore(
-    name: str,
-    max_leases: int,
-    *,
-    timeout: float | None = None,
-    blocking: bool = True,
-    using: str = "default",
-    release_on_commit: bool | str = False,
-) -> ZkSemaphore:
-    """A counting semaphore: at most ``max_leases`` holders of ``name`` at a time, across all processes."""
-    return ZkSemaphore(
-        name, max_leases, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
-    )

@@ -15,14 +15,13 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
+from .conf import AliasConfig
 from .recipes.layout import INTERNAL_CHILDREN, SEQUENCE_WARN
-
-if TYPE_CHECKING:
-    from .connections import Pool
+from .session import Session
 
 log = logging.getLogger("zklocks")
 
@@ -115,6 +114,15 @@ def reset_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=reset_after_fork)
+
+
+class Pool(Protocol):
+    """What the sweeper needs of a connection pool (connections.Pool)."""
+
+    cfg: AliasConfig
+    closed: bool
+
+    def sessions(self) -> list[Session]: ...
 
 
 def schedule(pool: Pool) -> None:

@@ -16,7 +16,6 @@ import logging
 import shlex
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 from kazoo.exceptions import (
@@ -37,7 +36,6 @@ from ..exceptions import (
 )
 from ..session import Session
 from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
-from .deletes import GuaranteedDelete, delete_failed
 from .layout import (
     SEQUENCE_LIMIT,
     SEQUENCE_WARN,
@@ -47,38 +45,19 @@ from .layout import (
     sequence_trusted,
     sort_contenders,
 )
+from .node import OwnNode
 
 log = logging.getLogger("zklocks")
 
 
-class Contender:
+class Contender(OwnNode):
     """One enqueued node of one acquire attempt on one session."""
 
-    __slots__ = (
-        "session",
-        "parent",
-        "marker",
-        "guid",
-        "prefix",
-        "node",
-        "name",
-        "token",
-        "_pending_create",
-        "queued_at",
-        "waited",
-        "wakeups",
-    )
+    __slots__ = ("marker", "queued_at", "waited", "wakeups")
 
     def __init__(self, session: Session, parent: str, marker: str) -> None:
-        self.session = session
-        self.parent = parent
+        super().__init__(session, parent, marker)
         self.marker = marker
-        self.guid = uuid.uuid4().hex
-        self.prefix = f"{parent}/{self.guid}{marker}"
-        self.node: str | None = None  # full path once known
-        self.name: str | None = None  # child name once known
-        self.token: int | None = None
-        self._pending_create = None
         self.queued_at = time.time()
         self.waited = False
         self.wakeups = 0  # watch notifications this contender received while queued
@@ -132,25 +111,6 @@ class Contender:
             )
         except NodeExistsError:
             pass
-
-    def _find_own(self, children: list[str]) -> str | None:
-        for child in children:
-            if child.startswith(self.guid):
-                return child
-        return None
-
-    def _adopt(self, child: str, deadline: Deadline) -> None:
-        path = f"{self.parent}/{child}"
-        stat = call(self.session, lambda: self.session.client.exists_async(path), deadline)
-        if stat is None:
-            raise SessionGone()  # it was there a moment ago: only our session's end removes it
-        self._set_node(path, stat.czxid)
-        self._pending_create = None
-
-    def _set_node(self, path: str, czxid: int) -> None:
-        self.node = path
-        self.name = path.rsplit("/", 1)[1]
-        self.token = czxid
 
     # -- queue position --
 
@@ -220,47 +180,6 @@ class Contender:
     def _woken(self, event: threading.Event) -> None:
         self.wakeups += 1
         event.set()
-
-    # -- leaving the queue --
-
-    def delete(self, deadline: Deadline) -> None:
-        """Delete our node and wait for the answer; hand it to the background on any trouble."""
-        node = self.node
-        if node is None or self.session.dead:
-            self.abandon()
-            return
-        try:
-            wait_result(self.session.client.delete_async(node), self.session, deadline)
-        except (NoNodeError, SessionGone):
-            pass
-        except ZkAuthError as exc:
-            delete_failed(self, exc)
-        except Exception:
-            self.abandon()
-
-    def delete_nowait(self) -> None:
-        """Send the delete and return: later requests of this session see it applied (FIFO per session).
-
-        A connection loss before the answer hands the node to GuaranteedDelete; an ended session took the
-        node with it.
-        """
-        node = self.node
-        if node is None or self.session.dead:
-            self.abandon()
-            return
-        self.session.client.delete_async(node).rawlink(self._on_deleted)
-
-    def _on_deleted(self, result) -> None:
-        try:
-            result.get_nowait()
-        except (ConnectionLoss, OperationTimeoutError):
-            GuaranteedDelete(self).start_later()
-        except Exception as exc:
-            delete_failed(self, exc)
-
-    def abandon(self) -> None:
-        """Remove our node with a guarantee, without blocking the caller."""
-        GuaranteedDelete(self).start()
 
 
 def acquire(

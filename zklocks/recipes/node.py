@@ -1,11 +1,12 @@
-"""Deleting a contender's node with a guarantee: through connection loss, until its session ends (RECIPES §2:
-an abandoned node would block everyone behind it)."""
+"""One ephemeral-sequential node of one acquire: its per-acquire guid, its name and token once known, finding it
+again after a connection loss (RECIPES §6), and deleting it with a guarantee: through connection loss, until its
+session ends (RECIPES §2: an abandoned node would block everyone behind it)."""
 
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from kazoo.exceptions import (
     ConnectionClosedError,
@@ -16,15 +17,90 @@ from kazoo.exceptions import (
 )
 
 from .. import dispatch
-from .calls import SessionGone
-
-if TYPE_CHECKING:
-    from .queue import Contender
+from ..exceptions import ZkAuthError
+from ..session import Session
+from .calls import Deadline, SessionGone, call, wait_result
 
 log = logging.getLogger("zklocks")
 
 
-def delete_failed(contender: Contender, exc: Exception) -> None:
+class OwnNode:
+    """A node we create as ``<parent>/<guid><marker><seq>``; the guid is fresh for every acquire."""
+
+    __slots__ = ("session", "parent", "guid", "prefix", "node", "name", "token", "_pending_create")
+
+    def __init__(self, session: Session, parent: str, marker: str) -> None:
+        self.session = session
+        self.parent = parent
+        self.guid = uuid.uuid4().hex
+        self.prefix = f"{parent}/{self.guid}{marker}"
+        self.node: str | None = None  # full path once known
+        self.name: str | None = None  # child name once known
+        self.token: int | None = None
+        self._pending_create = None
+
+    def _find_own(self, children: list[str]) -> str | None:
+        for child in children:
+            if child.startswith(self.guid):
+                return child
+        return None
+
+    def _adopt(self, child: str, deadline: Deadline) -> None:
+        path = f"{self.parent}/{child}"
+        stat = call(self.session, lambda: self.session.client.exists_async(path), deadline)
+        if stat is None:
+            raise SessionGone()  # it was there a moment ago: only our session's end removes it
+        self._set_node(path, stat.czxid)
+        self._pending_create = None
+
+    def _set_node(self, path: str, czxid: int) -> None:
+        self.node = path
+        self.name = path.rsplit("/", 1)[1]
+        self.token = czxid
+
+    # -- leaving --
+
+    def delete(self, deadline: Deadline) -> None:
+        """Delete our node and wait for the answer; hand it to the background on any trouble."""
+        node = self.node
+        if node is None or self.session.dead:
+            self.abandon()
+            return
+        try:
+            wait_result(self.session.client.delete_async(node), self.session, deadline)
+        except (NoNodeError, SessionGone):
+            pass
+        except ZkAuthError as exc:
+            delete_failed(self, exc)
+        except Exception:
+            self.abandon()
+
+    def delete_nowait(self) -> None:
+        """Send the delete and return: later requests of this session see it applied (FIFO per session).
+
+        A connection loss before the answer hands the node to GuaranteedDelete; an ended session took the
+        node with it.
+        """
+        node = self.node
+        if node is None or self.session.dead:
+            self.abandon()
+            return
+        self.session.client.delete_async(node).rawlink(self._on_deleted)
+
+    def _on_deleted(self, result) -> None:
+        try:
+            result.get_nowait()
+        except (ConnectionLoss, OperationTimeoutError):
+            GuaranteedDelete(self).start_later()
+        except Exception as exc:
+            delete_failed(self, exc)
+
+    def abandon(self) -> None:
+        """Remove our node with a guarantee, without blocking the caller."""
+        GuaranteedDelete(self).start()
+
+
+def delete_failed(contender: OwnNode, exc: Exception) -> None:
     """A delete that cannot succeed (e.g. NoAuth) must not leave our node in the queue: end the session."""
     if isinstance(exc, (NoNodeError, SessionExpiredError, ConnectionClosedError, SessionGone)):
         return  # the node is gone either way
@@ -42,7 +118,7 @@ class GuaranteedDelete:
     Runs entirely from kazoo completion callbacks and the dispatch thread; it never blocks either.
     """
 
-    def __init__(self, contender: Contender) -> None:
+    def __init__(self, contender: OwnNode) -> None:
         self.c = contender
         self.delay = 0.05
 

@@ -1,0 +1,83 @@
+"""``zk_semaphore``: up to N holders of a name at once (RECIPES §4; the recipe is recipes/semaphore.py)."""
+
+from __future__ import annotations
+
+from . import holder, holds
+from .connections import connections
+from .exceptions import LockTimeout
+from .holds import Grant, Hold
+from .locks import _BaseHandle
+from .names import join_path
+from .recipes import semaphore
+from .recipes.calls import Deadline
+from .recipes.layout import Kind
+
+
+class ZkSemaphore(_BaseHandle):
+    """Up to ``max_leases`` holders at once (not reentrant: each acquire takes a lease)."""
+
+    kind: str = Kind.SEMAPHORE
+
+    def __init__(
+        self,
+        name: str,
+        max_leases: int,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        using: str = "default",
+        release_on_commit: bool | str = False,
+    ) -> None:
+        if not isinstance(max_leases, int) or isinstance(max_leases, bool) or max_leases < 1:
+            raise ValueError(f"max_leases must be an integer >= 1, not {max_leases!r}")
+        super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+        self.max_leases = max_leases
+
+    def _clone(self, name: str) -> ZkSemaphore:
+        return ZkSemaphore(
+            name,
+            self.max_leases,
+            timeout=self.timeout,
+            blocking=self.blocking,
+            using=self.using,
+            release_on_commit=self.release_on_commit,
+        )
+
+    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
+        pool = connections[self.using]
+        path = join_path(pool.cfg.namespace, self.name)
+        while True:
+            grant.hold = None
+            lease = grant.contender = semaphore.acquire(
+                pool.session,
+                path,
+                self.max_leases,
+                holder.payload(),
+                blocking=blocking,
+                deadline=deadline,
+                name=self.name,
+                alias=self.using,
+            )
+            hold = grant.hold = Hold(self.using, self.name, self.kind, lease, None)
+            if lease.session.add_hold(hold):
+                holds.long_holds.add(hold, lease.waited)
+                return hold
+            if deadline.expired():
+                raise LockTimeout(
+                    f"semaphore {self.name!r} (alias {self.using!r}): session lost while acquiring", name=self.name
+                )
+
+
+def zk_semaphore(
+    name: str,
+    max_leases: int,
+    *,
+    timeout: float | None = None,
+    blocking: bool = True,
+    using: str = "default",
+    release_on_commit: bool | str = False,
+) -> ZkSemaphore:
+    """A counting semaphore: at most ``max_leases`` holders of ``name`` at a time, across all processes."""
+    return ZkSemaphore(
+        name, max_leases, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
+    )
