@@ -158,7 +158,10 @@ class Hold:
             return client.exists_async(node)
 
         try:
-            stat = call(self.session, synced_exists, Deadline(self.session.cfg.connect_timeout))
+            # A server that cannot reach its leader never answers the sync: wait no longer than the lease lasts,
+            # so that ensure_held() raises LockLost on time instead of after CONNECT_TIMEOUT.
+            wait = min(self.session.cfg.connect_timeout, max(0.0, self.session.lease_remaining()))
+            stat = call(self.session, synced_exists, Deadline(wait))
         except SessionGone:
             self.mark_lost(self.session.dead_reason or "expired")
             return
