@@ -1,4 +1,6 @@
 from django.contrib import admin
 from django.urls import path
 
-urlpatterns = [path("admin/", admin.site.urls)]
+import zklocks.views
+
+urlpatterns = [path("admin/", admin.site.urls), path("metrics", zklocks.views.metrics)]
