@@ -84,7 +84,15 @@ class Metrics(observe.Observer):
         self._lock = threading.Lock()
         self._held: dict[Any, tuple] = {}  # hold -> its label values, while counted in zklocks_held
         self._session_state: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._children: dict[tuple, Any] = {}  # (metric, label values) -> child: labels() costs a lock and checks
         _instances.add(self)
+
+    def _child(self, metric: Any, labels: tuple) -> Any:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def _labels(self, alias: str, kind: str, name: str) -> tuple:
         if self.family is None:
@@ -95,12 +103,12 @@ class Metrics(observe.Observer):
 
     def acquire_started(self, attempt: observe.Attempt) -> tuple:
         labels = self._labels(attempt.alias, attempt.kind, attempt.name)
-        self.waiting_now.labels(*labels).inc()
+        self._child(self.waiting_now, labels).inc()
         return labels
 
     def acquire_ended(self, attempt: observe.Attempt, labels: tuple) -> None:
-        self.waiting_now.labels(*labels).dec()
-        self.acquire_seconds.labels(*labels, attempt.result).observe(attempt.wait)
+        self._child(self.waiting_now, labels).dec()
+        self._child(self.acquire_seconds, (*labels, attempt.result)).observe(attempt.wait)
 
     # -- holds --
 
@@ -108,21 +116,21 @@ class Metrics(observe.Observer):
         labels = self._labels(hold.alias, hold.kind, hold.name)
         with self._lock:
             self._held[hold] = labels
-        self.held_now.labels(*labels).inc()
+        self._child(self.held_now, labels).inc()
 
     def _uncount(self, hold: Any) -> tuple | None:
         with self._lock:
             labels = self._held.pop(hold, None)
         if labels is not None:
-            self.held_now.labels(*labels).dec()
+            self._child(self.held_now, labels).dec()
         return labels
 
     def released(self, hold: Any) -> None:
         labels = self._uncount(hold) or self._labels(hold.alias, hold.kind, hold.name)
-        self.hold_seconds.labels(*labels).observe(max(0.0, time.monotonic() - hold.acquired_at))
+        self._child(self.hold_seconds, labels).observe(max(0.0, time.monotonic() - hold.acquired_at))
 
     def lost(self, hold: Any, reason: str) -> None:
-        self.lost_total.labels(hold.alias, reason).inc()
+        self._child(self.lost_total, (hold.alias, reason)).inc()
         self._uncount(hold)
 
     # -- sessions --
@@ -144,17 +152,18 @@ class Metrics(observe.Observer):
             else:
                 self._session_state[session] = state
         if replaced is not None:
-            self.sessions.labels(alias, "lost").dec()
+            self._child(self.sessions, (alias, "lost")).dec()
         if old is not None:
-            self.sessions.labels(alias, old).dec()
+            self._child(self.sessions, (alias, old)).dec()
         if state != "closed":
-            self.sessions.labels(alias, state).inc()
+            self._child(self.sessions, (alias, state)).inc()
 
     def _forget_after_fork(self) -> None:
         """A forked child holds nothing and has no sessions: its gauges start from zero."""
         self._lock = threading.Lock()
         self._held = {}
         self._session_state = weakref.WeakKeyDictionary()
+        self._children = {}
         for gauge in (self.held_now, self.waiting_now, self.sessions):
             gauge._lock = threading.Lock()  # another thread of the parent may have held it at the fork
             gauge.clear()
