@@ -39,8 +39,9 @@ def test_held_waiting_and_acquires_summed_over_processes(zk_server, tmp_path):
     env.pop("DJANGO_SETTINGS_MODULE", None)
     namespace = alias_config().namespace
     names = ["a", "b", "c", "a"]  # the last one waits behind the first
-    procs = [
-        subprocess.Popen(
+
+    def spawn(name: str) -> subprocess.Popen:
+        return subprocess.Popen(
             [sys.executable, "-m", "tests.observe.mp_worker", zk_server.hosts, namespace, name],
             cwd=ROOT,
             env=env,
@@ -49,16 +50,17 @@ def test_held_waiting_and_acquires_summed_over_processes(zk_server, tmp_path):
             text=True,
             start_new_session=True,
         )
-        for name in names
-    ]
+
+    procs = [spawn(name) for name in names[:3]]
     held = 'zklocks_held{alias="default",kind="exclusive"}'
     waiting = 'zklocks_waiting{alias="default",kind="exclusive"}'
     acquired = 'zklocks_acquire_seconds_count{alias="default",kind="exclusive",result="acquired"}'
     connected = 'zklocks_sessions{alias="default",state="connected"}'
     try:
-        for p in procs[:3]:
+        for p in procs:
             assert p.stdout.readline().strip() == "waiting"
             assert p.stdout.readline().strip() == "held"
+        procs.append(spawn(names[3]))
         assert procs[3].stdout.readline().strip() == "waiting"
         wait_until(lambda: scrape(env).get(waiting) == 1, 10)
         samples = scrape(env)
