@@ -83,7 +83,7 @@ class ZooKeeperHealthCheck(HealthCheck):
     def aliases(self) -> list[str]:
         return [self.alias] if self.alias is not None else conf.aliases()
 
-    @property  # type: ignore[override]
+    @property
     def timeout(self) -> datetime.timedelta:
         """Each alias's CONNECT_TIMEOUT, in turn (twice with MAX_HOLD_SECONDS: the snapshot is one more read)."""
         total = 0.0
