@@ -139,10 +139,7 @@ class _BaseHandle(_Acquirable):
                 stack = self._mine.setdefault(owner, [])
                 depth = len(stack)
                 stack.append(hold)  # nothing can interrupt between the depth and the append
-            if attempt is not None:
-                observe.acquire_ended(attempt, observe.ACQUIRED, hold.token)
-                if hold.count == 1:
-                    observe.held(hold)
+            observe.acquired(attempt, hold)
             if hold.count == 1:
                 signals.send_async(
                     signals.lock_acquired,
@@ -198,8 +195,7 @@ class _BaseHandle(_Acquirable):
         hold.session.remove_hold(hold)
         if not hold.lost:
             self._release_hold(hold, wait)
-        if observe.observers:
-            observe.released(hold)
+        observe.released(hold)
         signals.send_async(
             signals.lock_released,
             sender=type(self),

@@ -91,6 +91,14 @@ def acquire_ended(attempt: Attempt | None, result: str, token: int | None = None
         _safe(observer.acquire_ended, attempt, state)
 
 
+def acquired(attempt: Attempt | None, hold: Any) -> None:
+    """An acquire succeeded: a new hold, or (``hold.count > 1``) a reentrant one."""
+    if attempt is not None:
+        acquire_ended(attempt, ACQUIRED, hold.token)
+        if hold.count == 1:
+            held(hold)
+
+
 def acquire_failed(attempt: Attempt | None, error: BaseException) -> None:
     if attempt is not None:
         acquire_ended(attempt, result_of(error), error=error)
