@@ -17,6 +17,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "zklocks",
+    "health_check",
+    "zklocks.health",
     "demo_project.shop",
 ]
 MIDDLEWARE = [

@@ -13,6 +13,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",  # the live server of the browser tests serves the admin's CSS
     "zklocks",
+    "health_check",
+    "zklocks.health",
     "tests.app",
 ]
 MIDDLEWARE = [

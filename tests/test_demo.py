@@ -101,6 +101,12 @@ def test_make_demo_headless(tmp_path):
         assert seen_task, "no Celery task among the holders"
         shop = json.loads(urllib.request.urlopen(login["url"] + "/catalog.json", timeout=30).read())
         assert any(p["orders"] for p in shop["products"])
+        exposition = urllib.request.urlopen(login["url"] + "/metrics", timeout=30).read().decode()
+        assert re.search(
+            r'zklocks_acquire_seconds_count\{alias="default",kind="\w+",result="acquired"\} [1-9]', exposition
+        )
+        health = json.loads(urllib.request.urlopen(login["url"] + "/ht/?format=json", timeout=30).read())
+        assert health and set(health.values()) == {"OK"}, health
 
         proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0

@@ -22,7 +22,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods
 
-from . import conf, inspect
+from . import conf, deadlocks, inspect
 from .exceptions import ZkLocksError
 from .models import Lock
 from .names import decode_name
@@ -182,6 +182,8 @@ class LockAdmin(admin.ModelAdmin):
             "Locks",
             rows=rows,
             errors=[a.error for a in snap.errors],
+            answered=len(snap.aliases) - len(snap.errors),
+            deadlocks=[d for a in snap.aliases for d in deadlocks.find(a.alias, a.locks)],
             query=query,
             refresh=refresh,
             taken_at=_when(now),

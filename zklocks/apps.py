@@ -18,3 +18,8 @@ class ZkLocksConfig(AppConfig):
         # Talks to ZooKeeper: only with `manage.py check --deploy`, never on every manage.py command.
         checks.register(zk_checks.check_namespace_acls, "zklocks", deploy=True)
         setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")
+        # Optional: Prometheus metrics (prometheus_client) and OpenTelemetry spans (opentelemetry-api).
+        from . import metrics, tracing
+
+        metrics.install()
+        tracing.install()

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 
 from kazoo.protocol.states import EventType
 
-from . import dispatch, holder, signals
+from . import dispatch, holder, observe, signals
 from .recipes.calls import Deadline, SessionGone, call
 from .recipes.queue import Contender
 from .session import Session
@@ -131,6 +131,8 @@ class Hold:
             return
         self.lost = True
         self.lost_reason = reason
+        if observe.observers:
+            observe.lost(self, reason)
         signals.send_async(
             signals.lock_lost,
             sender=Hold,

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from . import conf, holder, holds, names, signals
+from . import conf, holder, holds, names, observe, signals
 from .commit import release_after_commit
 from .connections import connections
 from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout, LockUpgradeError
@@ -129,6 +129,7 @@ class _BaseHandle(_Acquirable):
         grant = Grant()
         owner: object | None = None
         depth: int | None = None
+        attempt = observe.acquire_started(self.using, self.kind, self.name)
         try:
             try:
                 hold = self._acquire_hold(blocking and not once, deadline, grant)
@@ -145,6 +146,7 @@ class _BaseHandle(_Acquirable):
                 stack = self._mine.setdefault(owner, [])
                 depth = len(stack)
                 stack.append(hold)  # nothing can interrupt between the depth and the append
+            observe.acquired(attempt, hold)
             if hold.count == 1:
                 signals.send_async(
                     signals.lock_acquired,
@@ -155,7 +157,8 @@ class _BaseHandle(_Acquirable):
                     token=hold.token,
                     wait_time=time.monotonic() - started,
                 )
-        except BaseException:
+        except BaseException as exc:
+            observe.acquire_failed(attempt, exc)
             # Whatever arrived after the grant (even asynchronously) must not leave a node nobody releases.
             if owner is not None:
                 with self._mine_lock:
@@ -199,6 +202,7 @@ class _BaseHandle(_Acquirable):
         hold.session.remove_hold(hold)
         if not hold.lost:
             self._release_hold(hold, wait)
+        observe.released(hold)
         signals.send_async(
             signals.lock_released,
             sender=type(self),

@@ -26,7 +26,7 @@ from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
-from . import clock, conf, dispatch, lease
+from . import clock, conf, dispatch, lease, observe
 from .exceptions import ZkAuthError, ZkUnavailable
 
 log = logging.getLogger("zklocks")
@@ -159,6 +159,8 @@ class Session:
             self._connected.set()
         else:
             self._connected.clear()
+        if observe.observers and not self.dead and state != KazooState.LOST:
+            observe.session_state(self, "connected" if state == KazooState.CONNECTED else "suspended")
         if state == KazooState.LOST:
             # kazoo reports a rejected AUTH as LOST; its own state still says why.
             self.auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
@@ -249,7 +251,9 @@ class Session:
                 return False
             self.dead = True
             self.dead_reason = reason
-            return True
+        if observe.observers:
+            observe.session_state(self, "closed" if reason == "closed" else "lost")
+        return True
 
     def _declare_lost_soon(self, reason: str) -> None:
         if self._mark_dead(reason):
@@ -385,6 +389,8 @@ class Session:
                 f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable ({detail})"
             ) from error
         self._connected.set()
+        if observe.observers:
+            observe.session_state(self, "connected")
 
     def close(self, wait: bool = True) -> None:
         """End the session on the server (its ephemeral nodes go at once) and stop kazoo's threads."""

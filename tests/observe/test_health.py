@@ -1,0 +1,78 @@
+"""The django-health-check check of ZooKeeper, against real servers."""
+
+import asyncio
+import time
+
+import pytest
+from django.test import override_settings
+
+from zklocks import zk_lock
+from zklocks.health import ZooKeeperHealthCheck
+from zklocks.testing import ZkEnsemble
+
+
+def run_check(check=None):
+    return asyncio.run((check or ZooKeeperHealthCheck()).get_result())
+
+
+@pytest.mark.zk
+def test_passes_through_the_view(client):
+    response = client.get("/ht/?format=json")
+    assert response.status_code == 200, response.content
+    assert list(response.json().values()) == ["OK"]
+
+
+@pytest.mark.zk
+def test_unreachable_alias_fails_naming_it(zklocks_settings, client):
+    zklocks_settings(EXTRA_ALIASES={"reports": {"HOSTS": "127.0.0.1:1", "CONNECT_TIMEOUT": 0.5}})
+    result = run_check()
+    assert result.error is not None
+    assert "'reports'" in str(result.error) and "unavailable" in str(result.error)
+    assert "'default'" not in str(result.error)
+    assert run_check(ZooKeeperHealthCheck(alias="default")).error is None
+    response = client.get("/ht/?format=json")
+    assert response.status_code == 500
+
+
+@pytest.mark.zk
+def test_max_hold_seconds():
+    with override_settings(ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 0.5}):
+        assert run_check().error is None
+        with zk_lock("nightly/report"):
+            time.sleep(1.2)
+            result = run_check()
+        assert result.error is not None
+        assert "'nightly/report'" in str(result.error) and "'default'" in str(result.error)
+        assert run_check().error is None
+
+
+def test_fails_within_connect_timeout_once_quorum_is_gone():
+    ensemble = ZkEnsemble(3, tick_time=200)
+    try:
+        ensemble.start()
+        connect_timeout = 2.0
+        alias = {"HOSTS": ensemble.hosts, "NAMESPACE": "/health", "SESSION_TIMEOUT": 2.0, "CONNECT_TIMEOUT": 2.0}
+        with override_settings(ZKLOCKS={"default": alias}):
+            try:
+                assert run_check().error is None
+                stopped_at = time.monotonic()
+                ensemble.servers[0].stop()
+                ensemble.servers[1].stop()
+                # A leader answers syncs and reads until it notices (within syncLimit ticks) that it lost its
+                # followers: the check may pass once more, but it fails within CONNECT_TIMEOUT + 2 s of the stop.
+                while True:
+                    result = run_check()
+                    elapsed = time.monotonic() - stopped_at
+                    if result.error is not None or elapsed > connect_timeout + 2:
+                        break
+                    time.sleep(0.1)
+                assert result.error is not None
+                assert "alias 'default'" in str(result.error), result.error
+                assert elapsed < connect_timeout + 2, elapsed
+                print(f"failed {elapsed:.2f}s after the stop: {result.error}")
+            finally:
+                from zklocks.connections import close_all
+
+                close_all(wait=False)
+    finally:
+        ensemble.cleanup()

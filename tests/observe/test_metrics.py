@@ -1,0 +1,138 @@
+"""Prometheus metrics of locks and sessions, against the suite's real ZooKeeper server."""
+
+import threading
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from tests.helpers import in_thread, wait_until
+from zklocks import LockTimeout, ZkUnavailable, metrics, zk_lock, zk_semaphore
+from zklocks.connections import connections
+
+pytestmark = pytest.mark.zk
+
+
+@pytest.fixture
+def registry():
+    registry = CollectorRegistry()
+    m = metrics.start(metrics.Metrics(registry))
+    yield registry
+    metrics.stop(m)
+
+
+def value(registry, name, **labels):
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def test_acquire_results_hold_time_and_gauges(registry):
+    lock = zk_lock("orders/1")
+    with lock:
+        assert value(registry, "zklocks_held", alias="default", kind="exclusive") == 1
+        with lock:  # reentrant: one more attempt, still one hold
+            pass
+        assert value(registry, "zklocks_held", alias="default", kind="exclusive") == 1
+        assert in_thread(zk_lock("orders/1").acquire, False) is False
+
+        waiter_started = threading.Event()
+
+        def wait():
+            waiter_started.set()
+            with pytest.raises(LockTimeout):
+                with zk_lock("orders/1", timeout=0.6):
+                    pass
+
+        t = threading.Thread(target=wait)
+        t.start()
+        waiter_started.wait(5)
+        wait_until(lambda: value(registry, "zklocks_waiting", alias="default", kind="exclusive") == 1, 5)
+        t.join(10)
+        assert value(registry, "zklocks_waiting", alias="default", kind="exclusive") == 0
+    assert value(registry, "zklocks_held", alias="default", kind="exclusive") == 0
+    acquired = dict(alias="default", kind="exclusive", result="acquired")
+    assert value(registry, "zklocks_acquire_seconds_count", **acquired) == 2
+    assert (
+        value(registry, "zklocks_acquire_seconds_count", alias="default", kind="exclusive", result="not_acquired") == 1
+    )
+    timeouts = dict(alias="default", kind="exclusive", result="timeout")
+    assert value(registry, "zklocks_acquire_seconds_count", **timeouts) == 1
+    assert value(registry, "zklocks_acquire_seconds_sum", **timeouts) >= 0.55
+    assert value(registry, "zklocks_hold_seconds_count", alias="default", kind="exclusive") == 1
+    # names never become label values
+    from prometheus_client import generate_latest
+
+    assert b"orders" not in generate_latest(registry)
+
+
+def test_shared_and_semaphore_kinds(registry):
+    with zk_lock("r", shared=True), zk_semaphore("pool", 2):
+        assert value(registry, "zklocks_held", alias="default", kind="shared") == 1
+        assert value(registry, "zklocks_held", alias="default", kind="semaphore") == 1
+    assert value(registry, "zklocks_hold_seconds_count", alias="default", kind="semaphore") == 1
+
+
+def test_unavailable(registry, zklocks_settings):
+    zklocks_settings(HOSTS="127.0.0.1:1", CONNECT_TIMEOUT=0.3)
+    with pytest.raises(ZkUnavailable):
+        zk_lock("x").acquire()
+    assert (
+        value(registry, "zklocks_acquire_seconds_count", alias="default", kind="exclusive", result="unavailable") == 1
+    )
+    assert value(registry, "zklocks_waiting", alias="default", kind="exclusive") == 0
+
+
+def test_lost_hold_and_session_states(registry, zk_server, zk_expire):
+    lock = zk_lock("expiring")
+    lock.acquire()
+    session = connections["default"].session()
+    assert value(registry, "zklocks_sessions", alias="default", state="connected") >= 1
+    connected = value(registry, "zklocks_sessions", alias="default", state="connected")
+    zk_expire(zk_server.hosts, session)
+    wait_until(lambda: value(registry, "zklocks_lost_total", alias="default", reason="expired") == 1, 10)
+    assert value(registry, "zklocks_held", alias="default", kind="exclusive") == 0
+    wait_until(lambda: value(registry, "zklocks_sessions", alias="default", state="lost") == 1, 5)
+    assert value(registry, "zklocks_sessions", alias="default", state="connected") == connected - 1
+    lock.release()
+    assert value(registry, "zklocks_held", alias="default", kind="exclusive") == 0  # not counted twice
+    assert value(registry, "zklocks_hold_seconds_count", alias="default", kind="exclusive") == 1
+    with zk_lock("after"):  # the pool replaces the lost session
+        pass
+    assert value(registry, "zklocks_sessions", alias="default", state="lost") == 0
+    assert value(registry, "zklocks_sessions", alias="default", state="connected") == connected
+
+
+def family_of(name: str) -> str:
+    return name.split("/", 1)[0]
+
+
+def test_family_label_from_dotted_path():
+    registry = CollectorRegistry()
+    m = metrics.start(metrics.Metrics(registry, family=metrics.resolve_family("tests.observe.test_metrics.family_of")))
+    try:
+        for i in range(5):
+            with zk_lock(f"invoice/{i}"):
+                pass
+        with zk_lock("report/x"):
+            pass
+    finally:
+        metrics.stop(m)
+    labels = dict(alias="default", kind="exclusive", result="acquired")
+    assert value(registry, "zklocks_acquire_seconds_count", family="invoice", **labels) == 5
+    assert value(registry, "zklocks_acquire_seconds_count", family="report", **labels) == 1
+
+
+def test_family_must_be_callable():
+    from zklocks import ZkConfigError
+
+    with pytest.raises(ZkConfigError, match="ZKLOCKS_METRICS_FAMILY"):
+        metrics.resolve_family(3)
+
+
+def test_view_serves_the_default_registry(client):
+    with zk_lock("viewed"):
+        pass
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain")
+    body = response.content.decode()
+    assert 'zklocks_acquire_seconds_count{alias="default",kind="exclusive",result="acquired"}' in body
+    assert "# TYPE zklocks_held gauge" in body

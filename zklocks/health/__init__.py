@@ -1,0 +1,108 @@
+"""A django-health-check check of ZooKeeper: ``pip install 'django-zklocks[health]'``.
+
+Add ``"zklocks.health"`` next to ``"health_check"`` in INSTALLED_APPS and list the check on the health view::
+
+    path("ht/", HealthCheckView.as_view(checks=[..., "zklocks.health.ZooKeeperHealthCheck"]))
+
+For each alias (or only ``alias``) it reaches a session within CONNECT_TIMEOUT and makes a ``sync`` + read round
+trip; it fails naming the alias and the cause. With ``settings.ZKLOCKS_HEALTH = {"MAX_HOLD_SECONDS": N}`` it also
+fails while some lock has been held longer than N seconds (read from zklocks.inspect, the read model).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import time
+
+from health_check.base import HealthCheck
+from health_check.exceptions import ServiceUnavailable
+
+from .. import conf
+from ..connections import connections
+from ..exceptions import ZkLocksError
+from ..recipes.calls import Deadline, DeadlinePassed, SessionGone, call
+
+
+def probe(alias: str) -> str | None:
+    """None if the alias answers a sync + read within its CONNECT_TIMEOUT, else what went wrong."""
+    try:
+        cfg = conf.alias_config(alias)
+        deadline = Deadline(cfg.connect_timeout)
+        session = connections[alias].session()  # ZkUnavailable when no session within CONNECT_TIMEOUT
+        client = session.client
+        path = cfg.namespace or "/"
+
+        def synced_read():
+            client.sync_async(path)
+            return client.exists_async(path)
+
+        call(session, synced_read, deadline)
+    except ZkLocksError as exc:
+        text = str(exc)
+        return text if repr(alias) in text else f"alias {alias!r}: {text}"
+    except SessionGone:
+        return f"alias {alias!r}: the ZooKeeper session was lost during the check"
+    except DeadlinePassed:
+        return f"alias {alias!r}: no sync + read answer within CONNECT_TIMEOUT={cfg.connect_timeout:g}s"
+    return None
+
+
+def long_holds(aliases: list[str], max_hold: float) -> list[str]:
+    """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder."""
+    from ..inspect import snapshot
+
+    snap = snapshot(aliases)
+    now = time.time()
+    found = []
+    for lock in snap.locks:
+        held_for = lock.held_for(now)
+        if held_for is not None and held_for > max_hold:
+            who = ", ".join(f"{h.host or '?'} pid {h.pid or '?'}" for h in lock.holders)
+            found.append(
+                f"alias {lock.alias!r}: lock {lock.name!r} held for {held_for:.0f}s > MAX_HOLD_SECONDS={max_hold:g} "
+                f"(by {who})"
+            )
+    return found
+
+
+def max_hold_seconds() -> float | None:
+    from django.conf import settings
+
+    options = getattr(settings, "ZKLOCKS_HEALTH", None) or {}
+    value = options.get("MAX_HOLD_SECONDS")
+    return None if value is None else float(value)
+
+
+@dataclasses.dataclass
+class ZooKeeperHealthCheck(HealthCheck):
+    """Every configured alias, or only ``alias``."""
+
+    alias: str | None = None
+
+    def aliases(self) -> list[str]:
+        return [self.alias] if self.alias is not None else conf.aliases()
+
+    @property
+    def timeout(self) -> datetime.timedelta:
+        """Each alias's CONNECT_TIMEOUT, in turn (twice with MAX_HOLD_SECONDS: the snapshot is one more read)."""
+        total = 0.0
+        for alias in self.aliases():
+            try:
+                total += conf.alias_config(alias).connect_timeout
+            except ZkLocksError:
+                pass
+        if max_hold_seconds() is not None:
+            total *= 2
+        return datetime.timedelta(seconds=total + 1.0)
+
+    def run(self) -> None:
+        aliases = self.aliases()
+        problems = [p for p in map(probe, aliases) if p]
+        max_hold = max_hold_seconds()
+        if max_hold is not None:
+            reachable = [a for a in aliases if not any(p.startswith(f"alias {a!r}") for p in problems)]
+            if reachable:
+                problems += long_holds(reachable, max_hold)
+        if problems:
+            raise ServiceUnavailable("; ".join(problems))
