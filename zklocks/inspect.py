@@ -275,11 +275,9 @@ def read_namespace(
             order = sort_contenders(children)
             # A contender whose suffix is past the sequence limit (RECIPES §7c) is never granted: it leaves.
             order.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
-            if not order:
-                lock.kind = None
-            elif any(marker != EXCLUSIVE for _, marker, _ in order):
-                lock.kind = Kind.SHARED
             held, waiting = split_queue(order)
+            # The holders' mode is the lock's kind: a queue of readers behind a writer is held exclusively.
+            lock.kind = None if not held else Kind.EXCLUSIVE if held[0][1] == EXCLUSIVE else Kind.SHARED
             found.append((lock, held, waiting, False))
     # Round 3: every holder's and waiter's data, and the semaphores' internal mutex queues.
     ops: list[tuple[str, str]] = []
