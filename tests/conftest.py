@@ -1,6 +1,6 @@
 import pytest
 
-pytest_plugins = ["zklocks.testing.pytest_plugin", "tests.celery_harness"]
+pytest_plugins = ["zklocks.testing.pytest_plugin", "tests.support.celery_harness"]
 
 
 @pytest.fixture(autouse=True)

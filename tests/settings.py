@@ -13,7 +13,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",  # the live server of the browser tests serves the admin's CSS
     "zklocks",
-    "tests.app",
+    "tests.support.app",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

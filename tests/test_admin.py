@@ -8,8 +8,8 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
 
-from tests.helpers import wait_until
-from tests.lockholders import busy_orders_lock, hold, stop_all
+from tests.support.helpers import wait_until
+from tests.support.threads import busy_orders_lock, hold, stop_all
 from zklocks import LockLost, inspect
 from zklocks.admin import duration
 from zklocks.models import Lock
@@ -115,7 +115,7 @@ def test_names_and_holder_data_are_escaped(admin_client):
 def test_foreign_data_shown_verbatim_and_escaped(admin_client, zk_server):
     from kazoo.recipe.lock import Lock as KazooLock
 
-    from tests.helpers import raw_client
+    from tests.support.helpers import raw_client
     from zklocks import lock_path
 
     kz = raw_client(zk_server.hosts)
@@ -255,7 +255,7 @@ def test_duration_formatting():
 
 
 def test_semaphore_in_the_list(admin_client):
-    from tests.lockholders import lease
+    from tests.support.threads import lease
 
     a = lease("pdf", 1, "pdf-a")
     assert a.acquired.wait(10)

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
-from tests.browser import chromium_page
-from tests.helpers import wait_until
-from tests.lockholders import hold, queue_behind
+from tests.support.browser import chromium_page
+from tests.support.helpers import wait_until
+from tests.support.threads import hold, queue_behind
 from zklocks import LockLost, inspect
 
 pytestmark = [pytest.mark.zk, pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -7,7 +7,7 @@ from itertools import pairwise
 import pytest
 from django.test import AsyncClient, override_settings
 
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 from zklocks import LockTimeout, zk_lock, zk_multi_lock, zk_semaphore
 from zklocks.connections import connections
 
@@ -116,7 +116,7 @@ def test_async_timeout_and_semaphore_and_multi():
 
 @pytest.mark.django_db
 def test_async_django_view_guarded_by_zk_lock():
-    with override_settings(ROOT_URLCONF="tests.app.urls"):
+    with override_settings(ROOT_URLCONF="tests.support.app.urls"):
 
         async def main():
             client = AsyncClient()

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 from zklocks import LockTimeout, zk_lock
 from zklocks.connections import connections
 

@@ -8,7 +8,7 @@ import pytest
 from django.core import checks
 from django.test import override_settings
 
-from tests.helpers import in_thread, raw_client, tree, wait_until
+from tests.support.helpers import in_thread, raw_client, tree, wait_until
 from zklocks import (
     LockNotAcquired,
     SemaphoreMismatch,

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.celery_app import (
+from tests.support.celery_app import (
     hold_for,
     hold_until_lost,
     rec_default_key,
@@ -20,8 +20,8 @@ from tests.celery_app import (
     self_call,
     session_info,
 )
-from tests.celery_harness import CeleryEnv, new_key
-from tests.helpers import assert_no_overlap, raw_client, wait_until
+from tests.support.celery_harness import CeleryEnv, new_key
+from tests.support.helpers import assert_no_overlap, raw_client, wait_until
 from zklocks import holder
 from zklocks.names import join_path
 from zklocks.recipes.layout import sort_contenders
@@ -63,7 +63,7 @@ def test_skip_under_contention(celery_env):
 
     signalled = wait_until(skip_records)
     assert {s["name"] for s in signalled} == {f"rec:{key}"}
-    assert all(s["task"] == "tests.celery_app.rec_skip" for s in signalled)
+    assert all(s["task"] == "tests.support.celery_app.rec_skip" for s in signalled)
     assert len({s["pid"] for s in signalled} | {r["pid"] for r in records}) >= 2  # contention across processes
 
 
@@ -133,7 +133,7 @@ def test_holder_data_names_the_task(celery_env):
         client.close()
     for data in found:
         assert data["task_id"] == r.id
-        assert data["task_name"] == "tests.celery_app.hold_for"
+        assert data["task_name"] == "tests.support.celery_app.hold_for"
     assert r.get(timeout=30)["task_id"] == r.id
 
 
@@ -158,17 +158,17 @@ def test_retry_from_the_body_does_not_fight_its_own_lock(celery_env):
 
 def test_bad_key_fails_the_task_at_once_in_the_worker(celery_env, celery_app, bad_tasks):
     started = time.monotonic()
-    missing = celery_app.send_task("tests.celery_bad_tasks.bad_key_missing", args=[1])
-    unformattable = celery_app.send_task("tests.celery_bad_tasks.bad_key_format", args=["abc"])
+    missing = celery_app.send_task("tests.support.celery_bad_tasks.bad_key_missing", args=[1])
+    unformattable = celery_app.send_task("tests.support.celery_bad_tasks.bad_key_format", args=["abc"])
     not_json = celery_app.send_task(
-        "tests.celery_app.rec_default_key", args=["k"], kwargs={"extra": datetime.datetime(2024, 1, 1)}
+        "tests.support.celery_app.rec_default_key", args=["k"], kwargs={"extra": datetime.datetime(2024, 1, 1)}
     )
     results([missing, unformattable, not_json], timeout=30)
     assert time.monotonic() - started < 15
     for r, task, words in (
-        (missing, "tests.celery_bad_tasks.bad_key_missing", "acount_id"),
-        (unformattable, "tests.celery_bad_tasks.bad_key_format", "cannot fill"),
-        (not_json, "tests.celery_app.rec_default_key", "not JSON-serialisable"),
+        (missing, "tests.support.celery_bad_tasks.bad_key_missing", "acount_id"),
+        (unformattable, "tests.support.celery_bad_tasks.bad_key_format", "cannot fill"),
+        (not_json, "tests.support.celery_app.rec_default_key", "not JSON-serialisable"),
     ):
         assert r.state == "FAILURE"
         assert type(r.result).__name__ == "InvalidLockName"

@@ -5,8 +5,8 @@ when the second runs in another process (another ZooKeeper session) whose reques
 import pytest
 from celery import chain, group
 
-from tests.celery_app import rec_skip
-from tests.celery_harness import CeleryEnv, new_key
+from tests.support.celery_app import rec_skip
+from tests.support.celery_harness import CeleryEnv, new_key
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.celery

@@ -7,7 +7,7 @@ from django.core import checks
 from django.core.checks import Error, Warning
 from django.test import override_settings
 
-from tests.celery_app import rec_default_key, rec_skip, self_call
+from tests.support.celery_app import rec_default_key, rec_skip, self_call
 from zklocks import InvalidLockName, LockNotAcquired, ZkConfigError
 from zklocks.celery import conf as celery_conf
 from zklocks.celery import keys
@@ -59,11 +59,11 @@ def test_templates():
 
 
 def test_bad_key_fails_at_enqueue_time_naming_the_task(bad_tasks):
-    with pytest.raises(InvalidLockName, match="tests.celery_bad_tasks.bad_key_missing.*acount_id"):
+    with pytest.raises(InvalidLockName, match="tests.support.celery_bad_tasks.bad_key_missing.*acount_id"):
         bad_tasks.bad_key_missing.delay(1)
-    with pytest.raises(InvalidLockName, match="tests.celery_bad_tasks.bad_key_format.*cannot fill"):
+    with pytest.raises(InvalidLockName, match="tests.support.celery_bad_tasks.bad_key_format.*cannot fill"):
         bad_tasks.bad_key_format.delay("abc")
-    with pytest.raises(InvalidLockName, match="tests.celery_app.rec_default_key.*not JSON-serialisable"):
+    with pytest.raises(InvalidLockName, match="tests.support.celery_app.rec_default_key.*not JSON-serialisable"):
         rec_default_key.delay("k", extra=datetime.datetime(2024, 1, 1))
 
 
@@ -82,11 +82,11 @@ def test_invalid_option_on_a_task_is_a_clear_error():
         on_locked = "wait"
 
     try:
-        with pytest.raises(ZkConfigError, match="task 'tests.celery_app.rec_default_key': on_locked: must be one of"):
+        with pytest.raises(ZkConfigError, match="task 'tests.support.celery_app.rec_default_key': on_locked: must be one of"):
             Broken().lock_options()
     finally:
         celery_conf.declared_task_problems.remove(
-            ("tests.celery_app.rec_default_key", "on_locked: must be one of skip, retry, raise, not 'wait'")
+            ("tests.support.celery_app.rec_default_key", "on_locked: must be one of skip, retry, raise, not 'wait'")
         )
 
 
@@ -111,7 +111,7 @@ def test_system_checks(bad_tasks):
             id="zklocks.E020",
         ),
         Error(
-            "tests.celery_bad_tasks.bad_key_missing: lock_key 'bad:{acount_id}' refers to acount_id, which is not an "
+            "tests.support.celery_bad_tasks.bad_key_missing: lock_key 'bad:{acount_id}' refers to acount_id, which is not an "
             "argument of the task (arguments: self, account_id)",
             hint="Fix the option on the task (see the README, Celery).",
             id="zklocks.E021",
@@ -135,7 +135,7 @@ def test_eager_self_call_is_contention_not_reentry():
 
 @pytest.mark.zk
 def test_eager_run_holds_the_lock_and_releases_it(zklocks_settings):
-    from tests.helpers import raw_client
+    from tests.support.helpers import raw_client
     from zklocks import lock_path, zk_lock
 
     result = rec_skip.apply(args=("eager-run", 0.05)).get()
@@ -149,7 +149,7 @@ def test_eager_run_holds_the_lock_and_releases_it(zklocks_settings):
         client.stop()
         client.close()
     # An execution meeting a lock held by plain code is contention too (rec_raise: on_locked="raise").
-    from tests.celery_app import rec_raise
+    from tests.support.celery_app import rec_raise
 
     with zk_lock("rec:eager-held"):
         with pytest.raises(LockNotAcquired, match="rec:eager-held"):

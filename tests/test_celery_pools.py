@@ -2,9 +2,9 @@
 
 import pytest
 
-from tests.celery_app import rec_skip, rec_wait
-from tests.celery_harness import CeleryEnv, new_key
-from tests.helpers import assert_no_overlap
+from tests.support.celery_app import rec_skip, rec_wait
+from tests.support.celery_harness import CeleryEnv, new_key
+from tests.support.helpers import assert_no_overlap
 
 pytestmark = pytest.mark.celery
 

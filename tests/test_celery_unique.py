@@ -8,9 +8,9 @@ import pytest
 import redis
 from kombu.exceptions import SerializerNotInstalled
 
-from tests.celery_app import unique_long, unique_short
-from tests.celery_harness import CeleryEnv, new_key
-from tests.helpers import wait_until
+from tests.support.celery_app import unique_long, unique_short
+from tests.support.celery_harness import CeleryEnv, new_key
+from tests.support.helpers import wait_until
 from zklocks.celery import unique
 
 pytestmark = [pytest.mark.celery, pytest.mark.zk]

@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.lockholders import busy_orders_lock, hold, stop_all
+from tests.support.threads import busy_orders_lock, hold, stop_all
 from zklocks import LockLost, inspect
 from zklocks.testing import free_port
 
@@ -117,8 +117,8 @@ def test_release_errors():
 
 
 def test_release_of_a_semaphore_deletes_its_leases():
-    from tests.helpers import wait_until
-    from tests.lockholders import lease
+    from tests.support.helpers import wait_until
+    from tests.support.threads import lease
 
     a, b = lease("pool", 2, "lease-a"), lease("pool", 2, "lease-b")
     assert a.acquired.wait(10) and b.acquired.wait(10)

@@ -7,7 +7,7 @@ import time
 import pytest
 from django.test import override_settings
 
-from tests.helpers import ROOT, raw_client, wait_until
+from tests.support.helpers import ROOT, raw_client, wait_until
 from zklocks import lock_path, zk_lock
 from zklocks.testing import ZkServer, mntr
 
@@ -104,7 +104,7 @@ def test_asynchronous_release_is_seen_by_our_next_request_and_soon_by_others(zk_
 def test_normal_exit_leaves_no_node_for_the_session_timeout(zk_server, hold):
     ns = "/exit-test"
     script = (
-        "from tests.workers import setup\n"
+        "from tests.support.workers import setup\n"
         f"setup({zk_server.hosts!r}, {ns!r}, 30.0)\n"
         "from zklocks import zk_lock\n"
         "lock = zk_lock('leaving')\n"

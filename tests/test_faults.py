@@ -6,7 +6,7 @@ import time
 import pytest
 from django.test import override_settings
 
-from tests.helpers import raw_client, tree, wait_until
+from tests.support.helpers import raw_client, tree, wait_until
 from zklocks import LockLost, LockTimeout, ZkUnavailable, clock, lock_path, signals, zk_lock
 from zklocks.connections import close_all, connections
 from zklocks.testing.proxy import TcpProxy

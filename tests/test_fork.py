@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.helpers import raw_client
+from tests.support.helpers import raw_client
 from zklocks import zk_lock
 from zklocks.connections import connections
 

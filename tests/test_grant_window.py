@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from tests.helpers import in_thread, wait_until
+from tests.support.helpers import in_thread, wait_until
 from zklocks import zk_lock, zk_semaphore
 from zklocks.connections import Session, connections
 from zklocks.holds import Hold, LongHolds, current_owner
@@ -139,7 +139,7 @@ def test_an_exception_in_the_grant_window_of_a_semaphore_frees_the_lease(where, 
 def test_a_soft_time_limit_right_after_the_task_lock_is_granted_releases_it():
     """The soft time limit's exception is delivered between bytecodes, e.g. as the C call that follows the
     acquire in SingleExecutionTask._acquire returns; a profile function raises at exactly that point."""
-    from tests.celery_app import rec_skip
+    from tests.support.celery_app import rec_skip
     from zklocks.celery import SingleExecutionTask
 
     target = SingleExecutionTask._acquire.__code__

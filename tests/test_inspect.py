@@ -9,8 +9,8 @@ import pytest
 from kazoo.recipe.lock import Lock
 
 from benchmarks.inspect_snapshot import populate
-from tests.helpers import raw_client, wait_until
-from tests.lockholders import hold, lease, queue_behind
+from tests.support.helpers import raw_client, wait_until
+from tests.support.threads import hold, lease, queue_behind
 from zklocks import inspect, lock_path
 from zklocks.connections import connections
 from zklocks.multiread import _support, fetch

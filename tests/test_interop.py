@@ -5,7 +5,7 @@ import threading
 import pytest
 from kazoo.recipe.lock import Lock, ReadLock, WriteLock
 
-from tests.helpers import raw_client
+from tests.support.helpers import raw_client
 from zklocks import lock_path, zk_lock
 
 pytestmark = pytest.mark.zk

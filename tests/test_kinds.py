@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.helpers import HeldInThread, assert_no_overlap, in_thread, raw_client, read_records, spawn_worker, wait_until
+from tests.support.helpers import HeldInThread, assert_no_overlap, in_thread, raw_client, read_records, spawn_worker, wait_until
 from zklocks import (
     LockNotAcquired,
     LockTimeout,
@@ -265,13 +265,13 @@ def test_semaphore_across_processes_never_exceeds_its_leases(zk_server, tmp_path
     import subprocess
     import sys
 
-    from tests.helpers import ROOT
+    from tests.support.helpers import ROOT
 
     out = tmp_path / "sem.jsonl"
     ns = alias_config().namespace
     script = (
         "import json,os,sys,time\n"
-        "from tests.workers import setup\n"
+        "from tests.support.workers import setup\n"
         f"setup({zk_server.hosts!r}, {ns!r}, 4.0)\n"
         "from zklocks import zk_semaphore\n"
         f"out=open({str(out)!r},'a',buffering=1)\n"

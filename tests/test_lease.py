@@ -10,7 +10,7 @@ import time
 import pytest
 from django.test import override_settings
 
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 from zklocks import clock, lease, zk_lock
 from zklocks.connections import connections
 

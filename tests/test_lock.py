@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.helpers import HeldInThread, in_thread, raw_client, tree, wait_until
+from tests.support.helpers import HeldInThread, in_thread, raw_client, tree, wait_until
 from zklocks import LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_lock
 from zklocks.conf import alias_config
 

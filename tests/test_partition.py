@@ -8,8 +8,8 @@ import pytest
 from django.db import connection
 from django.test import override_settings
 
-from tests.app.models import Stock
-from tests.helpers import wait_until
+from tests.support.app.models import Stock
+from tests.support.helpers import wait_until
 from zklocks import signals, zk_lock
 from zklocks.connections import close_all, connections
 from zklocks.fencing import FencedQuerySet, StaleToken

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.helpers import assert_no_overlap, read_records, spawn_worker
+from tests.support.helpers import assert_no_overlap, read_records, spawn_worker
 from zklocks.conf import alias_config
 
 pytestmark = pytest.mark.zk

@@ -6,7 +6,7 @@ import time
 import pytest
 from django.core.management import call_command
 
-from tests.helpers import raw_client, wait_until
+from tests.support.helpers import raw_client, wait_until
 from zklocks import zk_lock, zk_semaphore
 from zklocks.conf import alias_config
 

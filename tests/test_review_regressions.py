@@ -7,7 +7,7 @@ import time
 import pytest
 from django.test import override_settings
 
-from tests.helpers import HeldInThread, raw_client, wait_until
+from tests.support.helpers import HeldInThread, raw_client, wait_until
 from zklocks import LockLost, LockTimeout, signals, zk_lock, zk_semaphore
 from zklocks.connections import connections
 from zklocks.testing import ZkServer

@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.test import override_settings
 
-from tests.helpers import raw_client, wait_until
+from tests.support.helpers import raw_client, wait_until
 from zklocks import LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_semaphore
 from zklocks.reaper import sweep
 from zklocks.testing.proxy import TcpProxy

@@ -16,7 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from tests.helpers import assert_no_overlap, raw_client, read_records, spawn_worker
+from tests.support.helpers import assert_no_overlap, raw_client, read_records, spawn_worker
 from zklocks import SequenceExhausted, zk_lock, zk_semaphore
 from zklocks.connections import close_all
 from zklocks.names import join_path

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import pytest
 from django.test import override_settings
 
-from tests.helpers import raw_client, wait_until
+from tests.support.helpers import raw_client, wait_until
 from zklocks import zk_lock
 from zklocks.connections import close_all
 from zklocks.exceptions import ZkLocksError, ZkUnavailable

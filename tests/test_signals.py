@@ -2,7 +2,7 @@ import threading
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 from zklocks import signals, zk_lock
 
 pytestmark = pytest.mark.zk

@@ -6,7 +6,7 @@ import time
 import pytest
 from django.db import connection, transaction
 
-from tests.app.models import Stock
+from tests.support.app.models import Stock
 from zklocks import zk_lock
 
 pytestmark = [pytest.mark.zk, pytest.mark.django_db(transaction=True)]

@@ -16,7 +16,7 @@ from django.test import override_settings
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from tests.helpers import ROOT
+from tests.support.helpers import ROOT
 from zklocks import zk_lock, zk_semaphore
 from zklocks.connections import close_all
 from zklocks.testing import free_port

@@ -1,4 +1,4 @@
-"""Worker processes for the multi-process tests: ``python -m tests.workers <mode> ...``.
+"""Worker processes for the multi-process tests: ``python -m tests.support.workers <mode> ...``.
 
 Each records its holds as JSON lines: {"start", "end", "token", "pid"}; monotonic clocks are system-wide on
 Linux, so intervals of different processes compare.

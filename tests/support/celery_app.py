@@ -1,4 +1,4 @@
-"""The Celery app of the Celery tests: real workers run ``celery -A tests.celery_app worker``.
+"""The Celery app of the Celery tests: real workers run ``celery -A tests.support.celery_app worker``.
 
 Configured from the environment so that worker processes use the suite's ZooKeeper and Redis:
 ZKLOCKS_TEST_HOSTS, ZKLOCKS_TEST_NAMESPACE, ZKLOCKS_TEST_SESSION_TIMEOUT, ZKLOCKS_TEST_CONNECT_TIMEOUT,
@@ -52,7 +52,7 @@ app.conf.update(
     task_track_started=False,
     worker_send_task_events=False,
     # Misconfigured tasks live apart, so that importing this module in the test process reports no problems.
-    imports=("tests.celery_bad_tasks",),
+    imports=("tests.support.celery_bad_tasks",),
 )
 
 

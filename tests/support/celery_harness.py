@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, read_records, wait_until
+from tests.support.helpers import ROOT, read_records, wait_until
 from zklocks.testing.redis import RedisServer
 
 
 class CeleryWorker:
-    """``celery -A tests.celery_app worker`` with the given pool, concurrency and queue."""
+    """``celery -A tests.support.celery_app worker`` with the given pool, concurrency and queue."""
 
     def __init__(
         self,
@@ -45,7 +45,7 @@ class CeleryWorker:
             "-m",
             "celery",
             "-A",
-            "tests.celery_app",
+            "tests.support.celery_app",
             "worker",
             "-P",
             pool,
@@ -215,7 +215,7 @@ def redis_server():
 
 @pytest.fixture(scope="session")
 def celery_app(redis_server):
-    from tests.celery_app import app
+    from tests.support.celery_app import app
 
     app.conf.broker_url = f"{redis_server.url}/0"
     app.conf.result_backend = f"{redis_server.url}/1"
@@ -252,7 +252,7 @@ def new_key() -> str:
 @pytest.fixture
 def bad_tasks():
     """The misconfigured tasks; their system-check problems are forgotten afterwards."""
-    from tests import celery_bad_tasks
+    from tests.support import celery_bad_tasks
     from zklocks.celery import conf as celery_conf
     from zklocks.celery.task import _declare
 

@@ -2,7 +2,7 @@
 ``imports``; the test process imports it only inside the ``bad_tasks`` fixture, which forgets the problems
 they declare, so other tests see clean system checks."""
 
-from tests.celery_app import app
+from tests.support.celery_app import app
 from zklocks.celery import SingleExecutionTask
 
 
