@@ -14,7 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def spawn_worker(*args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("DJANGO_SETTINGS_MODULE", None)
-    return subprocess.Popen([sys.executable, "-m", "tests.support.workers", *args], cwd=ROOT, env=env, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.workers", *args], cwd=ROOT, env=env, start_new_session=True
+    )
 
 
 def read_records(path) -> list[dict]:

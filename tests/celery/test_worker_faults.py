@@ -6,7 +6,15 @@ import time
 
 import pytest
 
-from tests.support.celery_app import hold_for, late_retry, late_skip, rec_skip, rec_wait, session_info, unavailable_retry
+from tests.support.celery_app import (
+    hold_for,
+    late_retry,
+    late_skip,
+    rec_skip,
+    rec_wait,
+    session_info,
+    unavailable_retry,
+)
 from tests.support.celery_harness import CeleryEnv, new_key
 from tests.support.helpers import assert_no_overlap, raw_client, wait_until
 from zklocks.names import join_path

@@ -1,7 +1,7 @@
 """The lease rule (zklocks/lease.py): the pure proof, then its cost and upkeep on a real server.
 
 The partitions that the rule exists for (a follower cut off from its leader, a leader cut off from its
-followers) are injected for real in tests/test_server_partitions.py.
+followers) are injected for real in tests/faults/test_server_partitions.py.
 """
 
 import threading

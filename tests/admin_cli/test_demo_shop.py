@@ -11,13 +11,11 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from pathlib import Path
 
 import pytest
 
+from tests.support.helpers import ROOT
 from zklocks.testing import free_port
-
-ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.timeout(150)
 

@@ -12,11 +12,10 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.helpers import ROOT
 
 pytestmark = [pytest.mark.celery, pytest.mark.timeout(180)]
 

@@ -82,7 +82,9 @@ def test_invalid_option_on_a_task_is_a_clear_error():
         on_locked = "wait"
 
     try:
-        with pytest.raises(ZkConfigError, match="task 'tests.support.celery_app.rec_default_key': on_locked: must be one of"):
+        with pytest.raises(
+            ZkConfigError, match="task 'tests.support.celery_app.rec_default_key': on_locked: must be one of"
+        ):
             Broken().lock_options()
     finally:
         celery_conf.declared_task_problems.remove(
@@ -111,8 +113,8 @@ def test_system_checks(bad_tasks):
             id="zklocks.E020",
         ),
         Error(
-            "tests.support.celery_bad_tasks.bad_key_missing: lock_key 'bad:{acount_id}' refers to acount_id, which is not an "
-            "argument of the task (arguments: self, account_id)",
+            "tests.support.celery_bad_tasks.bad_key_missing: lock_key 'bad:{acount_id}' refers to acount_id, which "
+            "is not an argument of the task (arguments: self, account_id)",
             hint="Fix the option on the task (see the README, Celery).",
             id="zklocks.E021",
         ),

@@ -1,5 +1,6 @@
 """Bad input and misconfiguration, each against a real server where it matters: a clear, specific error (or the
-safe behaviour), and nothing lost or left behind. Pure validation is in test_names.py and test_checks.py."""
+safe behaviour), and nothing lost or left behind. Pure validation is in test_names.py and
+admin_cli/test_system_checks.py."""
 
 import threading
 import time

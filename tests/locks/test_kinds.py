@@ -5,7 +5,15 @@ import time
 
 import pytest
 
-from tests.support.helpers import HeldInThread, assert_no_overlap, in_thread, raw_client, read_records, spawn_worker, wait_until
+from tests.support.helpers import (
+    HeldInThread,
+    assert_no_overlap,
+    in_thread,
+    raw_client,
+    read_records,
+    spawn_worker,
+    wait_until,
+)
 from zklocks import (
     LockNotAcquired,
     LockTimeout,
