@@ -6,7 +6,7 @@ import time
 import pytest
 from django.test import override_settings
 
-from tests.support.helpers import raw_client, tree, wait_until
+from tests.support.helpers import HeldInThread, raw_client, tree, wait_until
 from zklocks import LockLost, LockTimeout, ZkUnavailable, clock, lock_path, signals, zk_lock
 from zklocks.connections import close_all, connections
 from zklocks.testing.proxy import TcpProxy
@@ -147,6 +147,44 @@ def test_short_blip_on_the_same_session_loses_nothing(own_zk, lost_events):
             time.sleep(0.2)
             assert lost_events == []
             lock.release()
+    finally:
+        proxy.stop()
+
+
+def test_long_hold_watch_survives_a_connection_blip(own_zk):
+    proxy = TcpProxy("127.0.0.1", own_zk.port).start()
+    try:
+        with use(proxy.hosts, SESSION_TIMEOUT=3.0):
+            lock = zk_lock("long")
+            lock.acquire()
+            time.sleep(1.3)  # long hold: its node is watched
+            session = connections["default"].session()
+            proxy.reset()
+            wait_until(lambda: session.connected, timeout=5)
+            time.sleep(0.3)
+            client = raw_client(own_zk.hosts)
+            try:
+                (child,) = client.get_children(lock.path)
+                client.delete(f"{lock.path}/{child}")
+                wait_until(lambda: not lock.is_held, timeout=3)
+            finally:
+                client.stop()
+            lock.release()
+    finally:
+        proxy.stop()
+
+
+def test_lock_deadline_during_a_short_blip_is_a_timeout_not_an_outage(own_zk):
+    proxy = TcpProxy("127.0.0.1", own_zk.port).start()
+    try:
+        with use(proxy.hosts, SESSION_TIMEOUT=3.0, CONNECT_TIMEOUT=5.0):
+            holder = HeldInThread(zk_lock("busy"))
+            proxy.partition()
+            with pytest.raises(LockTimeout):  # not ZkUnavailable: CONNECT_TIMEOUT (5 s) has not passed
+                with zk_lock("busy", timeout=0.5):
+                    pass
+            proxy.heal()
+            holder.release()
     finally:
         proxy.stop()
 

@@ -114,6 +114,23 @@ def test_async_timeout_and_semaphore_and_multi():
     asyncio.run(main())
 
 
+def test_async_tasks_sharing_one_handle_each_release_their_own_node():
+    sem = zk_semaphore("async-shared", 3)
+    read = zk_lock("async-read", shared=True)
+
+    async def use():
+        async with sem, read:
+            await asyncio.sleep(0.05)
+
+    async def main():
+        await asyncio.gather(*(use() for _ in range(3)))
+
+    asyncio.run(main())
+    client = connections["default"].session().client
+    wait_until(lambda: [c for c in client.get_children(sem.path) if "__lease__" in c] == [], timeout=3)
+    wait_until(lambda: client.get_children(read.path) == [], timeout=3)
+
+
 @pytest.mark.django_db
 def test_async_django_view_guarded_by_zk_lock():
     with override_settings(ROOT_URLCONF="tests.support.app.urls"):

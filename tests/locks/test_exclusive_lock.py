@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.support.helpers import HeldInThread, in_thread, raw_client, tree, wait_until
-from zklocks import LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_lock
+from zklocks import LockLost, LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_lock
 from zklocks.conf import alias_config
 
 pytestmark = pytest.mark.zk
@@ -76,6 +76,18 @@ def test_try_lock_fails_at_once_when_held_elsewhere():
         assert time.monotonic() - started < 1.0
 
 
+def test_release_by_a_thread_that_holds_nothing_frees_nothing():
+    shared_handle = zk_lock("shared-handle", timeout=0.2)
+    owner = HeldInThread(shared_handle)
+    assert owner.acquired
+    assert shared_handle.acquire() is False  # this thread timed out ...
+    shared_handle.release()  # ... and releasing must not free the other thread's hold
+    with pytest.raises(LockLost):
+        shared_handle.ensure_held()  # nor may this thread pass for the holder
+    assert zk_lock("shared-handle", blocking=False).acquire() is False
+    owner.release()
+
+
 @pytest.mark.parametrize("timeout", [0.3, 1.0])
 def test_timeout_is_honoured_and_leaves_no_node(zk_server, timeout):
     with zk_lock("slow") as lock:
@@ -100,6 +112,21 @@ def test_reentrant_per_thread_outermost_release_frees(zk_server):
         assert outer.is_held  # inner exit did not free
         assert in_thread(lambda: zk_lock("re", blocking=False).acquire()) is False
     assert in_thread(lambda: zk_lock("re", blocking=False).acquire()) is True  # frees on the outermost exit
+
+
+def test_a_lock_in_the_body_of_a_non_reentrant_hold_nests_instead_of_waiting_on_itself():
+    from zklocks.locks import ZkLock
+
+    outer = ZkLock("task-key", reentrant=False)
+    outer.acquire()
+    try:
+        started = time.monotonic()
+        with zk_lock("task-key", timeout=2) as inner:
+            assert inner.token == outer.token
+        assert time.monotonic() - started < 1
+        assert outer.is_held
+    finally:
+        outer.release()
 
 
 def test_same_handle_reentered_by_one_thread():
@@ -193,6 +220,11 @@ def test_invalid_name_is_value_error():
     for bad in ["", "x" * 201, "a\x01"]:
         with pytest.raises(ValueError):
             zk_lock(bad)
+
+
+def test_lone_surrogate_is_an_invalid_name():
+    with pytest.raises(ValueError, match="surrogate"):
+        zk_lock("bad\ud800")
 
 
 def test_a_deleted_node_is_noticed_by_ensure_held_and_by_the_long_hold_watch(zk_server):

@@ -1,12 +1,13 @@
 """Fork safety with real forks: a child never uses, closes or flushes its parent's sessions."""
 
+import asyncio
 import os
 import time
 
 import pytest
 
 from tests.support.helpers import raw_client
-from zklocks import zk_lock
+from zklocks import LockLost, zk_lock
 from zklocks.connections import connections
 
 pytestmark = pytest.mark.zk
@@ -96,3 +97,32 @@ def test_multiprocessing_fork_children_lock_independently(zk_server):
 def _child_lock(i):
     with zk_lock(f"mp:{i}", timeout=10) as lock:
         return lock.token
+
+
+def test_forked_child_does_not_see_the_parents_lock_as_held_and_async_works():
+    lock = zk_lock("fork-held")
+    lock.acquire()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            held = lock.is_held
+            try:
+                lock.ensure_held()
+                ensured = True
+            except LockLost:
+                ensured = False
+
+            async def take():
+                return await asyncio.wait_for(zk_lock("fork-async").acquire_async(), 10)
+
+            got = asyncio.run(take())
+            os.write(w, f"{held} {ensured} {got}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    out = os.read(r, 1000).decode()
+    os.waitpid(pid, 0)
+    assert out == "False False True"
+    assert lock.is_held
+    lock.release()
