@@ -76,12 +76,12 @@ def test_admin_in_a_browser(live_server, allow_orm_beside_playwright, tmp_path):
             assert "does not stop a live holder" in page.locator(".zk-warning").inner_text()
             page.click("input.zk-confirm")
             assert "Force-released" in page.locator("ul.messagelist").inner_text()
-            assert waiter.acquired.wait(10) and waiter.token > holder.token
+            assert waiter.wait(10) and waiter.token > holder.token
             page.reload()
             assert "waiter-a" in page.locator("tr.zk-holder-row").inner_text()
-        holder.stop()
+        holder.release()
         assert isinstance(holder.lost, LockLost) and holder.lost.reason == "deleted"
         wait_until(lambda: inspect.lock_info("default", "orders:7")[0].holder.thread == "waiter-a")
     finally:
         for t in (holder, waiter, odd, reader):
-            t.stop()
+            t.release()

@@ -68,15 +68,15 @@ def test_status_escapes_terminal_control_characters():
         text = run("zklocks_status")
         assert "\x1b" not in text and "evil\\x1b[2Jthread" in text
     finally:
-        t.stop()
+        t.release()
 
 
 def test_release_with_yes(busy):
     holder, (first, _) = busy
     text = run("zklocks_release", "orders:7", "--yes")
     assert "does not stop a live holder" in text and f"token {holder.token}" in text
-    assert first.acquired.wait(10) and first.token > holder.token
-    holder.stop()
+    assert first.wait(10) and first.token > holder.token
+    holder.release()
     assert isinstance(holder.lost, LockLost) and holder.lost.reason == "deleted"
 
 
@@ -104,7 +104,7 @@ def test_release_asks_and_accepts_yes(busy, monkeypatch):
     holder, (first, _) = busy
     monkeypatch.setattr("builtins.input", lambda prompt: "y")
     run("zklocks_release", "orders:7")
-    assert first.acquired.wait(10)
+    assert first.wait(10)
 
 
 def test_release_errors():
@@ -121,14 +121,14 @@ def test_release_of_a_semaphore_deletes_its_leases():
     from tests.support.threads import lease
 
     a, b = lease("pool", 2, "lease-a"), lease("pool", 2, "lease-b")
-    assert a.acquired.wait(10) and b.acquired.wait(10)
+    assert a.wait(10) and b.wait(10)
     c = lease("pool", 2, "lease-c")
     try:
         wait_until(lambda: inspect.lock_info("default", "pool")[0].waiters)
         text = run("zklocks_release", "pool", "--yes")
         assert text.count("released: node") == 2
-        assert c.acquired.wait(10) and c.token > max(a.token, b.token)
+        assert c.wait(10) and c.token > max(a.token, b.token)
     finally:
         for t in (a, b, c):
-            t.stop()
+            t.release()
     assert isinstance(a.lost, LockLost) and isinstance(b.lost, LockLost)

@@ -43,24 +43,24 @@ def test_exclusive_holder_and_waiters_in_order():
         assert not snap.errors
         assert snap.find("default", "orders:42").queue_length == 3
     finally:
-        holder.stop()
+        holder.release()
         for w in waiters:
-            w.stop()
+            w.release()
 
 
 def test_a_waiter_that_got_the_lock_shows_acquired_at():
     first = hold("handover", "first")
     second = queue_behind("handover", "second", 1)
     before = time.time()
-    first.stop()
-    assert second.acquired.wait(10)
+    first.release()
+    assert second.wait(10)
     try:
         info = wait_until(lambda: (i := inspect.lock_info("default", "handover")[0]) and i.holder.acquired_at and i)
         assert info.holder.thread == "second" and info.holder.acquired_at >= before - 1
         assert info.holder.queued_at < info.holder.acquired_at
         assert info.holder.token == second.token
     finally:
-        second.stop()
+        second.release()
 
 
 def test_shared_holders_are_the_readers_before_the_first_writer():
@@ -75,13 +75,13 @@ def test_shared_holders_are_the_readers_before_the_first_writer():
         assert [(w.thread, w.mode) for w in info.waiters] == [("writer", "exclusive"), ("reader-3", "shared")]
     finally:
         for t in (r1, r2, writer, r3):
-            t.stop()
+            t.release()
 
 
 def test_semaphore_leases_and_waiters():
     a = lease("renderers", 2, "render-a")
     b = lease("renderers", 2, "render-b")
-    assert a.acquired.wait(10) and b.acquired.wait(10)
+    assert a.wait(10) and b.wait(10)
     c = lease("renderers", 2, "render-c")
     try:
         info = wait_until(lambda: (i := inspect.lock_info("default", "renderers")[0]) and i.waiters and i)
@@ -92,7 +92,7 @@ def test_semaphore_leases_and_waiters():
         assert {h.token for h in info.holders} == {a.token, b.token}
     finally:
         for t in (a, b, c):
-            t.stop()
+            t.release()
 
 
 def test_foreign_data_is_shown_verbatim(zk_server):
@@ -118,7 +118,7 @@ def test_names_come_back_verbatim():
         assert info is not None and info.name == name
         assert "/" not in info.node
     finally:
-        t.stop()
+        t.release()
 
 
 def test_unreachable_alias_is_an_error_naming_it(zklocks_settings):
@@ -137,7 +137,7 @@ def test_unreachable_alias_is_an_error_naming_it(zklocks_settings):
         assert "'archive'" in errors["archive"] and "s3cret" not in errors["archive"]
         assert snap.find("default", "alive") is not None
     finally:
-        t.stop()
+        t.release()
 
 
 def test_unknown_alias_is_an_error_not_an_exception():
@@ -192,11 +192,11 @@ def test_snapshot_to_dict_is_json_ready():
         text = json.dumps(data)
         assert '"json-me"' in text and data["aliases"][0]["locks"][0]["holders"][0]["session_id"].startswith("0x")
     finally:
-        t.stop()
+        t.release()
 
 
 def test_an_empty_lock_node_has_no_kind_and_no_holder():
-    hold("emptied", "once").stop()
+    hold("emptied", "once").release()
     info, error = inspect.lock_info("default", "emptied")
     assert error is None and info is not None  # the node stays until the reaper's sweep
     assert info.kind is None and info.holders == [] and info.waiters == [] and info.held_for() is None

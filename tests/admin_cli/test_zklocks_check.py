@@ -13,10 +13,9 @@ from django.core import checks
 from django.core.checks import Error, Warning
 from django.core.management import CommandError, call_command
 from django.test import override_settings
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
-from tests.support.helpers import ROOT
+from tests.support.helpers import ROOT, raw_client
 from zklocks import zk_lock, zk_semaphore
 from zklocks.connections import close_all
 from zklocks.testing import free_port
@@ -111,8 +110,7 @@ def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(z
         assert f"default: ok fixed the ACL of {ns}" in lines
         assert f"default: ok ACLs as configured on {ns} and 4 node(s) below it" in lines
         assert run_check()[1] is None and deploy_messages() == []
-    client = KazooClient(hosts=zk_server.hosts)
-    client.start(10)
+    client = raw_client(zk_server.hosts)
     try:
         with pytest.raises(NoAuthError):
             client.create(f"{ns}/reports:daily/intruder__lock__", ephemeral=True, sequence=True)

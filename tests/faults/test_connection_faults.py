@@ -6,7 +6,8 @@ import time
 import pytest
 from django.test import override_settings
 
-from tests.support.helpers import HeldInThread, raw_client, tree, wait_until
+from tests.support.helpers import raw_client, tree, wait_until
+from tests.support.threads import HeldInThread
 from zklocks import LockLost, LockTimeout, ZkUnavailable, clock, lock_path, signals, zk_lock
 from zklocks.connections import close_all, connections
 from zklocks.testing.proxy import TcpProxy

@@ -6,11 +6,11 @@ import uuid
 
 import pytest
 from django.test import override_settings
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.recipe.lock import Lock as KazooLock
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
+from tests.support.helpers import raw_client
 from zklocks import LockNotAcquired, ZkAuthError, lock_path, zk_lock, zk_multi_lock, zk_semaphore
 from zklocks.connections import close_all
 
@@ -55,9 +55,7 @@ def secured(zk_server, namespace):
 
 
 def anonymous(hosts, auth=None):
-    client = KazooClient(hosts=hosts, timeout=4.0, auth_data=auth)
-    client.start(timeout=10)
-    return client
+    return raw_client(hosts, auth_data=auth)
 
 
 def acl_of(client, path):

@@ -9,7 +9,8 @@ import pytest
 from django.core import checks
 from django.test import override_settings
 
-from tests.support.helpers import in_thread, raw_client, tree, wait_until
+from tests.support.helpers import raw_client, tree, wait_until
+from tests.support.threads import in_thread
 from zklocks import (
     LockNotAcquired,
     SemaphoreMismatch,

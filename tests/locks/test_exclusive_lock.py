@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from tests.support.helpers import HeldInThread, in_thread, raw_client, tree, wait_until
+from tests.support.helpers import raw_client, tree, wait_until
+from tests.support.threads import HeldInThread, in_thread
 from zklocks import LockLost, LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_lock
 from zklocks.conf import alias_config
 

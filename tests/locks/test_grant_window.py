@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from tests.support.helpers import in_thread, wait_until
+from tests.support.helpers import wait_until
+from tests.support.threads import in_thread
 from zklocks import zk_lock, zk_semaphore
 from zklocks.connections import Session, connections
 from zklocks.holds import Hold, LongHolds, current_owner

@@ -5,15 +5,8 @@ import time
 
 import pytest
 
-from tests.support.helpers import (
-    HeldInThread,
-    assert_no_overlap,
-    in_thread,
-    raw_client,
-    read_records,
-    spawn_worker,
-    wait_until,
-)
+from tests.support.helpers import assert_no_overlap, raw_client, read_records, spawn_worker, wait_until
+from tests.support.threads import HeldInThread, in_thread
 from zklocks import (
     LockNotAcquired,
     LockTimeout,

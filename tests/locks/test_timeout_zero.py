@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from tests.support.helpers import HeldInThread, in_thread, wait_until
+from tests.support.helpers import wait_until
+from tests.support.threads import HeldInThread, in_thread
 from zklocks import LockNotAcquired, LockTimeout, zk_lock, zk_multi_lock, zk_semaphore
 from zklocks.connections import connections
 

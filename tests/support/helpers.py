@@ -44,8 +44,9 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
     raise AssertionError(f"condition not met within {timeout}s")
 
 
-def raw_client(hosts: str) -> KazooClient:
-    client = KazooClient(hosts=hosts, timeout=4.0)
+def raw_client(hosts: str, **options) -> KazooClient:
+    """A started kazoo client of the test's own (not a zklocks session); ``options`` go to KazooClient."""
+    client = KazooClient(hosts=hosts, **{"timeout": 4.0, **options})
     client.start(timeout=10)
     return client
 
@@ -60,52 +61,3 @@ def tree(client: KazooClient, path: str) -> list[str]:
         out.append(full)
         out.extend(tree(client, full))
     return out
-
-
-class HeldInThread:
-    """Acquire ``handle`` in a thread of its own and keep it until ``release()``: holds belong to their thread."""
-
-    def __init__(self, handle, **acquire_kwargs) -> None:
-        import threading
-
-        self.handle = handle
-        self.token = None
-        self.acquired = None
-        self._ready = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(acquire_kwargs,), daemon=True)
-        self._thread.start()
-        self._ready.wait(30)
-
-    def _run(self, kwargs) -> None:
-        try:
-            self.acquired = self.handle.acquire(**kwargs)
-            self.token = self.handle.token
-        finally:
-            self._ready.set()
-        self._stop.wait(120)
-        self.handle.release()
-
-    def release(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-
-def in_thread(fn, *args):
-    """Run ``fn(*args)`` in a new thread (a different lock owner) and return its result or raise its error."""
-    import threading
-
-    box = {}
-
-    def run():
-        try:
-            box["value"] = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-            box["error"] = exc
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(30)
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
