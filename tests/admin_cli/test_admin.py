@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.support.helpers import wait_until
-from tests.support.threads import busy_orders_lock, hold, stop_all
+from tests.support.threads import hold
 from zklocks import LockLost, inspect
 from zklocks.admin import duration
 from zklocks.models import Lock
@@ -47,13 +47,6 @@ def staff(*perms):
     return client
 
 
-@pytest.fixture
-def busy_lock():
-    holder, waiters = busy_orders_lock()
-    yield holder, waiters
-    stop_all(holder, waiters)
-
-
 def test_anonymous_users_are_sent_to_the_login_page(client):
     response = client.get(LIST)
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
@@ -63,8 +56,8 @@ def test_staff_without_view_permission_is_refused():
     assert staff().get(LIST).status_code == 403
 
 
-def test_list_shows_holder_token_and_queue_in_order(admin_client, busy_lock):
-    holder, _ = busy_lock
+def test_list_shows_holder_token_and_queue_in_order(admin_client, busy_orders):
+    holder, _ = busy_orders
     html = admin_client.get(LIST).content.decode()
     assert "orders:7" in html and "web-1" in html and "shop.charge" in html and "task-abc" in html
     assert str(holder.token) in html
@@ -72,7 +65,7 @@ def test_list_shows_holder_token_and_queue_in_order(admin_client, busy_lock):
     assert '<td class="zk-queue-length">2</td>' in html
 
 
-def test_view_permission_is_enough_to_see_but_not_to_release(busy_lock):
+def test_view_permission_is_enough_to_see_but_not_to_release(busy_orders):
     client = staff("view_lock")
     assert "web-1" in client.get(LIST).content.decode()
     page = client.get(detail_url("orders:7")).content.decode()
@@ -85,7 +78,7 @@ def test_view_permission_is_enough_to_see_but_not_to_release(busy_lock):
     assert inspect.lock_info("default", "orders:7")[0].holder.node == info.holder.node
 
 
-def test_search_and_filters(admin_client, busy_lock):
+def test_search_and_filters(admin_client, busy_orders):
     reader = hold("catalog", "reader", shared=True)
     try:
         assert "catalog" not in admin_client.get(LIST, {"q": "ORDERS"}).content.decode()
@@ -130,8 +123,8 @@ def test_foreign_data_shown_verbatim_and_escaped(admin_client, zk_server):
         kz.close()
 
 
-def test_detail_page(admin_client, busy_lock):
-    holder, _ = busy_lock
+def test_detail_page(admin_client, busy_orders):
+    holder, _ = busy_orders
     html = admin_client.get(detail_url("orders:7")).content.decode()
     assert "web-1" in html and str(holder.token) in html and "task-abc" in html
     assert html.index("waiter-a") < html.index("waiter-b")
@@ -167,8 +160,8 @@ def test_unreachable_alias_is_an_error_on_the_page_not_a_500(admin_client, zkloc
         t.release()
 
 
-def test_release_needs_post_and_confirmation(admin_client, busy_lock):
-    holder, waiters = busy_lock
+def test_release_needs_post_and_confirmation(admin_client, busy_orders):
+    holder, waiters = busy_orders
     page = admin_client.get(release_url("orders:7")).content.decode()
     assert "does not stop a live holder" in page and "web-1" in page
     assert inspect.lock_info("default", "orders:7")[0].holder.thread == "web-1"  # GET changed nothing
@@ -177,8 +170,8 @@ def test_release_needs_post_and_confirmation(admin_client, busy_lock):
     assert admin_client.put(release_url("orders:7")).status_code == 405
 
 
-def test_force_release_end_to_end(admin_client, busy_lock):
-    holder, (first, second) = busy_lock
+def test_force_release_end_to_end(admin_client, busy_orders):
+    holder, (first, second) = busy_orders
     info, _ = inspect.lock_info("default", "orders:7")
     response = admin_client.post(release_url("orders:7"), {"post": "yes", "holder": shown(info.holder)})
     assert response.status_code == 302
@@ -196,8 +189,8 @@ def test_force_release_end_to_end(admin_client, busy_lock):
     assert "Force-released" in page and "waiter-a" in page
 
 
-def test_a_stale_confirmation_does_not_release_the_next_holder(admin_client, busy_lock):
-    holder, (first, _) = busy_lock
+def test_a_stale_confirmation_does_not_release_the_next_holder(admin_client, busy_orders):
+    holder, (first, _) = busy_orders
     old = shown(inspect.lock_info("default", "orders:7")[0].holder)
     holder.release()
     assert first.wait(10)
@@ -206,8 +199,8 @@ def test_a_stale_confirmation_does_not_release_the_next_holder(admin_client, bus
     assert not LogEntry.objects.exists()
 
 
-def test_a_post_without_holder_fields_releases_nothing_and_says_so(admin_client, busy_lock):
-    holder, (first, _) = busy_lock
+def test_a_post_without_holder_fields_releases_nothing_and_says_so(admin_client, busy_orders):
+    holder, (first, _) = busy_orders
     response = admin_client.post(release_url("orders:7"), {"post": "yes"}, follow=True)
     assert "nothing was released" in response.content.decode()
     assert inspect.lock_info("default", "orders:7")[0].holder.thread == "web-1"
@@ -215,14 +208,14 @@ def test_a_post_without_holder_fields_releases_nothing_and_says_so(admin_client,
     assert not LogEntry.objects.exists()
 
 
-def test_the_confirmation_carries_the_node_and_czxid_it_showed(admin_client, busy_lock):
+def test_the_confirmation_carries_the_node_and_czxid_it_showed(admin_client, busy_orders):
     info, _ = inspect.lock_info("default", "orders:7")
     page = admin_client.get(release_url("orders:7")).content.decode()
     assert f'name="holder" value="{info.holder.node}:{info.holder.token}"' in page
 
 
-def test_a_holder_node_with_another_czxid_is_left_alone(admin_client, busy_lock):
-    holder, (first, _) = busy_lock
+def test_a_holder_node_with_another_czxid_is_left_alone(admin_client, busy_orders):
+    holder, (first, _) = busy_orders
     info, _ = inspect.lock_info("default", "orders:7")
     for value in (info.holder.node, f"{info.holder.node}:{info.holder.token + 1}", f"{info.holder.node}:x"):
         response = admin_client.post(release_url("orders:7"), {"post": "yes", "holder": value}, follow=True)
@@ -231,7 +224,7 @@ def test_a_holder_node_with_another_czxid_is_left_alone(admin_client, busy_lock)
     assert not LogEntry.objects.exists()
 
 
-def test_csrf_is_enforced(busy_lock):
+def test_csrf_is_enforced(busy_orders):
     client = Client(enforce_csrf_checks=True)
     client.force_login(User.objects.create_superuser("root", password="pw"))
     info, _ = inspect.lock_info("default", "orders:7")

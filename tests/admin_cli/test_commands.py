@@ -6,7 +6,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from tests.support.threads import busy_orders_lock, hold, stop_all
+from tests.support.threads import hold
 from zklocks import LockLost, inspect
 from zklocks.testing import free_port
 
@@ -19,15 +19,8 @@ def run(*args):
     return out.getvalue()
 
 
-@pytest.fixture
-def busy():
-    holder, waiters = busy_orders_lock()
-    yield holder, waiters
-    stop_all(holder, waiters)
-
-
-def test_status_table(busy):
-    holder, _ = busy
+def test_status_table(busy_orders):
+    holder, _ = busy_orders
     text = run("zklocks_status")
     lines = text.splitlines()
     assert lines[0].split() == ["ALIAS", "NAME", "KIND", "HOLDER", "HELD", "FOR", "TOKEN", "QUEUE"]
@@ -39,8 +32,8 @@ def test_status_table(busy):
     assert queue[1].strip().startswith("2.") and "waiter-b" in queue[1]
 
 
-def test_status_json(busy):
-    holder, _ = busy
+def test_status_json(busy_orders):
+    holder, _ = busy_orders
     data = json.loads(run("zklocks_status", "--json", "--alias", "default"))
     (alias,) = data["aliases"]
     assert alias["alias"] == "default" and alias["error"] is None
@@ -53,7 +46,7 @@ def test_status_when_empty():
     assert run("zklocks_status").strip() == "no locks"
 
 
-def test_status_unreachable_alias_exits_non_zero(zklocks_settings, busy):
+def test_status_unreachable_alias_exits_non_zero(zklocks_settings, busy_orders):
     zklocks_settings(EXTRA_ALIASES={"far": {"HOSTS": f"127.0.0.1:{free_port()}", "CONNECT_TIMEOUT": 1.0}})
     out = io.StringIO()
     with pytest.raises(CommandError) as err:
@@ -71,8 +64,8 @@ def test_status_escapes_terminal_control_characters():
         t.release()
 
 
-def test_release_with_yes(busy):
-    holder, (first, _) = busy
+def test_release_with_yes(busy_orders):
+    holder, (first, _) = busy_orders
     text = run("zklocks_release", "orders:7", "--yes")
     assert "does not stop a live holder" in text and f"token {holder.token}" in text
     assert first.wait(10) and first.token > holder.token
@@ -80,16 +73,16 @@ def test_release_with_yes(busy):
     assert isinstance(holder.lost, LockLost) and holder.lost.reason == "deleted"
 
 
-def test_release_asks_and_respects_no(busy, monkeypatch):
-    holder, _ = busy
+def test_release_asks_and_respects_no(busy_orders, monkeypatch):
+    holder, _ = busy_orders
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
     with pytest.raises(CommandError, match="aborted"):
         run("zklocks_release", "orders:7")
     assert inspect.lock_info("default", "orders:7")[0].holder.token == holder.token
 
 
-def test_release_without_a_terminal_aborts(busy, monkeypatch):
-    holder, _ = busy
+def test_release_without_a_terminal_aborts(busy_orders, monkeypatch):
+    holder, _ = busy_orders
 
     def no_input(prompt):
         raise EOFError
@@ -100,8 +93,8 @@ def test_release_without_a_terminal_aborts(busy, monkeypatch):
     assert inspect.lock_info("default", "orders:7")[0].holder.token == holder.token
 
 
-def test_release_asks_and_accepts_yes(busy, monkeypatch):
-    holder, (first, _) = busy
+def test_release_asks_and_accepts_yes(busy_orders, monkeypatch):
+    holder, (first, _) = busy_orders
     monkeypatch.setattr("builtins.input", lambda prompt: "y")
     run("zklocks_release", "orders:7")
     assert first.wait(10)

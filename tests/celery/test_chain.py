@@ -6,7 +6,7 @@ import pytest
 from celery import chain, group
 
 from tests.support.celery_app import rec_skip
-from tests.support.celery_harness import CeleryEnv, new_key
+from tests.support.celery_harness import new_key, running_workers
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.celery
@@ -17,18 +17,19 @@ LATENCY = 0.25  # one way, on the first task's path to ZooKeeper
 
 @pytest.fixture(scope="module")
 def celery_env(zk_server, redis_server, celery_app):
-    env = CeleryEnv(zk_server.hosts, redis_server.url, session_timeout=4.0)
     slow = TcpProxy("127.0.0.1", zk_server.port).start()
     slow.latency = LATENCY
+    far = {"ZKLOCKS_TEST_HOSTS": slow.hosts}
+    workers = [
+        {"pool": "prefork", "concurrency": 2, "queue": "zk-chain-far-prefork", "env": far},
+        {"pool": "threads", "concurrency": 2, "queue": "zk-chain-far-threads", "env": far},
+        {"pool": "prefork", "concurrency": 2, "queue": "zk-chain-near-prefork"},
+        {"pool": "threads", "concurrency": 2, "queue": "zk-chain-near-threads"},
+    ]
     try:
-        far = {"ZKLOCKS_TEST_HOSTS": slow.hosts}
-        env.worker(pool="prefork", concurrency=2, queue="zk-chain-far-prefork", env=far)
-        env.worker(pool="threads", concurrency=2, queue="zk-chain-far-threads", env=far)
-        env.worker(pool="prefork", concurrency=2, queue="zk-chain-near-prefork")
-        env.worker(pool="threads", concurrency=2, queue="zk-chain-near-threads")
-        yield env
+        with running_workers(zk_server.hosts, redis_server.url, *workers, session_timeout=4.0) as env:
+            yield env
     finally:
-        env.cleanup()
         slow.stop()
 
 

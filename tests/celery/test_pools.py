@@ -3,7 +3,7 @@
 import pytest
 
 from tests.support.celery_app import rec_skip, rec_wait
-from tests.support.celery_harness import CeleryEnv, new_key
+from tests.support.celery_harness import new_key, running_workers
 from tests.support.helpers import assert_no_overlap
 
 pytestmark = pytest.mark.celery
@@ -11,13 +11,10 @@ pytestmark = pytest.mark.celery
 
 @pytest.fixture(scope="module")
 def celery_env(zk_server, redis_server, celery_app):
-    env = CeleryEnv(zk_server.hosts, redis_server.url)
-    try:
-        env.worker(pool="threads", concurrency=4, queue="zk-threads")
-        env.worker(pool="solo", concurrency=1, queue="zk-threads")
+    threads = {"pool": "threads", "concurrency": 4, "queue": "zk-threads"}
+    solo = {"pool": "solo", "concurrency": 1, "queue": "zk-threads"}
+    with running_workers(zk_server.hosts, redis_server.url, threads, solo) as env:
         yield env
-    finally:
-        env.cleanup()
 
 
 def test_threads_pool_gives_each_execution_its_own_lock(celery_env):
@@ -58,13 +55,9 @@ def test_threads_pool_skips_within_one_process(celery_env):
 
 @pytest.fixture(scope="module")
 def gevent_env(zk_server, redis_server, celery_app):
-    env = CeleryEnv(zk_server.hosts, redis_server.url)
-    try:
-        env.worker(pool="gevent", concurrency=8, queue="zk-gevent")
-        env.worker(pool="gevent", concurrency=8, queue="zk-gevent")
+    gevent = {"pool": "gevent", "concurrency": 8, "queue": "zk-gevent"}
+    with running_workers(zk_server.hosts, redis_server.url, gevent, gevent) as env:
         yield env
-    finally:
-        env.cleanup()
 
 
 def test_gevent_pool_handles_and_exclusion(gevent_env):

@@ -20,7 +20,7 @@ from tests.support.celery_app import (
     self_call,
     session_info,
 )
-from tests.support.celery_harness import CeleryEnv, new_key
+from tests.support.celery_harness import new_key, running_workers
 from tests.support.helpers import assert_no_overlap, raw_client, wait_until
 from zklocks import holder
 from zklocks.names import join_path
@@ -32,13 +32,9 @@ pytestmark = pytest.mark.celery
 
 @pytest.fixture(scope="module")
 def celery_env(zk_server, redis_server, celery_app):
-    env = CeleryEnv(zk_server.hosts, redis_server.url)
-    try:
-        env.worker(pool="prefork", concurrency=2)
-        env.worker(pool="prefork", concurrency=2)
+    prefork = {"pool": "prefork", "concurrency": 2}
+    with running_workers(zk_server.hosts, redis_server.url, prefork, prefork) as env:
         yield env
-    finally:
-        env.cleanup()
 
 
 def results(async_results, timeout=60):

@@ -9,7 +9,7 @@ import redis
 from kombu.exceptions import SerializerNotInstalled
 
 from tests.support.celery_app import unique_long, unique_short
-from tests.support.celery_harness import CeleryEnv, new_key
+from tests.support.celery_harness import new_key, running_workers
 from tests.support.helpers import wait_until
 from zklocks.celery import unique
 
@@ -21,13 +21,13 @@ IDLE = "zk-idle"  # a queue nobody consumes: tasks stay queued
 
 @pytest.fixture(scope="module")
 def celery_env(zk_server, redis_server, celery_app):
-    env = CeleryEnv(zk_server.hosts, redis_server.url, session_timeout=SESSION_TIMEOUT)
+    prefork = {"pool": "prefork", "concurrency": 2, "queue": "zk-unique"}
     try:
-        env.worker(pool="prefork", concurrency=2, queue="zk-unique")
-        env.worker(pool="prefork", concurrency=2, queue="zk-unique")
-        yield env
+        with running_workers(
+            zk_server.hosts, redis_server.url, prefork, prefork, session_timeout=SESSION_TIMEOUT
+        ) as env:
+            yield env
     finally:
-        env.cleanup()
         redis.Redis.from_url(f"{redis_server.url}/0").delete(IDLE)
 
 

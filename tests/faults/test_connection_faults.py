@@ -4,9 +4,8 @@ import threading
 import time
 
 import pytest
-from django.test import override_settings
 
-from tests.support.helpers import raw_client, tree, wait_until
+from tests.support.helpers import raw_client, tree, wait_until, zk_settings
 from tests.support.threads import HeldInThread
 from zklocks import LockLost, LockTimeout, ZkUnavailable, clock, lock_path, signals, zk_lock
 from zklocks.connections import close_all, connections
@@ -16,15 +15,7 @@ pytestmark = pytest.mark.zk
 
 
 def use(hosts, **options):
-    cfg = {
-        "HOSTS": hosts,
-        "NAMESPACE": "/faults",
-        "SESSION_TIMEOUT": 2.0,
-        "CONNECT_TIMEOUT": 2.0,
-        "REAP_INTERVAL": 0,
-        **options,
-    }
-    return override_settings(ZKLOCKS={"default": cfg})
+    return zk_settings(hosts, "/faults", **options)
 
 
 @pytest.fixture

@@ -8,9 +8,8 @@ import threading
 import time
 
 import pytest
-from django.test import override_settings
 
-from tests.support.helpers import wait_until
+from tests.support.helpers import wait_until, zk_settings
 from zklocks import clock, lease, zk_lock
 from zklocks.connections import connections
 
@@ -112,15 +111,7 @@ def test_leases_use_a_clock_that_runs_through_suspend():
 
 
 def use(hosts, **options):
-    cfg = {
-        "HOSTS": hosts,
-        "NAMESPACE": "/lease",
-        "SESSION_TIMEOUT": 2.0,
-        "CONNECT_TIMEOUT": 2.0,
-        "REAP_INTERVAL": 0,
-        **options,
-    }
-    return override_settings(ZKLOCKS={"default": cfg})
+    return zk_settings(hosts, "/lease", **options)
 
 
 @pytest.mark.parametrize("tick", [None, 0.1])

@@ -5,18 +5,9 @@ import threading
 import pytest
 from kazoo.recipe.lock import Lock, ReadLock, WriteLock
 
-from tests.support.helpers import raw_client
 from zklocks import lock_path, zk_lock
 
 pytestmark = pytest.mark.zk
-
-
-@pytest.fixture
-def kz(zk_server):
-    client = raw_client(zk_server.hosts)
-    yield client
-    client.stop()
-    client.close()
 
 
 def zk_try(name, shared=False):

@@ -6,9 +6,8 @@ Every public call raises only zklocks exceptions and leaves no lease node behind
 import threading
 
 import pytest
-from django.test import override_settings
 
-from tests.support.helpers import raw_client, wait_until
+from tests.support.helpers import raw_client, wait_until, zk_settings
 from zklocks import LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_semaphore
 from zklocks.reaper import sweep
 from zklocks.testing.proxy import TcpProxy
@@ -19,15 +18,7 @@ CREATE2 = 15  # the lease and the internal mutex are created with create2 (inclu
 
 
 def use(hosts, **options):
-    cfg = {
-        "HOSTS": hosts,
-        "NAMESPACE": "/sem-faults",
-        "SESSION_TIMEOUT": 3.0,
-        "CONNECT_TIMEOUT": 2.0,
-        "REAP_INTERVAL": 0,
-        **options,
-    }
-    return override_settings(ZKLOCKS={"default": cfg})
+    return zk_settings(hosts, "/sem-faults", **{"SESSION_TIMEOUT": 3.0, **options})
 
 
 def lease_nodes(hosts, name):

@@ -5,6 +5,7 @@ Every process runs in its own process group and is stopped in a fixture teardown
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -201,6 +202,19 @@ class CeleryEnv:
 
     def logs(self) -> str:
         return "\n".join(f"--- {w.name}\n{w.read_log()[-4000:]}" for w in self.workers)
+
+
+@contextlib.contextmanager
+def running_workers(hosts: str, broker: str, *workers: dict, **env_options):
+    """The one way a test starts Celery workers: a CeleryEnv with ``workers`` started (each a dict of
+    ``CeleryEnv.worker`` arguments; more can be started on the env), every one stopped on exit."""
+    env = CeleryEnv(hosts, broker, **env_options)
+    try:
+        for worker in workers:
+            env.worker(**worker)
+        yield env
+    finally:
+        env.cleanup()
 
 
 @pytest.fixture(scope="session")

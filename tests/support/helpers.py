@@ -44,6 +44,22 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
     raise AssertionError(f"condition not met within {timeout}s")
 
 
+def zk_settings(hosts: str, namespace: str, **options):
+    """``override_settings`` with one alias, 'default', on ``hosts``: short timeouts and no reaper unless
+    ``options`` say otherwise."""
+    from django.test import override_settings
+
+    cfg = {
+        "HOSTS": hosts,
+        "NAMESPACE": namespace,
+        "SESSION_TIMEOUT": 2.0,
+        "CONNECT_TIMEOUT": 2.0,
+        "REAP_INTERVAL": 0,
+        **options,
+    }
+    return override_settings(ZKLOCKS={"default": cfg})
+
+
 def raw_client(hosts: str, **options) -> KazooClient:
     """A started kazoo client of the test's own (not a zklocks session); ``options`` go to KazooClient."""
     client = KazooClient(hosts=hosts, **{"timeout": 4.0, **options})
