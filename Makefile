@@ -48,7 +48,7 @@ test: system-deps venv lint
 	timeout 1800 $(BIN)/python -m pytest -q -p no:randomly
 
 chaos: system-deps venv
-	timeout 1800 $(BIN)/python -m pytest -q -m chaos -p no:randomly tests/test_chaos.py --chaos-long
+	timeout 1800 $(BIN)/python -m pytest -q -m chaos -p no:randomly tests/chaos/test_chaos.py --chaos-long
 
 test-matrix: system-deps venv
 	timeout 3600 $(BIN)/nox -s tests

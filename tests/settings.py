@@ -15,7 +15,7 @@ INSTALLED_APPS = [
     "zklocks",
     "health_check",
     "zklocks.health",
-    "tests.app",
+    "tests.support.app",
 ]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

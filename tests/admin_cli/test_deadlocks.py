@@ -4,7 +4,7 @@ import threading
 
 import pytest
 
-from tests.helpers import wait_until
+from tests.support.helpers import wait_until
 from zklocks import LockTimeout, inspect, zk_lock
 from zklocks.deadlocks import find
 from zklocks.inspect import Contender, LockInfo

@@ -22,7 +22,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from tests.chaos.checker import Fault, Report, check, read_events
-from tests.helpers import ROOT, tree
+from tests.support.helpers import ROOT, tree
 from zklocks.names import encode_name
 from zklocks.reaper import sweep
 from zklocks.testing import ZkEnsemble, expire_session

@@ -5,7 +5,8 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry
 
-from tests.helpers import in_thread, wait_until
+from tests.support.helpers import wait_until
+from tests.support.threads import in_thread
 from zklocks import LockTimeout, ZkUnavailable, metrics, zk_lock, zk_semaphore
 from zklocks.connections import connections
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.helpers import ROOT, wait_until
+from tests.support.helpers import ROOT, wait_until
 from zklocks.conf import alias_config
 
 pytestmark = pytest.mark.zk

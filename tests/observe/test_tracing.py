@@ -5,7 +5,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.helpers import in_thread
+from tests.support.threads import in_thread
 from zklocks import ZkUnavailable, observe, zk_lock, zk_semaphore
 from zklocks.tracing import Tracing
 

@@ -1,0 +1,87 @@
+"""The admin page in a real headless Chromium against a live server: log in, read, search, force-release."""
+
+import os
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+
+from tests.support.browser import chromium_page
+from tests.support.helpers import wait_until
+from tests.support.threads import hold, queue_behind
+from zklocks import LockLost, inspect
+
+pytestmark = [pytest.mark.zk, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+XSS = "<script>alert(1)</script>"
+
+
+@pytest.fixture
+def allow_orm_beside_playwright(monkeypatch):
+    # Playwright's sync API keeps an event loop in this thread; our ORM calls here are plain blocking calls.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+def login(page, base):
+    page.goto(base + "/admin/zklocks/lock/")
+    assert "/admin/login/" in page.url
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", "pw-for-browser")
+    page.click("input[type=submit]")
+    page.wait_for_url("**/admin/zklocks/lock/")
+
+
+def test_admin_in_a_browser(live_server, allow_orm_beside_playwright, tmp_path):
+    User.objects.create_superuser("admin", password="pw-for-browser")
+    holder = hold("orders:7", "web-1", task=("9f1c", "shop.charge"))
+    waiter = queue_behind("orders:7", "waiter-a", 1)
+    odd = hold(XSS, XSS)
+    reader = hold("catalog", "reader-1", shared=True)
+    dialogs = []
+    try:
+        with chromium_page() as page:
+            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+            login(page, live_server.url)
+            row = page.locator("tr.zk-lock", has=page.locator("a.zk-name", has_text="orders:7"))
+            assert "web-1" in row.locator("td.zk-holder").inner_text()
+            assert "waiter-a" in row.locator("li.zk-waiter").first.inner_text()
+            assert row.locator("td.zk-queue-length").inner_text() == "1"
+            # A name full of markup is shown as text, and nothing ran.
+            assert page.locator("a.zk-name", has_text=XSS).count() == 1
+            assert dialogs == []
+            shot = Path(os.environ.get("ZKLOCKS_ADMIN_SCREENSHOT", tmp_path / "admin.png"))
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 10_000
+
+            # Search by name.
+            page.fill("#searchbar", "ORDERS")
+            page.press("#searchbar", "Enter")
+            page.wait_for_url("**q=ORDERS**")
+            assert page.locator("tr.zk-lock").count() == 1
+            # Filter by kind.
+            page.click("#changelist-filter a:text-is('shared')")
+            page.wait_for_url("**kind=shared**")
+            assert page.locator("tr.zk-lock").count() == 0  # the search still applies
+            page.goto(live_server.url + "/admin/zklocks/lock/?kind=shared")
+            assert [n.inner_text() for n in page.locator("a.zk-name").all()] == ["catalog"]
+
+            # Detail page.
+            page.goto(live_server.url + "/admin/zklocks/lock/?q=orders")
+            page.click("a.zk-name:text-is('orders:7')")
+            assert "web-1" in page.locator("tr.zk-holder-row").inner_text()
+            assert "waiter-a" in page.locator("tr.zk-waiter-row").inner_text()
+
+            # Force-release, with confirmation.
+            page.click("a.zk-release")
+            assert "does not stop a live holder" in page.locator(".zk-warning").inner_text()
+            page.click("input.zk-confirm")
+            assert "Force-released" in page.locator("ul.messagelist").inner_text()
+            assert waiter.wait(10) and waiter.token > holder.token
+            page.reload()
+            assert "waiter-a" in page.locator("tr.zk-holder-row").inner_text()
+        holder.release()
+        assert isinstance(holder.lost, LockLost) and holder.lost.reason == "deleted"
+        wait_until(lambda: inspect.lock_info("default", "orders:7")[0].holder.thread == "waiter-a")
+    finally:
+        for t in (holder, waiter, odd, reader):
+            t.release()

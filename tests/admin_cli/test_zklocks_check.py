@@ -1,0 +1,214 @@
+"""``manage.py zklocks_check`` and the deploy system checks against a real server: connectivity, wrong
+credentials, namespaces created earlier with weaker ACLs, and an unreachable ensemble (never a hang)."""
+
+import io
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from django.core import checks
+from django.core.checks import Error, Warning
+from django.core.management import CommandError, call_command
+from django.test import override_settings
+from kazoo.exceptions import NoAuthError
+
+from tests.support.helpers import ROOT, raw_client
+from zklocks import zk_lock, zk_semaphore
+from zklocks.connections import close_all
+from zklocks.testing import free_port
+
+RIGHT = ("digest", "app:s3cret")
+WRONG = ("digest", "app:guess")
+
+
+@pytest.fixture
+def ns():
+    return f"/zklocks-check-{uuid.uuid4().hex[:10]}/locks"  # own root: ancestors get the creator's ACL
+
+
+@pytest.fixture(autouse=True)
+def _close():
+    yield
+    close_all()
+
+
+def settings_for(hosts, namespace, **extra):
+    return override_settings(
+        ZKLOCKS={
+            "default": {
+                "HOSTS": hosts,
+                "NAMESPACE": namespace,
+                "SESSION_TIMEOUT": 2.0,
+                "CONNECT_TIMEOUT": 2.0,
+                "REAP_INTERVAL": 0,
+                **extra,
+            }
+        }
+    )
+
+
+def run_check(*args):
+    out = io.StringIO()
+    try:
+        call_command("zklocks_check", *args, stdout=out)
+    except CommandError as exc:
+        return out.getvalue().splitlines(), str(exc)
+    return out.getvalue().splitlines(), None
+
+
+def deploy_messages():
+    return [m for m in checks.run_checks(include_deployment_checks=True) if m.id and m.id.startswith("zklocks.")]
+
+
+def make_locks(hosts, namespace, auth=None):
+    """A namespace with two lock nodes and a semaphore, created by the given identity; then all released."""
+    extra = {"AUTH": [auth]} if auth else {}
+    with settings_for(hosts, namespace, **extra):
+        with zk_lock("reports:daily"), zk_lock("a/b"), zk_semaphore("pool", 2):
+            pass
+        close_all()
+
+
+def test_a_healthy_alias_passes(zk_server, ns):
+    make_locks(zk_server.hosts, ns, auth=RIGHT)
+    with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
+        lines, failed = run_check()
+        assert failed is None, lines
+        assert lines == [
+            f"default: ok connected to {zk_server.hosts} (session timeout 2s)",
+            "default: ok identity: digest user(s) 'app'",
+            f"default: ok ACLs as configured on {ns} and 4 node(s) below it",  # 3 lock nodes and the mutex
+            f"default: ok created and deleted a node in {ns}",
+        ]
+        assert deploy_messages() == []
+
+
+def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(zk_server, ns):
+    make_locks(zk_server.hosts, ns)  # before AUTH was configured: ZooKeeper's open ACL
+    with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
+        lines, failed = run_check()
+        assert failed == "zklocks_check: 5 problem(s) found"
+        weak = "weaker ACL than configured: world:anyone may WRITE, CREATE, DELETE, ADMIN"
+        assert f"default: FAILED {ns}: {weak}" in lines
+        assert f"default: FAILED {ns}/reports:daily: {weak}" in lines
+        assert f"default: FAILED {ns}/pool/__mutex__: {weak}" in lines
+        assert deploy_messages() == [
+            Warning(
+                f"ZKLOCKS['default']: {ns} has a weaker ACL than configured: world:anyone may WRITE, CREATE, DELETE, "
+                "ADMIN (and 4 more node(s) below it).",
+                hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
+                "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
+                id="zklocks.W002",
+            )
+        ]
+
+        lines, failed = run_check("--fix-acls")
+        assert failed is None, lines
+        assert f"default: ok fixed the ACL of {ns}" in lines
+        assert f"default: ok ACLs as configured on {ns} and 4 node(s) below it" in lines
+        assert run_check()[1] is None and deploy_messages() == []
+    client = raw_client(zk_server.hosts)
+    try:
+        with pytest.raises(NoAuthError):
+            client.create(f"{ns}/reports:daily/intruder__lock__", ephemeral=True, sequence=True)
+    finally:
+        client.stop()
+
+
+def test_a_wrong_password_is_caught_before_the_first_lock(zk_server, ns):
+    make_locks(zk_server.hosts, ns, auth=RIGHT)
+    with settings_for(zk_server.hosts, ns, AUTH=[WRONG]):
+        lines, failed = run_check()
+        assert failed == "zklocks_check: 6 problem(s) found"
+        assert (
+            f"default: FAILED {ns}: the configured identity may not CREATE, DELETE (every lock would fail with NoAuth)"
+        ) in lines
+        assert lines[-1] == (
+            f"default: FAILED zklocks alias 'default': ZooKeeper refused to create and delete a node in {ns} "
+            "(NoAuth). Check the AUTH credentials: ZooKeeper accepts any digest password at connect time."
+        )
+        assert not any("weaker" in line for line in lines)  # the right identity's entry is no weakness
+        assert deploy_messages() == [
+            Error(
+                f"ZKLOCKS['default']: in {ns}, the configured identity may not CREATE, DELETE (and 4 more node(s)); "
+                "every lock of this alias will fail with NoAuth.",
+                hint="ZooKeeper accepts any digest password at connect time and refuses later: check the password in "
+                "AUTH, or grant this identity CREATE, DELETE and READ on the namespace.",
+                id="zklocks.E015",
+            )
+        ]
+
+
+def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
+    hosts = f"127.0.0.1:{free_port()}"
+    with settings_for(hosts, ns, CONNECT_TIMEOUT=1.0):
+        started = time.monotonic()
+        lines, failed = run_check()
+        assert time.monotonic() - started < 2.0
+        assert failed == "zklocks_check: 1 problem(s) found"
+        assert lines == [
+            f"default: FAILED zklocks alias 'default': ZooKeeper at {hosts} is unavailable (no session "
+            "within CONNECT_TIMEOUT=1s)"
+        ]
+        started = time.monotonic()
+        assert deploy_messages() == [
+            Warning(
+                f"ZKLOCKS['default']: could not check the ACLs of {ns}: zklocks alias 'default': ZooKeeper at {hosts} "
+                "is unavailable (no session within CONNECT_TIMEOUT=1s)",
+                hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
+                id="zklocks.W003",
+            )
+        ]
+        assert time.monotonic() - started < 2.0
+        # The network check is a deploy check: a plain `manage.py check` (and runserver, migrate...) skips it.
+        started = time.monotonic()
+        assert [m for m in checks.run_checks() if m.id and m.id.startswith("zklocks.")] == []
+        assert time.monotonic() - started < 0.5
+
+
+def test_a_new_namespace_and_an_alias_without_auth(zk_server, ns):
+    with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
+        lines, failed = run_check()
+        assert failed is None
+        assert lines[-1] == f"default: ok {ns} does not exist yet; it is created with the configured ACL on first use"
+    make_locks(zk_server.hosts, ns)
+    with settings_for(zk_server.hosts, ns):
+        lines, failed = run_check()
+        assert failed is None
+        assert "default: note no AUTH or ACL configured: any client may create and delete lock nodes" in lines
+        assert deploy_messages() == []
+
+
+def test_unknown_alias_is_a_failure(zk_server, ns):
+    with settings_for(zk_server.hosts, ns):
+        lines, failed = run_check("--alias", "reports")
+        assert failed == "zklocks_check: 1 problem(s) found"
+        assert lines == ["reports: FAILED unknown zklocks alias 'reports' (configured: 'default')"]
+
+
+@pytest.mark.parametrize("reachable", [True, False])
+def test_exit_status_of_the_real_command(zk_server, reachable):
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="tests.settings",
+        PYTHONPATH=str(ROOT),
+        ZKLOCKS_HOSTS=zk_server.hosts if reachable else f"127.0.0.1:{free_port()}",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", "zklocks_check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+    )
+    if reachable:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "default: ok connected to" in proc.stdout
+    else:
+        assert proc.returncode == 1
+        assert "is unavailable" in proc.stdout and "CommandError: zklocks_check: 1 problem(s) found" in proc.stderr

@@ -1,0 +1,261 @@
+"""Lost-lock truth, expiry, connection loss and outages, each on a real server (and a real TCP proxy)."""
+
+import threading
+import time
+
+import pytest
+
+from tests.support.helpers import raw_client, tree, wait_until, zk_settings
+from tests.support.threads import HeldInThread
+from zklocks import LockLost, LockTimeout, ZkUnavailable, clock, lock_path, signals, zk_lock
+from zklocks.connections import close_all, connections
+from zklocks.testing.proxy import TcpProxy
+
+pytestmark = pytest.mark.zk
+
+
+def use(hosts, **options):
+    return zk_settings(hosts, "/faults", **options)
+
+
+@pytest.fixture
+def lost_events():
+    events = []
+
+    def receiver(sender, **kw):
+        events.append({**kw, "thread": threading.current_thread().name, "at": time.monotonic()})
+
+    signals.lock_lost.connect(receiver)
+    yield events
+    signals.lock_lost.disconnect(receiver)
+
+
+def test_frozen_server_lock_is_given_up_before_the_server_could_expire_it(own_zk, lost_events):
+    with use(own_zk.hosts):
+        lock = zk_lock("frozen")
+        lock.acquire()
+        session = connections["default"].session()
+        timeout = session.timeout
+        lease_deadline = session.lease_deadline()
+        own_zk.pause()
+        try:
+            paused_at = clock.now()
+            wait_until(lambda: not lock.is_held, timeout=timeout + 1, interval=0.01)
+            gave_up = clock.now()
+            # No later than the proven lease deadline (lease.py), which the server cannot beat.
+            assert gave_up <= lease_deadline + 0.05
+            assert gave_up - paused_at < timeout
+            with pytest.raises(LockLost):
+                lock.ensure_held()
+            wait_until(lambda: lost_events, timeout=3)
+            assert lost_events[0]["name"] == "frozen" and lost_events[0]["reason"] == "suspended"
+            assert lost_events[0]["thread"] == "zklocks-signals"
+            # The session is closed, so a resumed server cannot keep our node alive.
+            wait_until(lambda: session.client._stopped.is_set(), timeout=15)
+        finally:
+            own_zk.resume()
+        lock.release()  # never raises for a lost lock
+        with zk_lock("frozen", timeout=10) as again:  # a fresh session serves the next acquire
+            assert connections["default"].session() is not session
+            assert again.token > 0
+
+
+def test_really_expired_session_marks_lock_lost_at_once(own_zk, zk_expire, lost_events):
+    with use(own_zk.hosts):
+        lock = zk_lock("expired")
+        lock.acquire()
+        session = connections["default"].session()
+        zk_expire(own_zk.hosts, session.client)
+        wait_until(lambda: not lock.is_held, timeout=5)
+        wait_until(lambda: lost_events, timeout=5)
+        assert lost_events[0]["reason"] == "expired" and lost_events[0]["token"] == lock.token
+        # Another client takes the lock; the old handle's release must not touch the new holder's node.
+        other = {}
+        t = threading.Thread(target=lambda: other.setdefault("lock", zk_lock("expired", timeout=5)).acquire())
+        t.start()
+        t.join(10)
+        new_lock = other["lock"]
+        assert new_lock.is_held and new_lock.token > lock.token
+        lock.release()
+        client = raw_client(own_zk.hosts)
+        try:
+            assert len(client.get_children(lock_path("expired"))) == 1
+        finally:
+            client.stop()
+
+
+def test_waiter_whose_session_expires_re_enqueues_within_its_deadline(own_zk, zk_expire):
+    with use(own_zk.hosts, POOL_SIZE=2):
+        holder = zk_lock("requeue")
+        holder.acquire()
+        result = {}
+
+        def waiter():
+            lock = zk_lock("requeue", timeout=8)
+            lock.acquire()
+            result["session"] = connections["default"].session()
+            result["token"] = lock.token
+            lock.release()
+
+        t = threading.Thread(target=waiter)
+        t.start()
+        wait_until(lambda: len(connections["default"].sessions()) == 2, timeout=5)
+        waiter_session = [s for s in connections["default"].sessions() if s is not connections["default"].session()][0]
+        wait_until(lambda: len(raw_children(own_zk, "requeue")) == 2, timeout=5)
+        zk_expire(own_zk.hosts, waiter_session.client)
+        # The waiter re-enqueues on a fresh session: two nodes again, one of them new.
+        wait_until(lambda: waiter_session.dead, timeout=5)
+        wait_until(lambda: len(raw_children(own_zk, "requeue")) == 2, timeout=5)
+        holder.release()
+        t.join(10)
+        assert result["session"] is not waiter_session and result["token"] > holder_token(holder, result)
+
+
+def holder_token(holder, result):
+    return 0
+
+
+def raw_children(server, name):
+    client = raw_client(server.hosts)
+    try:
+        return client.get_children(lock_path(name)) if client.exists(lock_path(name)) else []
+    finally:
+        client.stop()
+
+
+def test_short_blip_on_the_same_session_loses_nothing(own_zk, lost_events):
+    proxy = TcpProxy("127.0.0.1", own_zk.port).start()
+    try:
+        with use(proxy.hosts, SESSION_TIMEOUT=3.0):
+            lock = zk_lock("blip")
+            lock.acquire()
+            session = connections["default"].session()
+            session_id = session.client.client_id[0]
+            proxy.reset()  # drop the TCP connection; kazoo reconnects with the same session
+            wait_until(lambda: session.connected, timeout=5)
+            assert session.client.client_id[0] == session_id
+            assert lock.is_held
+            lock.ensure_held()
+            time.sleep(0.2)
+            assert lost_events == []
+            lock.release()
+    finally:
+        proxy.stop()
+
+
+def test_long_hold_watch_survives_a_connection_blip(own_zk):
+    proxy = TcpProxy("127.0.0.1", own_zk.port).start()
+    try:
+        with use(proxy.hosts, SESSION_TIMEOUT=3.0):
+            lock = zk_lock("long")
+            lock.acquire()
+            time.sleep(1.3)  # long hold: its node is watched
+            session = connections["default"].session()
+            proxy.reset()
+            wait_until(lambda: session.connected, timeout=5)
+            time.sleep(0.3)
+            client = raw_client(own_zk.hosts)
+            try:
+                (child,) = client.get_children(lock.path)
+                client.delete(f"{lock.path}/{child}")
+                wait_until(lambda: not lock.is_held, timeout=3)
+            finally:
+                client.stop()
+            lock.release()
+    finally:
+        proxy.stop()
+
+
+def test_lock_deadline_during_a_short_blip_is_a_timeout_not_an_outage(own_zk):
+    proxy = TcpProxy("127.0.0.1", own_zk.port).start()
+    try:
+        with use(proxy.hosts, SESSION_TIMEOUT=3.0, CONNECT_TIMEOUT=5.0):
+            holder = HeldInThread(zk_lock("busy"))
+            proxy.partition()
+            with pytest.raises(LockTimeout):  # not ZkUnavailable: CONNECT_TIMEOUT (5 s) has not passed
+                with zk_lock("busy", timeout=0.5):
+                    pass
+            proxy.heal()
+            holder.release()
+    finally:
+        proxy.stop()
+
+
+def test_connection_loss_during_create_leaves_no_orphan(own_zk):
+    proxy = TcpProxy("127.0.0.1", own_zk.port).start()
+    try:
+        with use(proxy.hosts, SESSION_TIMEOUT=3.0):
+            with zk_lock("orphan"):
+                pass  # the session and the lock node exist: the drop hits the contender's create
+            proxy.drop_after_next_request()
+            with zk_lock("orphan", timeout=8) as lock:
+                assert proxy.dropped.is_set()
+                assert lock.is_held
+                children = raw_children(own_zk, "orphan")
+                assert len(children) == 1, children  # recovered our own node by its guid, no second one
+            assert raw_children(own_zk, "orphan") == []
+    finally:
+        proxy.stop()
+
+
+def test_zookeeper_down_raises_zkunavailable_within_connect_timeout():
+    from zklocks.testing import free_port
+
+    with use(f"127.0.0.1:{free_port()}", CONNECT_TIMEOUT=1.0):
+        started = time.monotonic()
+        with pytest.raises(ZkUnavailable, match="'default'"):
+            with zk_lock("down", timeout=30):
+                pass
+        assert time.monotonic() - started < 1.5
+        assert not isinstance(ZkUnavailable("x"), LockTimeout)
+
+
+def test_black_holed_server_raises_zkunavailable_never_hangs(own_zk):
+    proxy = TcpProxy("127.0.0.1", own_zk.port).start()
+    proxy.partition(refuse_new=False)
+    try:
+        with use(proxy.hosts, CONNECT_TIMEOUT=1.0):
+            started = time.monotonic()
+            with pytest.raises(ZkUnavailable):
+                zk_lock("hole").acquire(timeout=None)
+            assert time.monotonic() - started < 1.5
+    finally:
+        proxy.stop()
+
+
+def test_lost_signal_receiver_may_block_and_call_zklocks(own_zk, zk_expire):
+    seen = []
+
+    def receiver(sender, **kw):
+        time.sleep(0.2)  # blocking here must not stall kazoo
+        with zk_lock("from-receiver", timeout=5) as lock:
+            seen.append((kw["name"], lock.token, threading.current_thread().name))
+
+    signals.lock_lost.connect(receiver)
+    try:
+        with use(own_zk.hosts):
+            lock = zk_lock("victim")
+            lock.acquire()
+            zk_expire(own_zk.hosts, connections["default"].session().client)
+            wait_until(lambda: seen, timeout=10)
+            assert seen[0][0] == "victim" and seen[0][2] == "zklocks-signals"
+            lock.release()
+    finally:
+        signals.lock_lost.disconnect(receiver)
+
+
+def test_no_orphans_after_timeouts_and_cancellations(own_zk):
+    with use(own_zk.hosts):
+        with zk_lock("crowd"):
+            threads = [threading.Thread(target=lambda: zk_lock("crowd", timeout=0.2).acquire()) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(10)
+            wait_until(lambda: len(raw_children(own_zk, "crowd")) == 1, timeout=5)
+        close_all()
+        client = raw_client(own_zk.hosts)
+        try:
+            assert [p for p in tree(client, "/faults") if "__" in p] == []
+        finally:
+            client.stop()

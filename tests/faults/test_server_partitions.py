@@ -1,0 +1,327 @@
+"""Servers cut off from each other (not clients from servers): a 3-node ensemble whose quorum and election links
+pass through proxies the test owns (``ZkEnsemble(server_links=True)``), with contenders attached to every server.
+
+Each contender uses an alias whose HOSTS is ONE server, so a client on a cut-off server keeps a working
+connection to it. For every fault the test records, per lock, each hold's acquire time and the last moment its
+holder saw ``is_held`` True and ``ensure_held()`` pass (polled every 5 ms, time.monotonic after the answer),
+and asserts:
+
+- exclusion: a hold begins only after every earlier holder last saw the lock as held (the margin is printed);
+- progress: if the old holder gave the lock up, another contender acquires it within session timeout + one
+  tick + 2 s of the fault's end (for a partition that stays: the moment the majority serves with a leader);
+- no orphans: after healing and once every contender has returned, no contender node is left.
+
+A follower cut off from the leader keeps answering its clients for syncLimit ticks, while the leader expires
+their sessions (docs/reliability.md; RECIPES §7b): until the lease rule counts only evidence that the leader
+saw the session, the holder keeps believing it holds the lock after the next holder got it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+from django.test import override_settings
+
+from tests.support.helpers import raw_client, wait_until
+from zklocks import zk_lock
+from zklocks.connections import close_all
+from zklocks.exceptions import ZkLocksError, ZkUnavailable
+from zklocks.locks import lock_path
+from zklocks.testing import ZkEnsemble
+
+pytestmark = pytest.mark.timeout(180)
+
+TICK = 200  # ms
+SESSION = 4.0
+SYNC_LIMIT_S = 10 * TICK / 1000  # syncLimit (10, see ZkServer.write_config) in seconds
+BOUND = SESSION + TICK / 1000 + 2.0
+POLL = 0.005
+WORST: dict[str, float] = {}  # fault -> smallest margin seen (negative: overlap)
+WORST_LOST: dict[str, float] = {}  # fault -> smallest margin after a holder that lost its lease to the fault
+
+
+@pytest.fixture(scope="module")
+def ens():
+    ensemble = ZkEnsemble(3, tick_time=TICK, server_links=True)
+    try:
+        ensemble.start()
+        ensemble.wait_quorum()
+        yield ensemble
+    finally:
+        ensemble.cleanup()
+        if WORST:
+            print(
+                "\nserver partitions, worst margin (next acquire - old holder's last True) per fault: "
+                + ", ".join(f"{k} {v:+.3f}s" for k, v in WORST.items())
+            )
+            print(
+                "the same, after a holder that lost its lease to the fault: "
+                + ", ".join(f"{k} {v:+.3f}s" for k, v in WORST_LOST.items())
+            )
+
+
+def serving(ens) -> bool:
+    modes = [s.mode() for s in ens.servers]
+    return modes.count("leader") == 1 and modes.count("follower") == len(modes) - 1
+
+
+@pytest.fixture
+def aliases(ens):
+    """One alias per server (s0, s1, s2), each with HOSTS = that server only, on one fresh namespace."""
+    ens.heal_all()
+    wait_until(lambda: serving(ens), timeout=60, interval=0.1)
+    common = {
+        "NAMESPACE": f"/server-partitions/{uuid.uuid4().hex[:8]}",
+        "SESSION_TIMEOUT": SESSION,
+        "CONNECT_TIMEOUT": 2.0,
+        "REAP_INTERVAL": 0,
+    }
+    conf = {f"s{i}": {"HOSTS": s.hosts, **common} for i, s in enumerate(ens.servers)}
+    conf["default"] = {"HOSTS": ens.hosts, **common}
+    with override_settings(ZKLOCKS=conf):
+        try:
+            yield [f"s{i}" for i in range(len(ens.servers))]
+        finally:
+            ens.heal_all()
+            close_all()
+
+
+@dataclass
+class Hold:
+    who: str
+    acquired: float
+    last_true: float
+    token: int
+    lost: bool = False
+    released: float | None = None
+
+
+@dataclass
+class Contender:
+    """A thread on one alias: acquire ``name``, hold until told to release (or ``hold_for`` elapsed), polling
+    ``is_held`` and ``ensure_held()``; stops at once when either says the lock is gone."""
+
+    alias: str
+    name: str
+    hold_for: float | None = None  # None: until release is set
+    acquire_timeout: float = 60.0
+    holds: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    holding: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> Contender:
+        threading.Thread(target=self.run, name=f"contender-{self.alias}-{self.name}", daemon=True).start()
+        return self
+
+    def run(self) -> None:
+        try:
+            give_up = time.monotonic() + self.acquire_timeout
+            lock = zk_lock(self.name, using=self.alias)
+            while True:  # a cut-off server stops serving its clients for a while: try again
+                try:
+                    if lock.acquire(timeout=max(0.1, give_up - time.monotonic())):
+                        break
+                    self.errors.append("timed out")
+                    return
+                except ZkUnavailable:
+                    if time.monotonic() > give_up:
+                        raise
+                    time.sleep(0.1)
+            now = time.monotonic()
+            hold = Hold(self.alias, now, now, lock.token)
+            self.holds.append(hold)
+            self.holding.set()
+            until = None if self.hold_for is None else now + self.hold_for
+            stop = threading.Event()
+            # is_held is polled by a monitor thread: ensure_held() may wait for an answer (up to
+            # CONNECT_TIMEOUT) while is_held still says True.
+            monitor = threading.Thread(target=self.watch, args=(lock, hold, stop), daemon=True)
+            monitor.start()
+            while not (stop.is_set() or self.release.is_set()) and (until is None or time.monotonic() < until):
+                try:
+                    lock.ensure_held()
+                except ZkLocksError:
+                    hold.lost = True
+                    break
+                hold.last_true = max(hold.last_true, time.monotonic())
+                time.sleep(POLL)
+            stop.set()
+            monitor.join()
+            hold.released = time.monotonic()
+            lock.release()
+        except Exception as exc:  # anything else is a failure the test must see
+            self.errors.append(repr(exc))
+        finally:
+            self.done.set()
+
+    @staticmethod
+    def watch(lock, hold: Hold, stop: threading.Event) -> None:
+        while not stop.is_set():
+            if not lock.is_held:
+                hold.lost = True
+                stop.set()
+                return
+            hold.last_true = max(hold.last_true, time.monotonic())
+            time.sleep(POLL)
+
+
+def check_exclusion(fault: str, name: str, holds: list[Hold], t0: float, log) -> float:
+    """Every hold starts after every earlier holder's last True. Returns the smallest margin."""
+    holds = sorted(holds, key=lambda h: h.acquired)
+    worst = float("inf")
+    for k, b in enumerate(holds[1:], 1):
+        last = max(holds[:k], key=lambda h: h.last_true)
+        margin = b.acquired - last.last_true
+        worst = min(worst, margin)
+        if last.lost:
+            WORST_LOST[fault] = min(WORST_LOST.get(fault, float("inf")), margin)
+        log(
+            f"  {fault} {name}: {last.who} last held at +{last.last_true - t0:.3f}s"
+            f"{' (lost)' if last.lost else ''}, {b.who} acquired at +{b.acquired - t0:.3f}s: margin {margin:+.3f}s"
+        )
+    WORST[fault] = min(WORST.get(fault, float("inf")), worst)
+    return worst
+
+
+def run_fault(ens, aliases, fault: str, holders: list[tuple[int, str]], inject, log, *, keep_cut: bool = True):
+    """``holders``: (server index, lock name) of the initial holders. Waiters for every name queue on every
+    server. ``inject()`` applies the fault and returns the moment it ended (progress is measured from there)."""
+    names = sorted({name for _, name in holders})
+    first = [Contender(aliases[i], name).start() for i, name in holders]
+    for c in first:
+        assert c.holding.wait(20), c.errors
+    waiters = [Contender(a, name, hold_for=0.2).start() for name in names for a in aliases]
+    zk = raw_client(ens.hosts)
+    try:
+        paths = {name: lock_path(name, using="default") for name in names}
+        wait_until(lambda: all(len(zk.get_children(p)) == 1 + len(aliases) for p in paths.values()), timeout=20)
+        t0 = time.monotonic()
+        ended = inject()
+        deadline = ended + BOUND
+        # Wait until each old holder has lost the lock and someone else got it, or the progress deadline passed.
+        while time.monotonic() < deadline + 0.5:
+            if all(c.holds[0].lost for c in first) and all(any(w.holds for w in waiters if w.name == n) for n in names):
+                break
+            time.sleep(0.05)
+        for c in first:
+            c.release.set()
+        if keep_cut:
+            ens.heal_all()
+        wait_until(lambda: serving(ens), timeout=60, interval=0.1)
+        for c in first + waiters:
+            assert c.done.wait(60), f"{c.alias} {c.name} did not finish"
+        # Every contender has returned, sessions still open: no node may be left.
+        wait_until(lambda: not any(zk.get_children(p) for p in paths.values()), timeout=5)
+    finally:
+        zk.stop()
+        zk.close()
+    for c in first + waiters:
+        assert c.errors == [], (c.alias, c.name, c.errors)
+    worst = {}
+    for name in names:
+        holds = [h for c in first + waiters if c.name == name for h in c.holds]
+        assert len(holds) == 1 + len(aliases)  # everyone got the lock once
+        worst[name] = check_exclusion(fault, name, holds, t0, log)
+        old = next(c.holds[0] for c in first if c.name == name)
+        if old.last_true < deadline:  # the old holder gave it up: someone else must have it by the deadline
+            nxt = min((h.acquired for h in holds if h is not old), default=float("inf"))
+            assert nxt <= deadline, (
+                f"{fault} {name}: no one acquired within {BOUND:.1f}s of the fault's end (next at +{nxt - ended:.2f}s)"
+            )
+    for name, margin in worst.items():
+        assert margin > 0, (
+            f"{fault} {name}: the old holder still saw the lock held {-margin:.3f}s after another contender acquired it"
+        )
+
+
+@pytest.fixture
+def log(capsys):
+    def write(text: str) -> None:
+        with capsys.disabled():
+            print(text, flush=True)
+
+    return write
+
+
+def leader_and_followers(ens) -> tuple[int, list[int]]:
+    leader = ens.index(ens.leader())
+    return leader, [i for i in range(len(ens.servers)) if i != leader]
+
+
+def wait_majority_leader(ens, members: list[int], timeout: float = 30.0) -> float:
+    """The moment a server of ``members`` leads and the others of them follow: the majority serves again."""
+
+    def ok():
+        modes = [ens.servers[i].mode() for i in members]
+        return modes.count("leader") == 1 and modes.count("follower") == len(members) - 1
+
+    wait_until(ok, timeout=timeout, interval=0.02)
+    return time.monotonic()
+
+
+def test_server_links_carry_the_ensemble_and_a_cut_follower_stops_serving(ens, aliases):
+    """The harness itself: every pair talks through the proxies, and cutting a follower from the leader makes
+    it stop serving after syncLimit ticks while the others go on; healing brings it back."""
+    conns = ens.links.connections()
+    assert all(conns[i, j] + conns[j, i] > 0 for i in range(3) for j in range(3) if i < j), conns
+    leader, (f, other) = leader_and_followers(ens)
+    ens.cut(f, leader)
+    cut = time.monotonic()
+    wait_until(lambda: ens.servers[f].mode() is None, timeout=SYNC_LIMIT_S + 3, interval=0.05)
+    assert time.monotonic() - cut >= SYNC_LIMIT_S * 0.8
+    assert ens.servers[leader].mode() == "leader" and ens.servers[other].mode() == "follower"
+    ens.heal(f, leader)
+    wait_until(lambda: serving(ens), timeout=30, interval=0.1)
+
+
+def test_follower_cut_off_from_the_leader(ens, aliases, log):
+    """The holder's server loses the leader but keeps its clients for syncLimit ticks."""
+    leader, (f, _) = leader_and_followers(ens)
+
+    def inject():
+        ens.cut(f, leader)
+        return time.monotonic()  # the leader and the other follower never stop serving
+
+    run_fault(ens, aliases, "follower-cut-off", [(f, "p:follower")], inject, log)
+
+
+def test_leader_cut_off_from_both_followers(ens, aliases, log):
+    leader, followers = leader_and_followers(ens)
+
+    def inject():
+        ens.isolate(leader)
+        return wait_majority_leader(ens, followers)
+
+    run_fault(ens, aliases, "leader-isolated", [(leader, "p:leader")], inject, log)
+
+
+def test_minority_majority_split_with_holders_on_both_sides(ens, aliases, log):
+    leader, (minority, other) = leader_and_followers(ens)
+
+    def inject():
+        ens.split([[minority], [leader, other]])
+        return time.monotonic()  # the majority keeps its leader
+
+    run_fault(ens, aliases, "split", [(minority, "p:minority"), (other, "p:majority")], inject, log)
+
+
+def test_flapping_link_between_a_follower_and_the_leader(ens, aliases, log):
+    """The holder's follower loses the leader several times within one session timeout: black-holed and reset
+    in turn, 0.6 s each, 0.4 s apart."""
+    leader, (f, _) = leader_and_followers(ens)
+
+    def inject():
+        for k in range(4):
+            ens.cut(f, leader, mode="reset" if k % 2 else "blackhole")
+            time.sleep(0.6)
+            ens.heal(f, leader)
+            time.sleep(0.4)
+        return time.monotonic()
+
+    run_fault(ens, aliases, "flapping-link", [(f, "p:flap")], inject, log, keep_cut=False)

@@ -1,0 +1,144 @@
+"""async with / async decorators: off the event loop, real concurrent coroutines, cancellation, async views."""
+
+import asyncio
+import time
+from itertools import pairwise
+
+import pytest
+from django.test import AsyncClient, override_settings
+
+from tests.support.helpers import wait_until
+from zklocks import LockTimeout, zk_lock, zk_multi_lock, zk_semaphore
+from zklocks.connections import connections
+
+pytestmark = pytest.mark.zk
+
+
+def queue_len(name):
+    client = connections["default"].session().client
+    path = zk_lock(name).path
+    return len(client.get_children(path)) if client.exists(path) else 0
+
+
+def test_async_with_excludes_concurrent_coroutines_without_blocking_the_loop():
+    intervals = []
+
+    async def worker(i):
+        async with zk_lock("async-ex", timeout=10) as lock:
+            start = time.monotonic()
+            await asyncio.sleep(0.05)
+            intervals.append((start, time.monotonic(), lock.token))
+
+    async def ticker(stop):
+        ticks = 0
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+            ticks += 1
+        return ticks
+
+    async def main():
+        stop = asyncio.Event()
+        tick_task = asyncio.create_task(ticker(stop))
+        await asyncio.gather(*(worker(i) for i in range(6)))
+        stop.set()
+        return await tick_task
+
+    started = time.monotonic()
+    ticks = asyncio.run(main())
+    elapsed = time.monotonic() - started
+    assert len(intervals) == 6
+    intervals.sort()
+    for a, b in pairwise(intervals):
+        assert a[1] <= b[0] and a[2] < b[2]
+    # The loop kept ticking while coroutines waited for the lock: nothing blocked it.
+    assert ticks >= 0.5 * elapsed / 0.01
+
+
+def test_async_decorator_holds_until_the_coroutine_finished():
+    order = []
+
+    @zk_lock("job:{n}", timeout=10)
+    async def job(n):
+        order.append(("start", n))
+        await asyncio.sleep(0.1)
+        order.append(("end", n))
+        return n * 2
+
+    async def main():
+        return await asyncio.gather(job(1), job(1), job(2))
+
+    assert asyncio.run(main()) == [2, 2, 4]
+    ones = [e for e in order if e[1] == 1]
+    assert ones == [("start", 1), ("end", 1), ("start", 1), ("end", 1)]
+    assert job.__name__ == "job" and asyncio.iscoroutinefunction(job)
+
+
+def test_cancelling_a_waiting_coroutine_removes_its_queue_node():
+    holder = zk_lock("async-cancel")
+
+    async def main():
+        await holder.acquire_async()
+        waiter = asyncio.create_task(zk_lock("async-cancel").__aenter__())
+        await asyncio.to_thread(wait_until, lambda: queue_len("async-cancel") == 2, 5)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        await asyncio.to_thread(wait_until, lambda: queue_len("async-cancel") == 1, 5)
+        await holder.release_async()
+
+    asyncio.run(main())
+    assert queue_len("async-cancel") == 0
+
+
+def test_async_timeout_and_semaphore_and_multi():
+    async def main():
+        async with zk_semaphore("async-sem", 2) as a, zk_multi_lock(["x1", "x2"]) as m:
+            assert a.is_held and set(m.tokens) == {"x1", "x2"}
+            async with zk_semaphore("async-sem", 2) as b:
+                assert b.token != a.token
+            holder = zk_lock("async-held")
+            await holder.acquire_async()
+            started = time.monotonic()
+
+            async def contender():  # another task: another owner (the same task would re-enter)
+                async with zk_lock("async-held", timeout=0.3):
+                    pass
+
+            with pytest.raises(LockTimeout):
+                await asyncio.create_task(contender())
+            async with zk_lock("async-held", timeout=0.3) as nested:  # same task: reentrant
+                assert nested.token == holder.token
+            assert time.monotonic() - started < 0.6
+            await holder.release_async()
+
+    asyncio.run(main())
+
+
+def test_async_tasks_sharing_one_handle_each_release_their_own_node():
+    sem = zk_semaphore("async-shared", 3)
+    read = zk_lock("async-read", shared=True)
+
+    async def use():
+        async with sem, read:
+            await asyncio.sleep(0.05)
+
+    async def main():
+        await asyncio.gather(*(use() for _ in range(3)))
+
+    asyncio.run(main())
+    client = connections["default"].session().client
+    wait_until(lambda: [c for c in client.get_children(sem.path) if "__lease__" in c] == [], timeout=3)
+    wait_until(lambda: client.get_children(read.path) == [], timeout=3)
+
+
+@pytest.mark.django_db
+def test_async_django_view_guarded_by_zk_lock():
+    with override_settings(ROOT_URLCONF="tests.support.app.urls"):
+
+        async def main():
+            client = AsyncClient()
+            responses = await asyncio.gather(*(client.get("/counter/") for _ in range(5)))
+            return [r.json()["value"] for r in responses]
+
+        values = asyncio.run(main())
+    assert sorted(values) == [1, 2, 3, 4, 5]

@@ -1,0 +1,170 @@
+"""An exception that arrives between the grant and the hold's registration leaves no node behind.
+
+Celery's soft time limit (SoftTimeLimitExceeded) and KeyboardInterrupt arrive asynchronously, at any bytecode of
+the acquiring thread. A tracer placed in that thread raises at an exact point of the window instead.
+"""
+
+import sys
+import threading
+
+import pytest
+
+from tests.support.helpers import wait_until
+from tests.support.threads import in_thread
+from zklocks import zk_lock, zk_semaphore
+from zklocks.connections import Session, connections
+from zklocks.holds import Hold, LongHolds, current_owner
+from zklocks.locks import _BaseHandle
+from zklocks.recipes import queue
+
+pytestmark = pytest.mark.zk
+
+
+class Interrupted(BaseException):
+    """Stands for SoftTimeLimitExceeded / KeyboardInterrupt."""
+
+
+def raise_at(code, *, nth=1, caller=None):
+    """A tracer raising Interrupted on the ``nth`` call of ``code`` (called from ``caller``, if given)."""
+    seen = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is code and (caller is None or frame.f_back.f_code is caller):
+            seen.append(frame)
+            if len(seen) == nth:
+                raise Interrupted(f"injected at {code.co_qualname}")
+        return None
+
+    return tracer, seen
+
+
+def interrupted_acquire(handle, tracer, *, before=None, after=None):
+    """In a fresh thread: ``before()``, then ``handle.acquire()`` under ``tracer``, then ``after()``."""
+    box = {}
+
+    def run():
+        try:
+            if before:
+                before()
+            sys.settrace(tracer)
+            try:
+                handle.acquire()
+            finally:
+                sys.settrace(None)
+        except Interrupted as exc:
+            box["interrupted"] = exc
+        if after:
+            box["after"] = after()
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    return box
+
+
+def children(handle, marker):
+    client = connections["default"].session().client
+    return [c for c in client.get_children(handle.path) if marker in c] if client.exists(handle.path) else []
+
+
+def free_for_others(handle_factory):
+    """Another owner acquires at once."""
+    return in_thread(lambda: _take_and_give_back(handle_factory()))
+
+
+def _take_and_give_back(handle, timeout=None):
+    got = handle.acquire(blocking=timeout is not None, timeout=timeout)
+    if got:
+        handle.ensure_held()  # a real node, not a stale hold whose node is gone
+        handle.release()
+    return got
+
+
+WINDOW = [
+    ("Hold.__init__", Hold.__init__.__code__, 1, None),
+    ("Session.add_hold", Session.add_hold.__code__, 1, None),
+    ("LongHolds.add", LongHolds.add.__code__, 1, None),
+    ("current_owner after the grant", current_owner.__code__, 1, _BaseHandle._acquire.__code__),
+    ("the node's path after the create", queue.Contender._set_node.__code__, 1, queue.Contender.enqueue.__code__),
+]
+
+
+@pytest.mark.parametrize("where, code, nth, caller", WINDOW, ids=[w[0] for w in WINDOW])
+def test_an_exception_in_the_grant_window_leaves_the_lock_free(where, code, nth, caller):
+    name = f"window-{code.co_name}"
+    tracer, seen = raise_at(code, nth=nth, caller=caller)
+    box = interrupted_acquire(zk_lock(name), tracer, after=lambda: _take_and_give_back(zk_lock(name), 3))
+    assert seen and "interrupted" in box, f"the tracer never fired at {where}"
+    # The same owner gets a real, fresh hold (not a stale one whose node is deleted in the background) ...
+    assert box["after"] is True
+    # ... and another owner acquires at once: the interrupted node is gone.
+    wait_until(lambda: children(zk_lock(name), "__lock__") == [], timeout=3)
+    assert free_for_others(lambda: zk_lock(name)) is True
+
+
+def test_an_exception_in_a_nested_acquire_does_not_keep_the_outer_lock():
+    name = "window-nested"
+    outer = zk_lock(name)
+    tracer, seen = raise_at(current_owner.__code__, caller=_BaseHandle._acquire.__code__)
+
+    def release_outer():
+        outer.release()
+        return True
+
+    box = interrupted_acquire(zk_lock(name), tracer, before=outer.acquire, after=release_outer)
+    assert seen and "interrupted" in box
+    # The outer release is the last one: the interrupted nested acquire took no count with it.
+    wait_until(lambda: children(outer, "__lock__") == [], timeout=3)
+    assert free_for_others(lambda: zk_lock(name)) is True
+
+
+SEMAPHORE_WINDOW = [
+    ("Hold.__init__", Hold.__init__.__code__, 1),
+    ("Session.add_hold", Session.add_hold.__code__, 1),
+    ("the lease's path after the create", queue.Contender._set_node.__code__, 2),  # the first is the mutex's
+    ("the mutex release after the lease", queue.Contender.delete_nowait.__code__, 1),
+]
+
+
+@pytest.mark.parametrize("where, code, nth", SEMAPHORE_WINDOW, ids=[w[0] for w in SEMAPHORE_WINDOW])
+def test_an_exception_in_the_grant_window_of_a_semaphore_frees_the_lease(where, code, nth):
+    name = f"window-sem-{code.co_name}"
+    tracer, seen = raise_at(code, nth=nth)
+    box = interrupted_acquire(zk_semaphore(name, 1), tracer)
+    assert seen and "interrupted" in box, f"the tracer never fired at {where}"
+    wait_until(lambda: children(zk_semaphore(name, 1), "__lease__") == [], timeout=3)
+    assert free_for_others(lambda: zk_semaphore(name, 1)) is True
+
+
+@pytest.mark.celery
+def test_a_soft_time_limit_right_after_the_task_lock_is_granted_releases_it():
+    """The soft time limit's exception is delivered between bytecodes, e.g. as the C call that follows the
+    acquire in SingleExecutionTask._acquire returns; a profile function raises at exactly that point."""
+    from tests.support.celery_app import rec_skip
+    from zklocks.celery import SingleExecutionTask
+
+    target = SingleExecutionTask._acquire.__code__
+    seen = []
+
+    def profiler(frame, event, arg):
+        if event == "c_return" and frame.f_code is target and getattr(arg, "__name__", "") == "reset" and not seen:
+            seen.append(arg)
+            raise Interrupted("injected after the task lock was granted")
+
+    box = {}
+
+    def run():
+        sys.setprofile(profiler)
+        try:
+            rec_skip.apply(args=("window", 0.0), throw=True)
+        except Interrupted as exc:
+            box["interrupted"] = exc
+        finally:
+            sys.setprofile(None)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    assert seen and "interrupted" in box
+    wait_until(lambda: children(zk_lock("rec:window"), "__lock__") == [], timeout=3)
+    assert free_for_others(lambda: zk_lock("rec:window")) is True

@@ -1,0 +1,180 @@
+"""The lease rule (zklocks/lease.py): the pure proof, then its cost and upkeep on a real server.
+
+The partitions that the rule exists for (a follower cut off from its leader, a leader cut off from its
+followers) are injected for real in tests/faults/test_server_partitions.py.
+"""
+
+import threading
+import time
+
+import pytest
+
+from tests.support.helpers import wait_until, zk_settings
+from zklocks import clock, lease, zk_lock
+from zklocks.connections import connections
+
+GAP = 1.0
+CREATE, DELETE, MULTI, SYNC, GET, PING = 1, 2, 14, 9, 4, 11
+
+
+def evidence():
+    return lease.Evidence(GAP, horizon=100.0)
+
+
+def test_a_write_after_a_relayed_sync_proves_the_lease_from_the_first_request():
+    ev = evidence()
+    assert ev.answered(0.0, 0.01, PING, 0) is None  # Q1, answered by whichever server
+    assert ev.answered(1.02, 1.03, SYNC, 0) is None  # S2, sent GAP after Q1's answer
+    assert ev.answered(1.04, 1.05, MULTI, 0) == 0.0  # S3, a write sent after S2's answer
+
+
+def test_answers_of_one_server_alone_prove_nothing():
+    ev = evidence()
+    for t in range(10):  # pings and reads only: a follower cut off from its leader answers all of them
+        assert ev.answered(t, t + 0.01, PING if t % 2 else GET, 0) is None
+    # A sync alone reaches the leader but does not prove that the leader still has a quorum.
+    assert ev.answered(10.0, 10.01, SYNC, 0) is None
+
+
+def test_the_relay_gap_is_required_between_q1_and_s2():
+    ev = evidence()
+    ev.answered(0.0, 0.01, PING, 0)
+    ev.answered(0.5, 0.51, SYNC, 0)  # only 0.49 s after Q1's answer
+    assert ev.answered(0.52, 0.53, CREATE, 0) is None
+    ev.answered(1.2, 1.21, SYNC, 0)  # now GAP after Q1 (not after the first sync)
+    assert ev.answered(1.22, 1.23, CREATE, 0) == 0.0
+
+
+def test_s2_must_be_answered_before_s3_is_sent():
+    ev = evidence()
+    ev.answered(0.0, 0.01, PING, 0)
+    # S2 and S3 pipelined: S3 left before S2's answer, so the follower may have forwarded it before our touch.
+    assert ev.answered(1.1, 1.2, SYNC, 0) is None
+    assert ev.answered(1.11, 1.21, CREATE, 0) is None
+
+
+@pytest.mark.parametrize("err", [-112, -118, -4, -7])  # session expired, session moved, connection loss, timeout
+def test_failed_writes_prove_nothing(err):
+    ev = evidence()
+    ev.answered(0.0, 0.01, PING, 0)
+    ev.answered(1.1, 1.11, SYNC, 0)
+    assert ev.answered(1.12, 1.13, DELETE, err) is None
+
+
+@pytest.mark.parametrize("err", [-101, -110, -103])  # no node, node exists, bad version: committed error txns
+def test_writes_the_leader_committed_as_errors_still_prove(err):
+    ev = evidence()
+    ev.answered(0.0, 0.01, PING, 0)
+    ev.answered(1.1, 1.11, SYNC, 0)
+    assert ev.answered(1.12, 1.13, DELETE, err) == 0.0
+
+
+def test_a_write_can_relay_for_the_next_write():
+    ev = evidence()
+    ev.answered(0.0, 0.01, GET, 0)
+    assert ev.answered(1.1, 1.11, CREATE, 0) is None  # S2 (a write)
+    assert ev.answered(1.12, 1.13, DELETE, 0) == 0.0  # S3
+
+
+def test_a_reconnect_revalidates_at_the_leader_and_the_next_write_completes_the_proof():
+    ev = evidence()
+    ev.reconnected(5.0, 5.02)
+    assert ev.answered(5.03, 5.04, CREATE, 0) == 5.0
+
+
+def test_thinning_only_ever_finds_older_requests():
+    ev = evidence()
+    ev.answered(0.0, 0.010, PING, 0)
+    ev.answered(0.002, 0.012, GET, 0)  # thinned: within the grain of the previous answer
+    ev.answered(1.015, 1.02, SYNC, 0)
+    assert ev.answered(1.03, 1.04, CREATE, 0) == 0.0
+
+
+def test_old_answers_are_dropped_beyond_the_horizon():
+    ev = lease.Evidence(GAP, horizon=5.0)
+    for t in range(0, 1000):
+        ev.answered(t * 0.1, t * 0.1 + 0.01, GET, 0)
+    assert len(ev._any.answered) < 200
+
+
+def test_relay_gap_defaults_to_half_the_session_timeout():
+    assert lease.relay_gap(10.0, None) == 5.0
+    assert lease.relay_gap(10.0, 2.0) == 2.0
+
+
+def test_leases_use_a_clock_that_runs_through_suspend():
+    assert clock.runs_through_suspend()
+    assert abs(clock.now() - time.clock_gettime(time.CLOCK_BOOTTIME)) < 0.1
+
+
+# -- on a real server --
+
+
+def use(hosts, **options):
+    return zk_settings(hosts, "/lease", **options)
+
+
+@pytest.mark.parametrize("tick", [None, 0.1])
+def test_a_long_hold_is_renewed_and_never_lapses(own_zk, tick):
+    """Three session timeouts of holding: the lease is renewed ahead of its end, at a bounded request rate."""
+    options = {"TICK_TIME": tick} if tick else {}
+    with use(own_zk.hosts, **options):
+        with zk_lock("long") as lock:
+            session = connections["default"].session()
+            start_renewals = session.renewals
+            lowest = float("inf")
+            ends = time.monotonic() + 3 * session.timeout
+            while time.monotonic() < ends:
+                assert lock.is_held
+                lowest = min(lowest, session.lease_remaining())
+                time.sleep(0.005)
+            lock.ensure_held()
+            rounds = session.renewals - start_renewals
+            rate = 2 * rounds / (3 * session.timeout)
+            print(f"tick={tick}: {rounds} renewal rounds, {rate:.2f} requests/s, lowest remaining {lowest:.3f} s")
+            assert rounds >= 2
+            assert lowest > 0.05
+            gap = lease.relay_gap(session.timeout, tick)
+            assert rate < 8 / (session.timeout - gap)  # the keeper does not spin
+
+
+def test_short_holds_pay_nothing_and_an_idle_session_proves_its_lease_with_one_sync(own_zk):
+    with use(own_zk.hosts):
+        with zk_lock("short"):
+            session = connections["default"].session()
+        for _ in range(200):
+            with zk_lock("short") as lock:
+                assert lock.is_held
+        assert session.renewals == 0
+        # Idle for longer than the lease: the next acquire sends one sync first, then holds a valid lease.
+        wait_until(lambda: session.lease_expired(), timeout=3 * session.timeout)
+        assert not session.dead
+        syncs = []
+        orig = session.client.sync_async
+        session.client.sync_async = lambda path: syncs.append(path) or orig(path)
+        try:
+            with zk_lock("short") as lock:
+                assert lock.is_held and session.lease_remaining() > 0
+        finally:
+            session.client.sync_async = orig
+        assert syncs == ["/"]
+
+
+def test_a_waiter_keeps_its_lease_while_it_waits(own_zk):
+    with use(own_zk.hosts, POOL_SIZE=2):
+        holder = zk_lock("queue")
+        holder.acquire()
+        got = threading.Event()
+
+        def wait():
+            with zk_lock("queue") as lock:
+                assert lock.is_held
+                got.set()
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(3 * 2.0)
+        assert holder.is_held and not got.is_set()
+        holder.release()
+        assert got.wait(5)
+        t.join(5)

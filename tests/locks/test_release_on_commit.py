@@ -1,0 +1,92 @@
+"""release_on_commit: the lock is released after the database commit, or at once on rollback."""
+
+import threading
+import time
+
+import pytest
+from django.db import connection, transaction
+
+from tests.support.app.models import Stock
+from zklocks import zk_lock
+
+pytestmark = [pytest.mark.zk, pytest.mark.django_db(transaction=True)]
+
+
+def held_elsewhere(name):
+    box = {}
+
+    def run():
+        lock = zk_lock(name, blocking=False)
+        box["got"] = lock.acquire()
+        if box["got"]:
+            lock.release()
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(10)
+    return not box["got"]
+
+
+def test_release_waits_for_commit():
+    with transaction.atomic():
+        with zk_lock("txn", release_on_commit=True):
+            pass
+        assert held_elsewhere("txn")  # still inside the transaction: still locked
+    assert not held_elsewhere("txn")
+
+
+def test_rollback_releases_at_once():
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            with zk_lock("txn-rb", release_on_commit=True):
+                pass
+            assert held_elsewhere("txn-rb")
+            raise RuntimeError("boom")
+    assert not held_elsewhere("txn-rb")
+
+
+def test_outside_a_transaction_it_releases_immediately():
+    assert not connection.in_atomic_block
+    with zk_lock("txn-none", release_on_commit=True):
+        pass
+    assert not held_elsewhere("txn-none")
+
+
+def _writer(release_on_commit, written, stock_id):
+    """Request A: ATOMIC_REQUESTS-style outer transaction; lock; update; the view returns; commit later."""
+    try:
+        with transaction.atomic():
+            with zk_lock("stock", timeout=10, release_on_commit=release_on_commit):
+                Stock.objects.filter(pk=stock_id).update(quantity=9)
+                written.set()
+            time.sleep(0.4)  # the response is still being built while the transaction is open
+    finally:
+        connection.close()
+
+
+def _reader(release_on_commit, written, seen, stock_id):
+    """Request B: takes the same lock, then reads what the previous holder wrote."""
+    try:
+        written.wait(10)
+        with transaction.atomic():
+            with zk_lock("stock", timeout=10, release_on_commit=release_on_commit):
+                seen.append(Stock.objects.get(pk=stock_id).quantity)
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("release_on_commit,expected", [(False, 10), (True, 9)])
+def test_atomic_requests_pitfall(release_on_commit, expected):
+    stock = Stock.objects.create(quantity=10)
+    written, seen = threading.Event(), []
+    threads = [
+        threading.Thread(target=_writer, args=(release_on_commit, written, stock.pk)),
+        threading.Thread(target=_reader, args=(release_on_commit, written, seen, stock.pk)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    # Plain form: the lock was released before A committed, so B read the stale 10.
+    # release_on_commit: B got the lock only after A's commit and read 9.
+    assert seen == [expected]

@@ -1,0 +1,120 @@
+"""The hot path's request budget and the asynchronous release, counted on the server (not timed)."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+from django.test import override_settings
+
+from tests.support.helpers import ROOT, raw_client, wait_until
+from zklocks import lock_path, zk_lock
+from zklocks.testing import ZkServer, mntr
+
+pytestmark = pytest.mark.zk
+
+
+@pytest.fixture(scope="module")
+def quiet_zk():
+    server = ZkServer(tick_time=2000)  # long session timeouts: few pings to blur the counts
+    server.start()
+    yield server
+    server.cleanup()
+
+
+def packets(server):
+    return int(mntr(server.port)["zk_packets_received"])
+
+
+def per_call(server, fn, n=200):
+    fn()
+    time.sleep(0.1)
+    before = packets(server)
+    for _ in range(n):
+        fn()
+    time.sleep(0.2)
+    return (packets(server) - before - 1) / n  # -1: the mntr request itself
+
+
+def test_uncontended_cycle_costs_three_requests(quiet_zk):
+    with override_settings(
+        ZKLOCKS={
+            "default": {"HOSTS": quiet_zk.hosts, "NAMESPACE": "/fast", "SESSION_TIMEOUT": 30.0, "REAP_INTERVAL": 0}
+        }
+    ):
+        lock = zk_lock("hot")
+
+        def cycle():
+            lock.acquire()
+            lock.release()
+
+        assert per_call(quiet_zk, cycle) <= 3.05  # create + get_children (pipelined) + delete
+
+
+def test_failed_try_lock_on_a_busy_lock_costs_one_read(quiet_zk):
+    with override_settings(
+        ZKLOCKS={
+            "default": {"HOSTS": quiet_zk.hosts, "NAMESPACE": "/fast", "SESSION_TIMEOUT": 30.0, "REAP_INTERVAL": 0}
+        }
+    ):
+        other = raw_client(quiet_zk.hosts)
+        from kazoo.recipe.lock import Lock
+
+        held = Lock(other, lock_path("busy"))
+        held.acquire()
+        try:
+            attempt = zk_lock("busy", blocking=False)
+            assert attempt.acquire() is False  # the first failure learns that the lock is busy
+            assert per_call(quiet_zk, lambda: attempt.acquire()) <= 1.05
+            held.release()
+            assert attempt.acquire() is True  # a free lock is still taken at once
+            attempt.release(wait=True)
+        finally:
+            other.stop()
+
+
+def test_release_wait_true_means_the_node_is_gone_for_everyone(zk_server):
+    client = raw_client(zk_server.hosts)
+    try:
+        for _ in range(20):
+            lock = zk_lock("waited")
+            lock.acquire()
+            lock.release(wait=True)
+            assert client.get_children(lock.path) == []
+    finally:
+        client.stop()
+
+
+def test_asynchronous_release_is_seen_by_our_next_request_and_soon_by_others(zk_server):
+    client = raw_client(zk_server.hosts)
+    try:
+        lock = zk_lock("async-release")
+        tokens = []
+        for _ in range(20):
+            lock.acquire()
+            tokens.append(lock.token)
+            lock.release()
+        assert tokens == sorted(set(tokens))  # each acquire saw the previous node gone (FIFO per session)
+        wait_until(lambda: client.get_children(lock.path) == [], timeout=2)
+    finally:
+        client.stop()
+
+
+@pytest.mark.parametrize("hold", [False, True])
+def test_normal_exit_leaves_no_node_for_the_session_timeout(zk_server, hold):
+    ns = "/exit-test"
+    script = (
+        "from tests.support.workers import setup\n"
+        f"setup({zk_server.hosts!r}, {ns!r}, 30.0)\n"
+        "from zklocks import zk_lock\n"
+        "lock = zk_lock('leaving')\n"
+        "lock.acquire()\n" + ("" if hold else "lock.release()\n")
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env={"PYTHONPATH": str(ROOT)}, timeout=60)
+    assert proc.returncode == 0
+    client = raw_client(zk_server.hosts)
+    try:
+        # Gone at once (session closed at exit), not after the 30 s session timeout.
+        assert client.get_children(f"{ns}/leaving") == []
+    finally:
+        client.stop()

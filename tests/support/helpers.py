@@ -1,0 +1,79 @@
+import json
+import os
+import subprocess
+import sys
+import time
+from itertools import pairwise
+from pathlib import Path
+
+from kazoo.client import KazooClient
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn_worker(*args: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.support.workers", *args], cwd=ROOT, env=env, start_new_session=True
+    )
+
+
+def read_records(path) -> list[dict]:
+    p = Path(path)
+    if not p.exists():
+        return []
+    return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+
+def assert_no_overlap(records: list[dict]) -> None:
+    """Exclusive holds never overlap, and tokens strictly increase in hold order."""
+    ordered = sorted(records, key=lambda r: r["start"])
+    for a, b in pairwise(ordered):
+        assert a["end"] <= b["start"], f"overlapping holds: {a} and {b}"
+        assert a["token"] < b["token"], f"tokens not increasing: {a} then {b}"
+
+
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def zk_settings(hosts: str, namespace: str, **options):
+    """``override_settings`` with one alias, 'default', on ``hosts``: short timeouts and no reaper unless
+    ``options`` say otherwise."""
+    from django.test import override_settings
+
+    cfg = {
+        "HOSTS": hosts,
+        "NAMESPACE": namespace,
+        "SESSION_TIMEOUT": 2.0,
+        "CONNECT_TIMEOUT": 2.0,
+        "REAP_INTERVAL": 0,
+        **options,
+    }
+    return override_settings(ZKLOCKS={"default": cfg})
+
+
+def raw_client(hosts: str, **options) -> KazooClient:
+    """A started kazoo client of the test's own (not a zklocks session); ``options`` go to KazooClient."""
+    client = KazooClient(hosts=hosts, **{"timeout": 4.0, **options})
+    client.start(timeout=10)
+    return client
+
+
+def tree(client: KazooClient, path: str) -> list[str]:
+    """Every node below ``path`` (not ``path`` itself)."""
+    out = []
+    if client.exists(path) is None:
+        return out
+    for child in client.get_children(path):
+        full = f"{path}/{child}"
+        out.append(full)
+        out.extend(tree(client, full))
+    return out
