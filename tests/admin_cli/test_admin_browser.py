@@ -85,3 +85,35 @@ def test_admin_in_a_browser(live_server, allow_orm_beside_playwright, tmp_path):
     finally:
         for t in (holder, waiter, odd, reader):
             t.release()
+
+
+def test_modes_kinds_long_names_and_the_release_button(live_server, allow_orm_beside_playwright, tmp_path):
+    """A writer holding with readers queued behind it is an exclusive hold; waiters show their mode; a long name
+    wraps instead of widening the page; Force-release sits under the holders, clear of the queue's heading."""
+    User.objects.create_superuser("admin", password="pw-for-browser")
+    long_name = "report:" + "x" * 190
+    writer = hold("catalog", "writer-1")
+    reader = queue_behind("catalog", "reader-1", 1, shared=True)
+    long_holder = hold(long_name, "long-1")
+    try:
+        with chromium_page(viewport=(1024, 768)) as page:
+            login(page, live_server.url)
+            row = page.locator("tr.zk-lock", has=page.locator("a.zk-name", has_text="catalog"))
+            assert row.locator("td.zk-kind").inner_text().strip().lower() == "exclusive"
+            assert row.locator("li.zk-waiter .zk-mode").inner_text().strip().lower() == "shared"
+            page.screenshot(path=str(tmp_path / "list.png"), full_page=True)
+
+            page.locator("a.zk-name", has_text=long_name).click()
+            page.wait_for_selector("h1 code.zk-name")
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= 1024, f"the detail page is {width}px wide for a 1024px window"
+            button = page.locator("a.zk-release").bounding_box()
+            holders = page.locator("table.zk-detail").nth(1).bounding_box()
+            heading = page.locator("h2", has_text="waiting").bounding_box()
+            assert holders["y"] + holders["height"] <= button["y"]  # under the holders...
+            assert button["y"] + button["height"] <= heading["y"]  # ...and above the queue's heading
+            page.screenshot(path=str(tmp_path / "detail.png"), full_page=True)
+            assert (tmp_path / "detail.png").stat().st_size > 10_000
+    finally:
+        for t in (reader, writer, long_holder):
+            t.release()
