@@ -3,7 +3,8 @@
 #               certificates, default-jdk-headless for javac, which compiles the snapshot writer of
 #               zklocks/testing/java; a venv with requirements.txt)
 #               and runs the suite against servers it starts itself.
-# make demo   — the same set-up, then the demo site with ZooKeeper, Redis, a Celery worker and a load generator.
+# make demo   — the same set-up, then the demo site with ZooKeeper, Redis, a Celery worker and a load generator
+#               (make demo DEMO_PORT=8001 when port 8000 is taken).
 SHELL := /bin/bash
 PY ?= python3
 VENV ?= .venv
@@ -53,8 +54,10 @@ chaos: system-deps venv
 test-matrix: system-deps venv
 	timeout 3600 $(BIN)/nox -s tests
 
+DEMO_PORT ?= 8000
+
 demo: system-deps venv
-	$(BIN)/python -m demo_project.run
+	$(BIN)/python -m demo_project.run --port $(DEMO_PORT)
 
 bench: system-deps venv
 	timeout 600 $(BIN)/python -m benchmarks

@@ -71,6 +71,7 @@ class Load:
         while self.running():
             self.request("/jobs/report/", {})
             self.request("/jobs/audit/", {"sku": random.choice(SKUS)})
+            self.request("/jobs/reindex/", {})  # skipped while one runs: one long hold to look at
             self.stop.wait(random.uniform(1.0, 3.0))
 
     def run(self) -> collections.Counter:

@@ -1,6 +1,7 @@
 """``make demo``: everything the demo needs, started in order and stopped together.
 
     python -m demo_project.run [--port 8000] [--exit-after SECONDS] [--no-load]
+    make demo DEMO_PORT=8001     # when port 8000 is taken
 
 1. ZooKeeper: a local server with its data under .demo/zookeeper, or the ensemble in $ZKLOCKS_HOSTS.
 2. Redis: a local server under .demo/redis, or the broker in $CELERY_BROKER_URL.
@@ -8,7 +9,9 @@
 4. A Celery worker, the development server and a small load generator.
 
 Ctrl-C (SIGINT) or SIGTERM stops everything it started: each child runs in its own process group and the
-whole group is stopped. Logs are under .demo/logs/.
+whole group is stopped. Logs are under .demo/logs/. While it runs, .demo/services.json holds the ZooKeeper hosts
+and the broker URL, which demo_project/settings.py reads: ``python manage.py zklocks_status`` in another terminal
+reaches the demo's ZooKeeper.
 """
 
 from __future__ import annotations
@@ -189,7 +192,7 @@ class Demo:
                 "--loglevel",
                 "INFO",
                 "--concurrency",
-                "2",
+                "3",
                 "--hostname",
                 f"demo-{os.getpid()}@%h",
                 "--without-gossip",
@@ -212,6 +215,24 @@ class Demo:
 
     # -- run and stop --
 
+    def check_port(self) -> None:
+        if not self.args.port:
+            return
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", self.args.port))
+            except OSError:
+                raise RuntimeError(
+                    f"port {self.args.port} is busy (another demo or runserver?): stop it, or run "
+                    f"`make demo DEMO_PORT={self.args.port + 1}` (python -m demo_project.run --port "
+                    f"{self.args.port + 1})"
+                ) from None
+
+    def write_services(self) -> None:
+        """Where a manage.py command run beside the demo finds its ZooKeeper and broker (settings.py reads it)."""
+        services = {key: self.env[key] for key in ("ZKLOCKS_HOSTS", "CELERY_BROKER_URL") if key in self.env}
+        (self.data / "services.json").write_text(json.dumps(services))
+
     def run(self) -> int:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.env["ZKLOCKS_DEMO_DIR"] = str(self.data)
@@ -221,8 +242,10 @@ class Demo:
         signal.signal(signal.SIGINT, _raise_stop)
         signal.signal(signal.SIGTERM, _raise_stop)
         try:
+            self.check_port()
             self.start_zookeeper()
             self.start_redis()
+            self.write_services()
             password = self.prepare_database()
             self.start_worker()
             url = self.start_web()
@@ -252,6 +275,7 @@ class Demo:
             self.stop()
 
     def stop(self) -> None:
+        (self.data / "services.json").unlink(missing_ok=True)
         for proc in reversed(list(self.procs.values())):
             _stop_group(proc)
         if self.zk is not None:

@@ -1,10 +1,23 @@
 """Demo settings, read from the environment so the same demo runs against an existing ensemble."""
 
+import json
 import os
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("ZKLOCKS_DEMO_DIR", BASE_DIR / ".demo"))
+
+# While `make demo` runs, it writes the hosts of its own ZooKeeper and Redis here, so that `python manage.py
+# zklocks_status` (or a Celery command) in another terminal reaches them. The environment takes precedence.
+try:
+    _SERVICES = json.loads((DATA_DIR / "services.json").read_text())
+except (OSError, ValueError):
+    _SERVICES = {}
+
+
+def _service(name: str, default: str) -> str:
+    return os.environ.get(name) or _SERVICES.get(name) or default
+
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "zklocks-demo-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
@@ -54,13 +67,13 @@ DATABASES = {
 }
 ZKLOCKS = {
     "default": {
-        "HOSTS": os.environ.get("ZKLOCKS_HOSTS", "127.0.0.1:2181"),
+        "HOSTS": _service("ZKLOCKS_HOSTS", "127.0.0.1:2181"),
         "NAMESPACE": os.environ.get("ZKLOCKS_NAMESPACE", "/zklocks-demo"),
         "SESSION_TIMEOUT": float(os.environ.get("ZKLOCKS_SESSION_TIMEOUT", "10")),
         "CONNECT_TIMEOUT": float(os.environ.get("ZKLOCKS_CONNECT_TIMEOUT", "5")),
     }
 }
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_URL = _service("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -71,6 +84,8 @@ DEMO_READ_DELAY = float(os.environ.get("DEMO_READ_DELAY", "0.05"))
 DEMO_AFTER_DELAY = float(os.environ.get("DEMO_AFTER_DELAY", "0"))  # work after the critical section
 DEMO_TASK_DELAY = float(os.environ.get("DEMO_TASK_DELAY", "2.0"))
 DEMO_LOCK_TIMEOUT = float(os.environ.get("DEMO_LOCK_TIMEOUT", "10"))
+# The search reindex holds its lock this long: time to find it in the admin and force-release it.
+DEMO_LONG_HOLD = float(os.environ.get("DEMO_LONG_HOLD", "120"))
 
 LOGGING = {
     "version": 1,
@@ -79,5 +94,6 @@ LOGGING = {
     "loggers": {"zklocks": {"handlers": ["console"], "level": "WARNING"}},
 }
 USE_TZ = True
+TIME_ZONE = os.environ.get("DEMO_TIME_ZONE", "UTC")  # the admin shows "held since" in this zone
 STATIC_URL = "/static/"
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

@@ -52,3 +52,12 @@ def audit_stock(sku):
 
     time.sleep(settings.DEMO_TASK_DELAY / 2)
     return Product.objects.filter(sku=sku).update(audited_at=timezone.now())
+
+
+@app.task(name="demo.reindex", bind=True, base=SingleExecutionTask, lock_key="search:reindex", on_locked="skip")
+def reindex(self):
+    """A long job: it holds "search:reindex" for DEMO_LONG_HOLD seconds (120 by default), time to see it in the
+    admin and force-release it there, which ends it early. While it runs, later ones are skipped."""
+    from demo_project.shop.holding import hold_until_released
+
+    return hold_until_released(self.request.zk_lock, settings.DEMO_LONG_HOLD)

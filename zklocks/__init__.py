@@ -10,6 +10,7 @@ from .exceptions import (
     SemaphoreMismatch,
     SequenceExhausted,
     StaleToken,
+    SyncLockInEventLoop,
     ZkAuthError,
     ZkConfigError,
     ZkLocksError,
@@ -37,5 +38,6 @@ __all__ = [
     "SemaphoreMismatch",
     "StaleToken",
     "InvalidLockName",
+    "SyncLockInEventLoop",
 ]
 __version__ = "0.1.0"

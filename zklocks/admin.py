@@ -24,30 +24,13 @@ from django.views.decorators.http import require_http_methods
 
 from . import conf, deadlocks, inspect
 from .exceptions import ZkLocksError
+from .management.commands._render import duration
 from .models import Lock
 from .names import decode_name
 from .release import force_release
 
 REFRESH_CHOICES = (0, 2, 5, 10, 30)
 QUEUE_PREVIEW = 10  # waiters shown per row of the list; the detail page shows all
-
-
-def duration(seconds: float | None) -> str:
-    """'850 ms', '12.3 s', '4 min 05 s', '2 h 03 min', '3 d 4 h'."""
-    if seconds is None:
-        return "—"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, secs = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours} h {minutes:02d} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
 
 
 def _when(epoch: float | None) -> datetime.datetime | None:

@@ -4,7 +4,9 @@ Stable ids: zklocks.E001 (no/invalid ZKLOCKS), E002 (alias not a dict / bad alia
 E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZE), E008 (AUTH),
 E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias),
 W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
-E014 (ACL not a list of kazoo ACL entries).
+E014 (ACL not a list of kazoo ACL entries). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
+option that neither SingleExecutionTask nor Celery knows, e.g. ``lock_timout``), W022 (the tasks of a Celery app
+could not be loaded). The checks load the tasks of the project's Celery apps first, as a worker does.
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
@@ -19,10 +21,12 @@ from django.core import checks
 
 from . import conf
 from .celery import conf as celery_conf
+from .celery import discover
 from .exceptions import ZkAuthError, ZkUnavailable
 
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    discover.load_tasks()  # tasks declare their aliases (E012) when their classes are created
     _, problems = conf.validate(_raw_setting())
     messages: list[checks.CheckMessage] = []
     for p in problems:
@@ -111,8 +115,11 @@ def _unchecked(where: str, cfg, exc: Exception) -> checks.CheckMessage:
 
 
 def check_celery_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
-    """System check: ZKLOCKS_CELERY, and the options of SingleExecutionTask subclasses imported so far."""
+    """System check: ZKLOCKS_CELERY, and the options of the SingleExecutionTask subclasses of the project's Celery
+    apps (their autodiscovered tasks modules are imported first)."""
     from django.conf import settings
+
+    unloaded = discover.load_tasks()
 
     _, problems = celery_conf.validate(getattr(settings, "ZKLOCKS_CELERY", None))
     messages: list[checks.CheckMessage] = []
@@ -123,6 +130,16 @@ def check_celery_settings(app_configs=None, **kwargs) -> list[checks.CheckMessag
         messages.append(
             checks.Error(
                 f"{where}: {msg}", hint="Fix the option on the task (see the README, Celery).", id="zklocks.E021"
+            )
+        )
+    for where, msg, hint in dict.fromkeys(celery_conf.declared_task_warnings):
+        messages.append(checks.Warning(f"{where}: {msg}", hint=hint, id="zklocks.W021"))
+    for app, why in unloaded:
+        messages.append(
+            checks.Warning(
+                f"Celery app {app!r}: could not load its tasks to check their zklocks options ({why}).",
+                hint="A worker of this app would fail the same way: fix the import error.",
+                id="zklocks.W022",
             )
         )
     return messages

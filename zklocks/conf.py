@@ -82,21 +82,27 @@ def _problem(pid: str, alias: str | None, msg: str, hint: str) -> Problem:
     return Problem(pid, alias, f"{where}: {msg}", hint)
 
 
-def _hosts(value: Any) -> str | None:
+def _hosts(value: Any) -> tuple[str | None, str]:
+    """The normalised HOSTS string, or None and what is wrong with ``value``."""
     if isinstance(value, (list, tuple)):
-        if not all(isinstance(h, str) for h in value):
-            return None
+        wrong = sorted({type(h).__name__ for h in value if not isinstance(h, str)})
+        if wrong:
+            return None, f"must be a str or a list of str, not a list holding {', '.join(wrong)}"
         value = ",".join(h.strip() for h in value)
     if not isinstance(value, str):
-        return None
+        return None, f"must be a str or a list of str, not {type(value).__name__}"
+    if not value.strip():
+        return None, "is empty"
     parts = [p.strip() for p in value.split(",")]
-    if not parts or not all(parts) or not all(_HOST.match(p) for p in parts):
-        return None
+    if not all(parts):
+        return None, "an empty host between commas"
     for part in parts:
+        if not _HOST.match(part):
+            return None, f"{part!r} is not a host[:port]"
         port = part.rsplit(":", 1)[1] if ":" in part and not part.endswith("]") else None
         if port is not None and not 1 <= int(port) <= 65535:
-            return None
-    return ",".join(parts)
+            return None, f"port {port} of {part!r} is not between 1 and 65535"
+    return ",".join(parts), ""
 
 
 def _positive_number(value: Any) -> bool:
@@ -119,13 +125,13 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
                 f"Known options: {', '.join(sorted(KNOWN_KEYS))}.",
             )
         )
-    hosts = _hosts(raw.get("HOSTS"))
+    hosts, wrong = _hosts(raw.get("HOSTS"))
     if "HOSTS" not in raw or hosts is None:
         problems.append(
             _problem(
                 "zklocks.E003",
                 alias,
-                "HOSTS is missing or invalid.",
+                "HOSTS is missing." if "HOSTS" not in raw else f"HOSTS {raw['HOSTS']!r}: {wrong}.",
                 'Give "host:port[,host:port...]" or a list of "host:port" strings.',
             )
         )
@@ -306,7 +312,7 @@ def validate(raw: Any) -> tuple[dict[str, AliasConfig], list[Problem]]:
         problems.append(
             Problem(
                 "zklocks.E001",
-                None,
+                DEFAULT_ALIAS,
                 "settings.ZKLOCKS has no 'default' alias.",
                 "Name one of your connections 'default'.",
             )
@@ -341,6 +347,10 @@ def alias_config(alias: str = DEFAULT_ALIAS) -> AliasConfig:
         return configs[alias]
     except KeyError:
         pass
+    # settings.ZKLOCKS missing or not a dict (alias None), or without 'default': say so, not "unknown alias"
+    for p in problems:
+        if p.id == "zklocks.E001" and p.alias in (None, alias):
+            raise ZkConfigError(f"{p.msg} {p.hint}")
     mine = [p.msg for p in problems if p.alias == alias and p.id.startswith("zklocks.E")]
     if mine:
         raise ZkConfigError("; ".join(mine))

@@ -11,12 +11,13 @@ ZkLocksError
 ├── SemaphoreMismatch        a name used as semaphore and lock, or max_leases disagree (also ValueError)
 ├── StaleToken               a fenced write carried a token lower than one already accepted
 ├── ZkConfigError            settings.ZKLOCKS is unusable (also ImproperlyConfigured)
+├── SyncLockInEventLoop      a blocking acquire in a coroutine (also Django's SynchronousOnlyOperation)
 └── InvalidLockName          also ValueError
 """
 
 from __future__ import annotations
 
-from django.core.exceptions import ImproperlyConfigured
+from django.core.exceptions import ImproperlyConfigured, SynchronousOnlyOperation
 
 
 class ZkLocksError(Exception):
@@ -90,3 +91,8 @@ class ZkConfigError(ZkLocksError, ImproperlyConfigured):
 
 class InvalidLockName(ZkLocksError, ValueError):
     """The lock name (or name template) is not acceptable."""
+
+
+class SyncLockInEventLoop(ZkLocksError, SynchronousOnlyOperation):
+    """A blocking acquire (``with zk_lock(...)``, ``acquire()``) on the thread of a running event loop: it would
+    stop every coroutine of the loop, the holder's among them. Use ``async with`` or ``acquire_async()``."""

@@ -20,7 +20,7 @@ from .connections import connections
 from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout, LockUpgradeError
 from .holds import Grant, Hold, current_owner
 from .names import join_path, validate_name
-from .offloop import acquire_off_loop, run_off_loop
+from .offloop import acquire_off_loop, refuse_in_event_loop, run_off_loop
 from .recipes import queue
 from .recipes.calls import Deadline
 from .recipes.layout import Kind, marker
@@ -118,6 +118,7 @@ class _BaseHandle(_Acquirable):
         cancel: threading.Event | None = None,
         at: float | None = None,
     ) -> None:
+        refuse_in_event_loop(self)
         blocking = self.blocking if blocking is None else blocking
         timeout = self.timeout if timeout is None else timeout
         deadline, once = _deadline(blocking, timeout, cancel, at)

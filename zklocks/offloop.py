@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .exceptions import LockTimeout
+from .exceptions import LockTimeout, SyncLockInEventLoop
 from .holds import owner_context
 
 _async_executor: ThreadPoolExecutor | None = None
@@ -53,6 +53,18 @@ async def run_off_loop(fn: Callable, *args: Any) -> Any:
     """Run a release in a thread of its own pool, never behind the acquire threads."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_releaser(), owner_context().run, fn, *args)
+
+
+def refuse_in_event_loop(handle) -> None:
+    """Raise SyncLockInEventLoop if this thread runs an event loop: a blocking acquire would stop the loop, and
+    wait forever for a holder that is a coroutine of that loop. (Async acquires call ``_acquire`` in a thread of
+    their own pool, where no loop runs.)"""
+    if asyncio._get_running_loop() is not None:
+        what, _ = handle.describe()
+        raise SyncLockInEventLoop(
+            f"{what} (alias {handle.using!r}): a blocking acquire on the thread of a running event loop would stop "
+            "the loop until the lock is granted; use `async with` or `await ....acquire_async()` in a coroutine"
+        )
 
 
 # How long past its deadline an async acquire waits for its thread's own LockTimeout before raising one itself.

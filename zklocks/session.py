@@ -28,6 +28,7 @@ from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from . import clock, conf, dispatch, lease, observe
 from .exceptions import ZkAuthError, ZkUnavailable
+from .kazoolog import KazooLog
 
 log = logging.getLogger("zklocks")
 
@@ -83,6 +84,8 @@ class Session:
             "backoff": 1.5,
             "max_delay": max(0.1, min(1.0, cfg.session_timeout / 4)),
         }
+        self.kazoo_log = KazooLog()  # kazoo's per-retry warnings at DEBUG; the causes for ZkUnavailable
+        options.setdefault("logger", self.kazoo_log)
         self.client = KazooClient(
             hosts=cfg.hosts,
             timeout=cfg.session_timeout,
@@ -383,6 +386,9 @@ class Session:
                 ) from error
             if isinstance(error, KazooTimeoutError):
                 detail = f"no session within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
+                causes = self.kazoo_log.causes()
+                if causes:
+                    detail += f": {causes}"
             else:
                 detail = f"{type(error).__name__}: {error}"
             raise ZkUnavailable(

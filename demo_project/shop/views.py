@@ -155,6 +155,8 @@ def enqueue(request, job):
         result = tasks.daily_report.delay()
     elif job == "audit":
         result = tasks.audit_stock.delay(request.POST.get("sku", "tea"))
+    elif job == "reindex":
+        result = tasks.reindex.delay()
     else:
         return JsonResponse({"ok": False, "error": "unknown job"}, status=404)
     return JsonResponse({"ok": True, "task_id": result.id}, status=202)

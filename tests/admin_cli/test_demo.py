@@ -91,7 +91,9 @@ def test_make_demo_headless(tmp_path):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (seen_holder and seen_task and seen_queue):
             page = browser.get("/admin/zklocks/lock/")
-            seen_holder = seen_holder or bool(re.search(r'<td class="zk-holder"><div class="zk-holder-entry">.*?pid \d+', page, re.S))
+            seen_holder = seen_holder or bool(
+                re.search(r'<td class="zk-holder"><div class="zk-holder-entry">.*?pid \d+', page, re.S)
+            )
             seen_task = seen_task or "task demo." in page
             seen_queue = seen_queue or bool(re.search(r'<td class="zk-queue-length">[1-9]', page))
             time.sleep(0.5)

@@ -49,12 +49,22 @@ def test_no_default_alias_and_alias_not_a_dict():
     ]
 
 
-@pytest.mark.parametrize("hosts", [None, "", "zk1:2181,", 42, ["zk1:2181", 3], "bad host:1"])
-def test_invalid_hosts(hosts):
+@pytest.mark.parametrize(
+    "hosts,wrong",
+    [
+        (None, "HOSTS is missing"),
+        ("", "HOSTS '': is empty"),
+        ("zk1:2181,", "HOSTS 'zk1:2181,': an empty host between commas"),
+        (42, "HOSTS 42: must be a str or a list of str, not int"),
+        (["zk1:2181", 3], "HOSTS ['zk1:2181', 3]: must be a str or a list of str, not a list holding int"),
+        ("bad host:1", "HOSTS 'bad host:1': 'bad host:1' is not a host[:port]"),
+    ],
+)
+def test_invalid_hosts(hosts, wrong):
     value = {} if hosts is None else {"HOSTS": hosts}
     assert run({"default": value}) == [
         Error(
-            "ZKLOCKS['default']: HOSTS is missing or invalid.",
+            f"ZKLOCKS['default']: {wrong}.",
             hint='Give "host:port[,host:port...]" or a list of "host:port" strings.',
             id="zklocks.E003",
         )
@@ -160,7 +170,7 @@ def test_runtime_errors_are_clear():
         with pytest.raises(ZkConfigError, match="unknown zklocks alias 'nope'.*configured: 'default'"):
             zk_lock("x", using="nope").acquire()
     with override_settings(ZKLOCKS={"default": {"HOSTS": ""}}):
-        with pytest.raises(ZkConfigError, match="HOSTS is missing or invalid"):
+        with pytest.raises(ZkConfigError, match="HOSTS '': is empty"):
             zk_lock("x").acquire()
 
 

@@ -151,13 +151,13 @@ def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
         assert failed == "zklocks_check: 1 problem(s) found"
         assert lines == [
             f"default: FAILED zklocks alias 'default': ZooKeeper at {hosts} is unavailable (no session "
-            "within CONNECT_TIMEOUT=1s)"
+            f"within CONNECT_TIMEOUT=1s: connection refused by {hosts})"
         ]
         started = time.monotonic()
         assert deploy_messages() == [
             Warning(
                 f"ZKLOCKS['default']: could not check the ACLs of {ns}: zklocks alias 'default': ZooKeeper at {hosts} "
-                "is unavailable (no session within CONNECT_TIMEOUT=1s)",
+                f"is unavailable (no session within CONNECT_TIMEOUT=1s: connection refused by {hosts})",
                 hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
                 id="zklocks.W003",
             )

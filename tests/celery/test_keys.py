@@ -114,7 +114,7 @@ def test_system_checks(bad_tasks):
         ),
         Error(
             "tests.support.celery_bad_tasks.bad_key_missing: lock_key 'bad:{acount_id}' refers to acount_id, which "
-            "is not an argument of the task (arguments: self, account_id)",
+            "is not an argument of the task (arguments: account_id)",
             hint="Fix the option on the task (see the README, Celery).",
             id="zklocks.E021",
         ),

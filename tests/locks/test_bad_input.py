@@ -221,10 +221,10 @@ def ok(**extra):
 @pytest.mark.parametrize(
     "alias,match,check_id",
     [
-        ({"HOSTS": ""}, "HOSTS is missing or invalid", "zklocks.E003"),
-        ({"HOSTS": []}, "HOSTS is missing or invalid", "zklocks.E003"),
-        ({"HOSTS": "zk1:99999"}, "HOSTS is missing or invalid", "zklocks.E003"),
-        ({"HOSTS": "zk1:0"}, "HOSTS is missing or invalid", "zklocks.E003"),
+        ({"HOSTS": ""}, "HOSTS '': is empty", "zklocks.E003"),
+        ({"HOSTS": []}, r"HOSTS \[\]: is empty", "zklocks.E003"),
+        ({"HOSTS": "zk1:99999"}, "port 99999 of 'zk1:99999' is not between 1 and 65535", "zklocks.E003"),
+        ({"HOSTS": "zk1:0"}, "port 0 of 'zk1:0' is not between 1 and 65535", "zklocks.E003"),
         (ok(NAMESPACE="zklocks"), "NAMESPACE 'zklocks' is not a valid ZooKeeper path", "zklocks.E004"),
         (ok(NAMESPACE="/zklocks/"), "NAMESPACE '/zklocks/' is not a valid ZooKeeper path", "zklocks.E004"),
         (ok(SESSION_TIMEOUT="10"), "SESSION_TIMEOUT must be a positive number of seconds, not '10'", "zklocks.E005"),

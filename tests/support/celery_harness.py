@@ -278,3 +278,4 @@ def bad_tasks():
     finally:
         names = {task.name for task in tasks}
         celery_conf.declared_task_problems[:] = [p for p in celery_conf.declared_task_problems if p[0] not in names]
+        celery_conf.declared_task_warnings[:] = [p for p in celery_conf.declared_task_warnings if p[0] not in names]

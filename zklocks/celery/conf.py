@@ -4,7 +4,8 @@ Kept free of Celery imports so that system checks run in projects without Celery
 one key of the setting (``OPTION_KEYS``); a task attribute left at None takes the setting's value.
 
 Check ids: zklocks.E020 (ZKLOCKS_CELERY not a dict, or an invalid value), W020 (unknown key), E021 (an
-invalid option on a SingleExecutionTask subclass, e.g. a lock_key naming a missing argument).
+invalid option on a SingleExecutionTask subclass, e.g. a lock_key naming a missing argument), W021 (a task
+option that neither SingleExecutionTask nor Celery knows: a misspelling such as ``lock_timout``).
 """
 
 from __future__ import annotations
@@ -132,3 +133,25 @@ def reset() -> None:
 
 # (task name, problem) recorded when a SingleExecutionTask subclass is created.
 declared_task_problems: list[tuple[str, str]] = []
+# (task name, message, hint): options given to @app.task that nothing reads (W021).
+declared_task_warnings: list[tuple[str, str, str]] = []
+
+# Options of @app.task that Celery reads without making them Task attributes (see add_autoretry_behaviour).
+CELERY_DECORATOR_OPTIONS = frozenset(
+    {"autoretry_for", "dont_autoretry_for", "retry_kwargs", "retry_backoff", "retry_backoff_max", "retry_jitter"}
+)
+
+
+def unknown_option(where: str, attr: str, value: Any, known: list[str]) -> tuple[str, str, str]:
+    """The W021 entry for an option nothing reads, with the nearest known option as a hint. Pure."""
+    import difflib
+
+    close = difflib.get_close_matches(attr, known, n=1, cutoff=0.75)
+    task_options = ", ".join(["lock_key", *(a for a, _ in OPTION_KEYS)])
+    hint = f"Did you mean {close[0]}?" if close else f"SingleExecutionTask options: {task_options}."
+    return (
+        where,
+        f"{attr}={value!r} is not an option of SingleExecutionTask or of Celery tasks; Celery keeps it without "
+        "using it.",
+        hint,
+    )

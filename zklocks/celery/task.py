@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,6 +277,8 @@ def _declare(cls: type) -> None:
             why = celery_conf.value_problem(key, value)
             if why is not None:
                 celery_conf.declared_task_problems.append((str(where), f"{attr}: {why.split(' ', 1)[1]}"))
+    if cls.__dict__.get("_decorated"):
+        _declare_unknown_options(cls, str(where))
     using = cls.__dict__.get("lock_using")
     if isinstance(using, str) and using:
         conf.declare_alias(using, f"task {where}")
@@ -293,7 +296,8 @@ def _declare(cls: type) -> None:
     run = cls.__dict__.get("run")
     if run is None:
         return
-    func = getattr(run, "__func__", run)
+    # The arguments as the run-time error lists them: a bound task's ``self`` is not one of them.
+    func = run.__func__ if isinstance(run, (staticmethod, classmethod)) else types.MethodType(run, cls)
     missing = names.missing_fields(template, func)
     if missing:
         arguments = ", ".join(names.signature(func).parameters) or "none"
@@ -304,3 +308,16 @@ def _declare(cls: type) -> None:
                 f"(arguments: {arguments})",
             )
         )
+
+
+def _declare_unknown_options(cls: type, where: str) -> None:
+    """W021: an @app.task option that no base class defines and Celery does not read (``lock_timout=5``)."""
+    bases = cls.__mro__[1:]
+    known = sorted({a for b in bases for a in vars(b) if not a.startswith("_")} | celery_conf.CELERY_DECORATOR_OPTIONS)
+    celery_set = {"app", "name", "run", *celery_conf.CELERY_DECORATOR_OPTIONS}
+    celery_set.update(attr for attr, _ in getattr(cls, "from_config", ()))  # Task.bind() sets these from the app
+    for attr, value in cls.__dict__.items():
+        if attr.startswith("_") or attr in celery_set:
+            continue
+        if not any(hasattr(b, attr) for b in bases):
+            celery_conf.declared_task_warnings.append(celery_conf.unknown_option(where, attr, value, known))

@@ -1,12 +1,22 @@
-"""pytest fixtures backed by real ZooKeeper servers.
+"""pytest fixtures backed by real ZooKeeper servers (Debian's ``zookeeper`` package and a JVM).
 
-Enable with ``pytest_plugins = ["zklocks.testing.pytest_plugin"]``. Fixtures:
+Setup in your project (pytest-django provides Django's settings to the tests):
+
+    pip install pytest pytest-django
+    # pytest.ini (or [tool.pytest.ini_options] in pyproject.toml)
+    [pytest]
+    DJANGO_SETTINGS_MODULE = proj.settings
+    # conftest.py at the project root
+    pytest_plugins = ["zklocks.testing.pytest_plugin"]
+
+Fixtures:
 
 - ``zk_server``: a standalone server for the whole run (tickTime 200 ms: sessions from 0.4 s to 4 s).
 - ``zk_ensemble``: a 3-node ensemble on loopback, fresh for each test that asks for it.
 - ``zk_expire``: ``zk_expire(hosts, kazoo_client_or_session)`` expires that session for real.
 - ``zklocks_settings``: ``settings.ZKLOCKS`` pointed at ``zk_server`` with a fresh namespace per test;
   a callable that returns the alias dict and accepts overrides, e.g. ``zklocks_settings(SESSION_TIMEOUT=1)``.
+  Tests that do not ask for it keep the project's own ZKLOCKS.
 """
 
 from __future__ import annotations
@@ -20,6 +30,8 @@ from .server import ZkEnsemble, ZkServer, expire_session
 
 @pytest.fixture(scope="session")
 def zk_server():
+    """A standalone ZooKeeper for the whole run (tickTime 200 ms: sessions of 0.4 to 4 s). ``.hosts`` is its
+    "127.0.0.1:port"; ``stop()``, ``kill()``, ``pause()`` and ``restart()`` simulate outages."""
     server = ZkServer(tick_time=200)
     try:
         server.start()
@@ -30,6 +42,7 @@ def zk_server():
 
 @pytest.fixture
 def zk_ensemble():
+    """A fresh 3-node ensemble on loopback for this test (``.hosts``, ``.leader()``, ``.servers``)."""
     ensemble = ZkEnsemble(3, tick_time=200)
     try:
         ensemble.start()
@@ -40,6 +53,9 @@ def zk_ensemble():
 
 @pytest.fixture
 def zk_expire():
+    """``zk_expire(hosts, session_or_kazoo_client)``: expire that ZooKeeper session for real, as the server does
+    when a client stays away past its session timeout (e.g. ``connections["default"].session()``)."""
+
     def expire(hosts: str, target) -> None:
         client = getattr(target, "client", target)
         expire_session(hosts, client.client_id)
@@ -49,6 +65,11 @@ def zk_expire():
 
 @pytest.fixture
 def zklocks_settings(zk_server):
+    """settings.ZKLOCKS = {"default": {...}} pointed at ``zk_server`` for this test: a fresh NAMESPACE
+    (/zklocks-test/<random>), SESSION_TIMEOUT and CONNECT_TIMEOUT 2 s, REAP_INTERVAL 0. Call it to change
+    options, ``zklocks_settings(SESSION_TIMEOUT=3)``, or to add aliases,
+    ``zklocks_settings(EXTRA_ALIASES={"reports": {...}})``; it returns the default alias's dict. Afterwards the
+    project's settings come back and every zklocks session is closed."""
     from django.test import override_settings
 
     from zklocks.connections import close_all

@@ -351,3 +351,64 @@ def expire_session(hosts: str, client_id: tuple[int, bytes], timeout: float = 10
     finally:
         twin.stop()
         twin.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m zklocks.testing.server``: a standalone ZooKeeper for development, until Ctrl-C."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m zklocks.testing.server",
+        description="Run a local ZooKeeper for development (Debian's zookeeper package). Prints host:port on "
+        "stdout, stops on Ctrl-C.",
+    )
+    parser.add_argument("--port", type=int, default=2181, help="client port; 0 for a free one (default 2181)")
+    parser.add_argument(
+        "--tick-time",
+        type=int,
+        default=2000,
+        help="tickTime in ms; sessions may last 2 to 20 ticks (default 2000: SESSION_TIMEOUT from 4 to 40 s)",
+    )
+    parser.add_argument("--data-dir", help="keep the data in this directory (default: a temporary one, removed)")
+    args = parser.parse_args(argv)
+    port = args.port or free_port()
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            print(f"port {port} is busy (another ZooKeeper?): give --port 0 for a free one", file=sys.stderr)
+            return 2
+    server = ZkServer(tick_time=args.tick_time, workdir=args.data_dir)
+    server.port = port
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        server.start()
+        print(server.hosts, flush=True)
+        print(
+            f"ZooKeeper serving on {server.hosts} (tickTime {args.tick_time} ms, data in {server.dir}); "
+            f'settings: ZKLOCKS = {{"default": {{"HOSTS": "{server.hosts}"}}}}. Ctrl-C stops it.',
+            file=sys.stderr,
+            flush=True,
+        )
+        while server.proc is not None and server.proc.poll() is None:
+            time.sleep(0.5)
+        print(f"ZooKeeper exited; see {server.dir}/stdout.log", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    except RuntimeError as exc:
+        print(f"ZooKeeper did not start: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        server.cleanup()
+        print("ZooKeeper stopped", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

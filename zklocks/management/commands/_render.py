@@ -1,13 +1,32 @@
-"""Plain-text rendering of snapshots for the management commands: safe for a terminal."""
+"""Plain-text rendering of snapshots for the management commands: safe for a terminal.
+
+It does not import zklocks.admin: the commands work in projects without django.contrib.admin."""
 
 from __future__ import annotations
 
 import re
 
-from zklocks.admin import duration
 from zklocks.inspect import Contender
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def duration(seconds: float | None) -> str:
+    """'850 ms', '12.3 s', '4 min 05 s', '2 h 03 min', '3 d 4 h'."""
+    if seconds is None:
+        return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
 
 
 def clean(value: object) -> str:

@@ -59,6 +59,13 @@ class Command(BaseCommand):
         failures = 0
         try:
             self._ok(name, f"connected to {cfg.hosts} (session timeout {session.timeout:g}s)")
+            if session.timeout != cfg.session_timeout:
+                self._note(
+                    name,
+                    f"the server gave a session timeout of {session.timeout:g}s instead of "
+                    f"SESSION_TIMEOUT={cfg.session_timeout:g}s: servers allow 2 to 20 times their tickTime "
+                    "(minSessionTimeout, maxSessionTimeout in zoo.cfg); set SESSION_TIMEOUT within those bounds",
+                )
             ids = sorted(user for _, user in security.identities(cfg))
             if security.expected_acl(cfg) is None:
                 self._note(name, "no AUTH or ACL configured: any client may create and delete lock nodes")

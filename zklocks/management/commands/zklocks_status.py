@@ -26,7 +26,8 @@ class Command(BaseCommand):
     def _table(self, snap: inspect.Snapshot) -> None:
         now = snap.taken_at
         if not snap.locks:
-            self.stdout.write("no locks")
+            if not snap.errors:  # an alias that could not be read is reported as the error, not as "no locks"
+                self.stdout.write("no locks")
             return
         rows = [["ALIAS", "NAME", "KIND", "HOLDER", "HELD FOR", "TOKEN", "QUEUE"]]
         queue_after: dict[int, inspect.LockInfo] = {}  # table row index -> lock whose queue follows it

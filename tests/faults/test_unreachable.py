@@ -1,0 +1,114 @@
+"""An unreachable ZooKeeper: ZkUnavailable says why, kazoo's per-retry lines stay out of the way, the status
+command prints only its error, and a view that lets ZkUnavailable escape answers 503 with the middleware."""
+
+import logging
+import re
+import sys
+
+import pytest
+from django.test import override_settings
+
+from tests.support.project import Project
+from zklocks import ZkUnavailable, zk_lock
+from zklocks.connections import close_all
+from zklocks.testing import free_port
+
+
+def unavailable(hosts, **extra) -> str:
+    settings = {"HOSTS": hosts, "CONNECT_TIMEOUT": 1.0, "SESSION_TIMEOUT": 2.0, "REAP_INTERVAL": 0, **extra}
+    with override_settings(ZKLOCKS={"default": settings}):
+        try:
+            with pytest.raises(ZkUnavailable) as info:
+                zk_lock("report").acquire(timeout=None)
+        finally:
+            close_all()
+    return str(info.value)
+
+
+def test_cause_connection_refused():
+    port = free_port()
+    assert unavailable(f"127.0.0.1:{port}") == (
+        f"zklocks alias 'default': ZooKeeper at 127.0.0.1:{port} is unavailable (no session within "
+        f"CONNECT_TIMEOUT=1s: connection refused by 127.0.0.1:{port})"
+    )
+
+
+def test_cause_unknown_host():
+    message = unavailable("zk-nowhere.invalid:2181")
+    assert message.startswith(
+        "zklocks alias 'default': ZooKeeper at zk-nowhere.invalid:2181 is unavailable (no session within "
+        "CONNECT_TIMEOUT=1s: cannot resolve zk-nowhere.invalid: "
+    ), message
+
+
+def test_cause_tls_error(zk_server):
+    """TLS towards a plaintext server: the TLS error is the cause."""
+    message = unavailable(zk_server.hosts, OPTIONS={"use_ssl": True, "verify_certs": False})
+    assert re.search(rf"CONNECT_TIMEOUT=1s: {re.escape(zk_server.hosts)}: TLS: .+\)$", message), message
+    print(message)
+
+
+def test_kazoo_retry_lines_are_quiet(caplog):
+    caplog.set_level(logging.DEBUG)
+    unavailable(f"127.0.0.1:{free_port()}")
+    loud = [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == []
+    assert any(r.name == "zklocks.kazoo" and "Connection refused" in r.getMessage() for r in caplog.records)
+
+
+def test_status_command_prints_only_its_error(tmp_path):
+    port = free_port()
+    project = Project(tmp_path, hosts=f"127.0.0.1:{port}")
+    result = project.manage("zklocks_status")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"CommandError: zklocks alias 'default': ZooKeeper at 127.0.0.1:{port} is unavailable (no session "
+        f"within CONNECT_TIMEOUT=2s: connection refused by 127.0.0.1:{port})\n"
+    )
+
+
+def test_middleware_answers_503(tmp_path):
+    port = free_port()
+    project = Project(
+        tmp_path,
+        hosts=f"127.0.0.1:{port}",
+        settings_extra="""
+            MIDDLEWARE = ["zklocks.middleware.ZkUnavailableMiddleware"]
+            ZKLOCKS["default"]["CONNECT_TIMEOUT"] = 0.5
+        """,
+    )
+    project.write(
+        "proj/urls.py",
+        """\
+        from django.http import HttpResponse
+        from django.urls import path
+
+        from zklocks import zk_lock
+
+
+        @zk_lock("stock:{sku}")
+        def reserve(request, sku):
+            return HttpResponse("reserved")
+
+
+        urlpatterns = [path("reserve/<sku>/", reserve)]
+        """,
+    )
+    project.write(
+        "probe.py",
+        """\
+        import django
+
+        django.setup()
+        from django.test import Client
+
+        response = Client().get("/reserve/tea/")
+        print(response.status_code, response["Retry-After"], response["Content-Type"])
+        print(response.content.decode(), end="")
+        """,
+    )
+    result = project.run([sys.executable, "probe.py"], DJANGO_SETTINGS_MODULE="proj.settings")
+    assert result.stdout == "503 5 text/plain; charset=utf-8\nZooKeeper is unavailable; try again shortly.\n", (
+        result.stderr
+    )
+    assert "zklocks: ZooKeeper unavailable for GET /reserve/tea/" in result.stderr

@@ -1,0 +1,80 @@
+"""The pytest plugin used the way the README tells a user to: a project of its own with pytest-django, its
+DJANGO_SETTINGS_MODULE and ``pytest_plugins = ["zklocks.testing.pytest_plugin"]`` in conftest.py."""
+
+import sys
+
+from tests.support.project import Project
+
+USER_TESTS = """\
+    import threading
+
+    from django.conf import settings
+
+    from zklocks import zk_lock
+    from zklocks.connections import connections
+
+
+    def test_settings_point_at_the_test_server(zklocks_settings, zk_server):
+        alias = settings.ZKLOCKS["default"]
+        assert alias["HOSTS"] == zk_server.hosts
+        assert alias["NAMESPACE"].startswith("/zklocks-test/")
+        assert (alias["SESSION_TIMEOUT"], alias["CONNECT_TIMEOUT"]) == (2.0, 2.0)
+
+
+    def test_a_lock_is_exclusive(zklocks_settings):
+        with zk_lock("report") as lock:
+            assert lock.token > 0
+            box = {}
+            t = threading.Thread(target=lambda: box.setdefault("got", zk_lock("report", blocking=False).acquire()))
+            t.start()
+            t.join(10)
+            assert box == {"got": False}
+
+
+    def test_overrides_and_a_second_alias(zklocks_settings, zk_server):
+        zklocks_settings(SESSION_TIMEOUT=3.0, EXTRA_ALIASES={"reports": {"HOSTS": zk_server.hosts}})
+        assert settings.ZKLOCKS["default"]["SESSION_TIMEOUT"] == 3.0
+        with zk_lock("nightly", using="reports"):
+            assert connections["reports"].session().connected
+
+
+    def test_expire_a_session(zklocks_settings, zk_server, zk_expire):
+        lock = zk_lock("expiring")
+        lock.acquire()
+        zk_expire(zk_server.hosts, connections["default"].session())
+        deadline = __import__("time").monotonic() + 10
+        while lock.is_held and __import__("time").monotonic() < deadline:
+            __import__("time").sleep(0.05)
+        assert not lock.is_held
+
+
+    def test_without_the_fixture_the_project_settings_stay(zk_server):
+        assert settings.ZKLOCKS["default"]["HOSTS"] == "zk.example.invalid:2181"
+"""
+
+
+def test_plugin_in_a_user_project(tmp_path):
+    project = Project(tmp_path, hosts="zk.example.invalid:2181")
+    project.write("pytest.ini", "[pytest]\nDJANGO_SETTINGS_MODULE = proj.settings\n")
+    project.write("conftest.py", 'pytest_plugins = ["zklocks.testing.pytest_plugin"]\n')
+    project.write("shop/tests.py", USER_TESTS)
+    result = project.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "shop/tests.py"],
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1].startswith("5 passed")
+
+
+def test_fixtures_are_documented_where_pytest_lists_them(tmp_path):
+    project = Project(tmp_path)
+    project.write("pytest.ini", "[pytest]\nDJANGO_SETTINGS_MODULE = proj.settings\n")
+    project.write("conftest.py", 'pytest_plugins = ["zklocks.testing.pytest_plugin"]\n')
+    result = project.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--fixtures"], timeout=60)
+    listing = result.stdout
+    start = listing.index("fixtures defined from zklocks.testing.pytest_plugin")
+    section = listing[start:].split("\n", 1)[1].split("\n----", 1)[0]
+    assert "no docstring available" not in section, section
+    for fixture in ("zk_server", "zk_ensemble", "zk_expire", "zklocks_settings"):
+        assert fixture in section
+    assert "settings.ZKLOCKS" in section

@@ -1,0 +1,38 @@
+"""``ZkUnavailableMiddleware``: a view that lets ZkUnavailable escape answers 503 with Retry-After, not 500.
+
+    MIDDLEWARE = [..., "zklocks.middleware.ZkUnavailableMiddleware"]
+    ZKLOCKS_UNAVAILABLE_RETRY_AFTER = 5  # seconds, the Retry-After header (default 5)
+
+A request that needs a lock while ZooKeeper is unreachable cannot be served safely, but it is an outage, not a
+bug: clients and load balancers should retry later. The exception is logged as a warning (logger ``zklocks``)
+with the request's method and path; only ZkUnavailable is handled, every other exception goes on as before.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.http import HttpResponse
+
+from .exceptions import ZkUnavailable
+
+log = logging.getLogger("zklocks")
+
+
+class ZkUnavailableMiddleware:
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, ZkUnavailable):
+            return None
+        log.warning("zklocks: ZooKeeper unavailable for %s %s: %s", request.method, request.path, exception)
+        response = HttpResponse(
+            "ZooKeeper is unavailable; try again shortly.\n", status=503, content_type="text/plain; charset=utf-8"
+        )
+        response["Retry-After"] = str(int(getattr(settings, "ZKLOCKS_UNAVAILABLE_RETRY_AFTER", 5)))
+        return response
