@@ -22,7 +22,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods
 
-from . import conf, deadlocks, inspect
+from . import conf, deadlocks, inspect, timeline
 from .exceptions import ZkLocksError
 from .management.commands._render import duration
 from .models import Lock
@@ -205,6 +205,7 @@ class LockAdmin(admin.ModelAdmin):
             held_for=duration(info.held_for(now)) if info else None,
             holders=[_contender_row(h, now) for h in info.holders] if info else [],
             queue=[_contender_row(w, now, i) for i, w in enumerate(info.waiters, 1)] if info else [],
+            picture=timeline.picture(info, now) if info else None,
             release_url=self._release_url(alias, node),
             changelist_url=reverse(f"{self.admin_site.name}:zklocks_lock_changelist"),
         )

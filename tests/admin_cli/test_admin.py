@@ -1,5 +1,6 @@
 """The admin page through Django's test client: permissions, contents, escaping, errors, force-release."""
 
+import re
 import time
 
 import pytest
@@ -271,3 +272,44 @@ def test_crafted_lock_keys_are_404(admin_client):
     assert Lock.split_key(Lock.make_key("a/b", "orders%3A1")) == ("a/b", "orders%3A1")
     with pytest.raises(ValueError):
         Lock.split_key("default/x\ud800")
+
+
+def test_detail_page_draws_holders_and_waiters_on_one_time_axis(admin_client, busy_orders):
+    holder, _ = busy_orders
+    page = admin_client.get(detail_url("orders:7")).content.decode()
+    start = page.index('<svg class="zk-timeline"')
+    svg = page[start : page.index("</svg>", start)]
+    assert svg.count('class="zk-bar zk-bar-holder"') == 1
+    assert svg.count('class="zk-bar zk-bar-waiter"') >= 1
+    assert 'class="zk-hold"' in svg and 'class="zk-wait"' in svg
+    # Coordinates are plain numbers whatever the locale (a decimal comma would break the picture).
+    assert not re.search(r'(x|width)="\d+,\d', svg)
+
+
+def test_timeline_geometry_is_one_axis_ending_now():
+    from zklocks.timeline import LABEL, WIDTH, picture
+
+    def contender(queued, acquired=None):
+        return inspect.Contender(
+            node="n",
+            mode="exclusive",
+            sequence=1,
+            token=1,
+            session_id=1,
+            created_at=queued,
+            host="h",
+            pid=1,
+            queued_at=queued,
+            acquired_at=acquired,
+        )
+
+    lock = inspect.LockInfo(alias="default", name="x", node="x", path="/x", kind="exclusive")
+    lock.holders.append(contender(100.0, acquired=104.0))
+    lock.waiters.append(contender(108.0))
+    p = picture(lock, now=110.0)
+    holder, waiter = p.bars
+    assert p.span == 10.0
+    assert holder.wait_x == LABEL and holder.hold_x == LABEL + 0.4 * WIDTH  # waited 4 s of the 10
+    assert holder.hold_x + holder.hold_w == LABEL + WIDTH  # holds until now
+    assert waiter.wait_x == LABEL + 0.8 * WIDTH and waiter.hold_w == 0
+    assert picture(inspect.LockInfo(alias="default", name="y", node="y", path="/y", kind=None), now=1.0) is None
