@@ -4,7 +4,8 @@ Stable ids: zklocks.E001 (no/invalid ZKLOCKS), E002 (alias not a dict / bad alia
 E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZE), E008 (AUTH),
 E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias),
 W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
-E014 (ACL not a list of kazoo ACL entries).
+E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E030 (unknown LAYOUT), E031 (two aliases with
+different LAYOUTs on the same HOSTS and NAMESPACE).
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
