@@ -22,14 +22,6 @@ CURATOR_CLASSPATH = os.environ.get(
             "guava",
             "slf4j-api",
             "slf4j-nop",
-            "netty-handler",
-            "netty-transport",
-            "netty-common",
-            "netty-buffer",
-            "netty-codec",
-            "netty-resolver",
-            "netty-transport-native-epoll",
-            "netty-transport-native-unix-common",
         )
     ),
 )
