@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from itertools import pairwise
 
 import pytest
 from django.core.checks import run_checks
@@ -93,11 +94,8 @@ def waited_for(records, waiter_side):
     """How many holds of ``waiter_side`` waited while the other side held (asked before its hold ended and got
     the lock only after)."""
     other = [r for r in records if r["side"] != waiter_side]
-    return sum(
-        1
-        for w in records
-        if w["side"] == waiter_side and any(w["asked"] < o["end"] <= w["start"] and o["start"] < w["start"] for o in other)
-    )
+    mine = [w for w in records if w["side"] == waiter_side]
+    return sum(1 for w in mine if any(w["asked"] < o["end"] <= w["start"] and o["start"] < w["start"] for o in other))
 
 
 def assert_progress_and_waits(records):
@@ -130,7 +128,7 @@ def test_mutex_excludes_curator_both_ways(curator_layout, zk_server, kz, tmp_pat
     assert overlaps(records) == []
     assert_progress_and_waits(records)
     py = sorted((r for r in records if r["side"] == "python"), key=lambda r: r["start"])
-    assert all(a["token"] < b["token"] for a, b in zip(py, py[1:])), "fencing tokens must still increase"
+    assert all(a["token"] < b["token"] for a, b in pairwise(py)), "fencing tokens must still increase"
     assert_no_node_left(kz, lock_path(name))
 
 
@@ -149,7 +147,8 @@ def test_read_write_lock_excludes_curator(curator_layout, zk_server, kz, tmp_pat
     rw = [("w", lambda: zk_rw_lock(name).write), ("r", lambda: zk_rw_lock(name).read)]
     records = run_mixed(tmp_path, zk_server.hosts, name, "rw", rw * 2, java_threads=4)
     assert overlaps(records, compatible=lambda a, b: a["kind"] == b["kind"] == "r") == []
-    assert overlaps(records, compatible=lambda a, b: a["side"] == b["side"]), "readers of both sides never read together"
+    together = overlaps(records, compatible=lambda a, b: a["side"] == b["side"])
+    assert together, "readers of both sides never read together"
     for side in ("java", "python"):
         for kind in "rw":
             assert any(r["side"] == side and r["kind"] == kind for r in records), (side, kind)
@@ -205,6 +204,35 @@ def test_node_names_foreign_data_and_shared_mutex(curator_layout, zk_server, kz,
         raw, _ = kz.get(f"{lock_path(name)}/{holder.node}")
         assert holder.raw == raw.decode()
         assert not zk_lock(name).acquire(blocking=False)
+
+
+def test_semaphore_of_curator_only_in_read_model(curator_layout, zk_server, tmp_path):
+    """A semaphore only Curator uses has no zklocks marker: the read model knows it by its leases/ child."""
+    name = "interop:curator-semaphore"
+    log = tmp_path / "holds.jsonl"
+    java = CuratorContenders(
+        zk_server.hosts, lock_path(name), "semaphore", log, threads=1, seconds=1.0, hold_ms=-3000, max_leases=2
+    )
+    with java:
+        info = wait_until(lambda: (i := inspect.lock_info("default", name)[0]) and i.holders and i)
+        assert info.kind == "semaphore"
+        (holder,) = info.holders
+        assert holder.mode == "lease" and re.fullmatch(PROTECTED + r"lease-\d{10}", holder.node)
+        assert holder.raw  # Curator's data, verbatim
+        with zk_semaphore(name, 2, timeout=5):  # the second lease is free
+            assert not zk_semaphore(name, 2).acquire(blocking=False)
+
+
+def test_own_node_found_by_protected_prefix(curator_layout):
+    """After a connection loss during a create, a contender finds its node by Curator's ``_c_<uuid>-`` prefix."""
+    from zklocks.connections import connections
+    from zklocks.recipes.queue import Contender
+
+    session = connections["default"].session()
+    a, b = Contender(session, "/p", "lock-"), Contender(session, "/p", "lock-")
+    assert re.fullmatch(PROTECTED, a.guid) and a.prefix == f"/p/{a.guid}lock-"
+    children = [f"{b.guid}lock-0000000001", f"{a.guid}lock-0000000002", "_c_foreign-lock-0000000000"]
+    assert a._find_own(children) == f"{a.guid}lock-0000000002"
 
 
 def test_kazoo_layout_rw_handles_are_zk_locks(zklocks_settings, kz):
