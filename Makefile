@@ -1,7 +1,8 @@
 # make lint   — ruff (lint and format check) and mypy with django-stubs over zklocks/
 # make test   — make lint, then installs what is missing (Debian: zookeeper, redis-server, chromium, openssl for the TLS test
-#               certificates, default-jdk-headless for javac, which compiles the snapshot writer of
-#               zklocks/testing/java; a venv with requirements.txt)
+#               certificates, default-jdk-headless for javac, which compiles the snapshot writer and the Curator
+#               contenders of zklocks/testing/java, libcurator-recipes-java (Apache Curator 5.4 with guava,
+#               slf4j and jackson) for the Curator interop tests; a venv with requirements.txt)
 #               and runs the suite against servers it starts itself.
 # make demo   — the same set-up, then the demo site with ZooKeeper, Redis, a Celery worker and a load generator
 #               (make demo DEMO_PORT=8001 when port 8000 is taken).
@@ -17,6 +18,7 @@ STAMP := $(VENV)/.requirements-stamp
 system-deps:
 	@missing=""; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
+	[ -f /usr/share/java/curator-recipes.jar ] || missing="$$missing libcurator-recipes-java"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v java >/dev/null || missing="$$missing default-jre-headless"; \

@@ -18,12 +18,14 @@ from .exceptions import (
 )
 from .locks import lock_path, zk_lock
 from .multilock import zk_multi_lock
+from .rwlock import zk_rw_lock
 from .semaphores import zk_semaphore
 
 __all__ = [
     "zk_lock",
     "zk_semaphore",
     "zk_multi_lock",
+    "zk_rw_lock",
     "lock_path",
     "close_all",
     "ZkLocksError",

@@ -34,8 +34,12 @@ KNOWN_KEYS = frozenset(
         "READ_ACL",
         "REAP_INTERVAL",
         "TICK_TIME",
+        "LAYOUT",
     }
 )
+# Node layouts (recipes/layout.py): "kazoo" (kazoo's Lock/ReadLock/WriteLock/Semaphore) or "curator" (Apache
+# Curator's InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, LeaderLatch).
+LAYOUT_NAMES = ("kazoo", "curator")
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.\-]+)(:\d{1,5})?$")
 _NAMESPACE = re.compile(r"^(/[A-Za-z0-9_.:\-]+)+$")
 # OPTIONS are KazooClient keyword arguments, except those zklocks derives from the other settings.
@@ -67,6 +71,7 @@ class AliasConfig:
     options: dict = field(default_factory=dict)
     reap_interval: float = 60.0
     tick_time: float | None = None  # the servers' tickTime in seconds, if known (shortens lease proofs)
+    layout: str = "kazoo"  # whose recipes' node names and ordering to follow: "kazoo" or "curator"
 
 
 @dataclass(frozen=True)
@@ -268,6 +273,16 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
                 "leave it out: zklocks then assumes SESSION_TIMEOUT/2.",
             )
         )
+    layout = raw.get("LAYOUT", "kazoo")
+    if layout not in LAYOUT_NAMES:
+        problems.append(
+            _problem(
+                "zklocks.E040",
+                alias,
+                f"LAYOUT must be one of {', '.join(map(repr, LAYOUT_NAMES))}, not {layout!r}.",
+                "'kazoo' (the default) interoperates with kazoo's lock recipes, 'curator' with Apache Curator's.",
+            )
+        )
     if any(p.id.startswith("zklocks.E") for p in problems):
         return None, problems
     return AliasConfig(
@@ -283,6 +298,7 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
         options=dict(options),
         reap_interval=float(reap),
         tick_time=float(tick_time) if tick_time is not None else None,
+        layout=layout,
     ), problems
 
 
@@ -332,7 +348,29 @@ def validate(raw: Any) -> tuple[dict[str, AliasConfig], list[Problem]]:
         problems.extend(found)
         if cfg is not None:
             configs[alias] = cfg
+    problems.extend(_mixed_layouts(configs))
     return configs, problems
+
+
+def _mixed_layouts(configs: dict[str, AliasConfig]) -> list[Problem]:
+    """Aliases on one namespace of one ensemble must agree on the layout: nodes of two layouts on one lock node
+    do not see each other, so their holders would not exclude each other."""
+    first: dict[tuple[frozenset[str], str], AliasConfig] = {}
+    problems = []
+    for alias, cfg in configs.items():
+        where = (frozenset(cfg.hosts.split(",")), cfg.namespace)
+        seen = first.setdefault(where, cfg)
+        if seen.layout != cfg.layout:
+            problems.append(
+                _problem(
+                    "zklocks.E041",
+                    alias,
+                    f"LAYOUT {cfg.layout!r} differs from alias {seen.alias!r}'s {seen.layout!r} on the same "
+                    f"HOSTS and NAMESPACE {cfg.namespace!r}: their locks would not exclude each other.",
+                    "Give every alias of one namespace the same LAYOUT, or give them different NAMESPACEs.",
+                )
+            )
+    return problems
 
 
 @functools.cache

@@ -27,19 +27,7 @@ from . import holder
 from .multiread import CHILDREN, DATA, fetch
 from .names import decode_name, encode_name, validate_name
 from .recipes.calls import translate
-from .recipes.layout import (
-    EXCLUSIVE,
-    LEASE,
-    MUTEX,
-    Kind,
-    child_path,
-    leases,
-    mode,
-    mutex_path,
-    sequence_trusted,
-    sort_contenders,
-    split_queue,
-)
+from .recipes.layout import KAZOO, Kind, Layout, get, sequence_trusted
 from .recipes.semaphore import stored_max_leases
 
 KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE)
@@ -236,9 +224,16 @@ def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None
 
 
 def read_namespace(
-    client, namespace: str, alias: str = "default", *, patience: float = 5.0, nodes: list[str] | None = None
+    client,
+    namespace: str,
+    alias: str = "default",
+    *,
+    patience: float = 5.0,
+    nodes: list[str] | None = None,
+    layout: Layout = KAZOO,
 ) -> list[LockInfo]:
-    """Every lock below ``namespace`` (or only the lock nodes in ``nodes``), sorted by name.
+    """Every lock below ``namespace`` (or only the lock nodes in ``nodes``), sorted by name, read in the alias's
+    node ``layout``.
 
     Raises NoAnswer if the server stops answering for ``patience`` seconds, NoAuthError if reads are refused.
     """
@@ -253,7 +248,7 @@ def read_namespace(
     answers = fetch(
         client, [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))], results.wait
     )
-    found: list[tuple[LockInfo, list, list, bool]] = []
+    found: list[tuple[LockInfo, list, list, bool, bool]] = []
     for idx, node in enumerate(nodes):
         data, children = answers[2 * idx], answers[2 * idx + 1]
         if data is None or children is None:
@@ -267,42 +262,50 @@ def read_namespace(
             kind=Kind.EXCLUSIVE,
             max_leases=max_leases,
         )
-        if max_leases is not None:
+        # A semaphore only Curator used has no marker of ours: its leases/ child tells.
+        sub = layout.leases_child is not None and layout.leases_child in children
+        if max_leases is not None or sub:
             lock.kind = Kind.SEMAPHORE
-            held = [(c.rsplit("__", 1)[1], LEASE, c) for c in leases(children)]
-            found.append((lock, held, [], MUTEX in children))
+            held = [] if layout.leases_child else [(str(layout.sequence_of(c)), "", c) for c in layout.leases(children)]
+            found.append((lock, held, [], layout.mutex in children, sub))
         else:
-            order = sort_contenders(children)
+            order = layout.sort_contenders(children)
             # A contender whose suffix is past the sequence limit (RECIPES §7c) is never granted: it leaves.
             order.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
-            held, waiting = split_queue(order)
+            held, waiting = layout.split(order)
             # The holders' mode is the lock's kind: a queue of readers behind a writer is held exclusively.
-            lock.kind = None if not held else Kind.EXCLUSIVE if held[0][1] == EXCLUSIVE else Kind.SHARED
-            found.append((lock, held, waiting, False))
-    # Round 3: every holder's and waiter's data, and the semaphores' internal mutex queues.
+            lock.kind = None if not held else Kind.EXCLUSIVE if layout.is_exclusive(held[0][1]) else Kind.SHARED
+            found.append((lock, held, waiting, False, False))
+    # Round 3: every holder's and waiter's data, the semaphores' internal mutex queues (and Curator's leases/).
     ops: list[tuple[str, str]] = []
-    for lock, held, waiting, mutex in found:
+    for lock, held, waiting, mutex, sub in found:
         ops.extend((DATA, f"{lock.path}/{child}") for _, _, child in held + waiting)
         if mutex:
-            ops.append((CHILDREN, mutex_path(lock.path)))
+            ops.append((CHILDREN, layout.mutex_path(lock.path)))
+        if sub:
+            ops.append((CHILDREN, layout.leases_path(lock.path)))
     replies = iter(fetch(client, ops, results.wait))
-    mutex_queues = []
-    for lock, held, waiting, mutex in found:
+    later = []  # (list to fill, parent, mode, entries) for round 4
+    for lock, held, waiting, mutex, sub in found:
         for target, entries in ((lock.holders, held), (lock.waiters, waiting)):
             for seq, marker, child in entries:
-                c = _contender(child, mode(marker), int(seq), next(replies))
+                c = _contender(child, layout.mode(marker), int(seq), next(replies))
                 if c is not None:
                     target.append(c)
         if mutex:
-            mutex_queues.append((lock, sort_contenders(next(replies) or [])))
-    # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order).
-    ops = [(DATA, child_path(mutex_path(lock.path), child)) for lock, order in mutex_queues for _, _, child in order]
+            order = layout.sort_contenders(next(replies) or [], layout.exclusive)
+            later.append((lock.waiters, layout.mutex_path(lock.path), Kind.EXCLUSIVE.value, order))
+        if sub:
+            taken = [(str(layout.sequence_of(c) or 0), "", c) for c in layout.leases(next(replies) or [])]
+            later.append((lock.holders, layout.leases_path(lock.path), "lease", taken))
+    # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order); Curator's leases.
+    ops = [(DATA, f"{parent}/{child}") for _, parent, _, entries in later for _, _, child in entries]
     replies = iter(fetch(client, ops, results.wait))
-    for lock, order in mutex_queues:
-        for seq, _, child in order:
-            c = _contender(child, Kind.EXCLUSIVE, int(seq), next(replies))
+    for target, _, mode, entries in later:
+        for seq, _, child in entries:
+            c = _contender(child, mode, int(seq), next(replies))
             if c is not None:
-                lock.waiters.append(c)
+                target.append(c)
     out = [entry[0] for entry in found]
     out.sort(key=lambda lock: lock.name)
     return out
@@ -338,7 +341,9 @@ def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.
         session = pool.session()
         if connected is not None:
             connected.set()
-        snap.locks = read_namespace(session.client, cfg.namespace, alias, patience=cfg.connect_timeout, nodes=nodes)
+        snap.locks = read_namespace(
+            session.client, cfg.namespace, alias, patience=cfg.connect_timeout, nodes=nodes, layout=get(cfg.layout)
+        )
     except NoAuthError as exc:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
         snap.error = str(

@@ -21,9 +21,9 @@ from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout,
 from .holds import Grant, Hold, current_owner
 from .names import join_path, validate_name
 from .offloop import acquire_off_loop, refuse_in_event_loop, run_off_loop
-from .recipes import queue
+from .recipes import layout, queue
 from .recipes.calls import Deadline
-from .recipes.layout import Kind, marker
+from .recipes.layout import Kind
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -337,11 +337,19 @@ class ZkLock(_BaseHandle):
         using: str = "default",
         release_on_commit: bool | str = False,
         reentrant: bool = True,
+        rw: bool = False,
     ) -> None:
         super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
         self.shared = shared
         self.kind = Kind.SHARED if shared else Kind.EXCLUSIVE
         self.reentrant = reentrant
+        self.rw = rw  # a zk_rw_lock handle (rwlock.py): Curator's read/write lock rather than its mutex
+        if shared and not rw:
+            try:
+                cfg = conf.alias_config(using)
+            except Exception:
+                return  # an unknown alias is reported by the acquire
+            layout.get(cfg.layout).marker(self.kind, rw=rw, name=self.name, alias=using)
 
     def _clone(self, name: str) -> ZkLock:
         return ZkLock(
@@ -352,10 +360,16 @@ class ZkLock(_BaseHandle):
             using=self.using,
             release_on_commit=self.release_on_commit,
             reentrant=self.reentrant,
+            rw=self.rw,
         )
 
     def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
-        key = (current_owner(), self.using, self.name)
+        pool = connections[self.using]
+        lay = layout.get(pool.cfg.layout)
+        marker_ = lay.marker(self.kind, rw=self.rw, name=self.name, alias=self.using)
+        key: tuple = (current_owner(), self.using, self.name)
+        if self.rw and len(lay.queues) > 1:
+            key += ("rw",)  # Curator's read/write lock and its mutex are separate locks on one path
         if self.reentrant:
             with holds.registry_lock:
                 existing = holds.registry.get(key)
@@ -374,9 +388,7 @@ class ZkLock(_BaseHandle):
                     existing.count += 1
                     grant.hold = existing
                     return existing
-        pool = connections[self.using]
         parent = join_path(pool.cfg.namespace, self.name)
-        marker_ = marker(self.kind)
         data = holder.payload()
         while True:
             grant.hold = None

@@ -20,6 +20,7 @@ from typing import Protocol
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
 from .conf import AliasConfig
+from .recipes import layout
 from .recipes.layout import INTERNAL_CHILDREN, SEQUENCE_WARN
 from .session import Session
 
@@ -33,8 +34,11 @@ def sequence_used(stat) -> int:
     return ((stat.cversion + stat.numChildren) % 2**32) // 2
 
 
-def sweep(client, namespace: str, worn: list[tuple[str, int]] | None = None) -> int:
-    """Delete empty lock nodes (and empty internal children) below ``namespace``; return how many went.
+def sweep(
+    client, namespace: str, worn: list[tuple[str, int]] | None = None, internal: tuple[str, ...] = INTERNAL_CHILDREN
+) -> int:
+    """Delete empty lock nodes (and their empty ``internal`` children: the alias layout's) below ``namespace``;
+    return how many went.
 
     Lock nodes in use that are near the end of their sequence numbers are logged, and added to ``worn`` as
     ``(name, used)``."""
@@ -62,8 +66,8 @@ def sweep(client, namespace: str, worn: list[tuple[str, int]] | None = None) -> 
             if worn is not None:
                 worn.append((name, sequence_used(stat)))
         if stat.numChildren:
-            for internal in INTERNAL_CHILDREN:
-                _delete_if_empty(client, f"{path}/{internal}")
+            for child in internal:
+                _delete_if_empty(client, f"{path}/{child}")
             stat = client.exists(path)
             if stat is None or stat.numChildren:
                 continue
@@ -71,7 +75,7 @@ def sweep(client, namespace: str, worn: list[tuple[str, int]] | None = None) -> 
     return removed
 
 
-def recycle(client, path: str, wait: float) -> bool:
+def recycle(client, path: str, wait: float, internal: tuple[str, ...] = INTERNAL_CHILDREN) -> bool:
     """Delete the lock node ``path`` at its next empty moment, within ``wait`` seconds; True once it is gone.
 
     The next contender re-creates it with a fresh sequence counter. ZooKeeper refuses the delete while any
@@ -84,9 +88,9 @@ def recycle(client, path: str, wait: float) -> bool:
             children = client.get_children(path, watch=lambda _event, changed=changed: changed.set())
         except NoNodeError:
             return True
-        for internal in INTERNAL_CHILDREN:
-            if internal in children:
-                _delete_if_empty(client, f"{path}/{internal}")
+        for child in internal:
+            if child in children:
+                _delete_if_empty(client, f"{path}/{child}")
         if _delete_if_empty(client, path) or client.exists(path) is None:
             return True
         remaining = deadline - time.monotonic()
@@ -101,6 +105,11 @@ def _delete_if_empty(client, path: str, version: int = -1) -> int:
         return 1
     except (NoNodeError, NotEmptyError, BadVersionError):
         return 0
+
+
+def internal_children(cfg: AliasConfig) -> tuple[str, ...]:
+    """The internal children of a lock node in the alias's layout (a semaphore's mutex queue and leases)."""
+    return layout.get(cfg.layout).internal_children
 
 
 _started: set[int] = set()
@@ -146,7 +155,7 @@ def _loop(pool: Pool, interval: float) -> None:
         for session in pool.sessions():
             if session.connected:
                 try:
-                    sweep(session.client, pool.cfg.namespace)
+                    sweep(session.client, pool.cfg.namespace, internal=internal_children(pool.cfg))
                 except Exception:
                     log.debug("zklocks: sweep of %r failed", pool.cfg.alias, exc_info=True)
                 break

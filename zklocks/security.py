@@ -20,8 +20,8 @@ from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
 from . import conf
 from .exceptions import ZkUnavailable
+from .recipes import layout
 from .recipes.calls import translate
-from .recipes.layout import mutex_path
 from .session import Session, build_acl
 
 PERMISSIONS = (
@@ -171,7 +171,7 @@ def audit(session: Session, limit: int | None = DEFAULT_LIMIT, deadline: float |
     if limit is not None and len(children) > limit:
         children, result.truncated = children[:limit], True
     paths = [f"{cfg.namespace}/{c}" for c in children]
-    paths += [mutex_path(p) for p in paths]
+    paths += [f"{p}/{internal}" for p in paths for internal in layout.get(cfg.layout).internal_children]
     pending = [(p, client.get_acls_async(p)) for p in paths]  # pipelined: one round trip for all
     for path, answer in pending:
         try:

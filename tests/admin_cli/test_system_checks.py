@@ -98,7 +98,7 @@ def test_bad_timeouts_pool_and_options():
     ) == [
         Warning(
             "ZKLOCKS['default']: unknown option(s) COLOUR.",
-            hint="Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, NAMESPACE, OPTIONS, POOL_SIZE, READ_ACL, "
+            hint="Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, LAYOUT, NAMESPACE, OPTIONS, POOL_SIZE, READ_ACL, "
             "REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME.",
             id="zklocks.W001",
         ),

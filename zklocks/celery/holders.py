@@ -7,8 +7,8 @@ from kazoo.exceptions import NoNodeError
 from .. import holder
 from ..connections import connections
 from ..names import join_path
+from ..recipes import layout
 from ..recipes.calls import Deadline, call
-from ..recipes.layout import EXCLUSIVE, sort_contenders
 
 
 def holder_task_id(using: str, name: str) -> str | None:
@@ -19,8 +19,9 @@ def holder_task_id(using: str, name: str) -> str | None:
     try:
         session = pool.session()
         children = call(session, lambda: session.client.get_children_async(parent), deadline)
-        contenders = sort_contenders(children)
-        if not contenders or contenders[0][1] != EXCLUSIVE:
+        lay = layout.get(pool.cfg.layout)
+        contenders = lay.sort_contenders(children, lay.exclusive)
+        if not contenders or contenders[0][1] != lay.exclusive:
             return None
         first = f"{parent}/{contenders[0][2]}"
         data, _ = call(session, lambda: session.client.get_async(first), deadline)

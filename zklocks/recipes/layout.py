@@ -8,12 +8,28 @@
         __queued__                               SingleExecutionTask's enqueue-time marker (persistent)
 
 The guid is fresh for every acquire, so a contender finds its own node again after a connection loss. Only this
-module spells these names; the recipes, the read model, the reaper and the audit ask it.
+module spells these names; the recipes, the read model, the reaper and the audit ask it, through the alias's
+:class:`Layout` (``ZKLOCKS[alias]["LAYOUT"]``): :data:`KAZOO` above, or :data:`CURATOR`, Apache Curator's recipes:
+
+    NAMESPACE/<encoded name>
+        _c_<uuid>-lock-<10-digit seq>            InterProcessMutex (zk_lock), ordered by the sequence after "lock-"
+        _c_<uuid>-__READ__<seq>                  InterProcessReadWriteLock: a reader (zk_rw_lock(name).read)
+        _c_<uuid>-__WRIT__<seq>                  ... and a writer (zk_rw_lock(name).write); one queue of their own
+        locks/_c_<uuid>-lock-<seq>               InterProcessSemaphoreV2: its internal mutex
+        leases/_c_<uuid>-lease-<seq>             ... and its leases (every child of leases/ counts as one)
+        _c_<uuid>-latch-<seq>                    LeaderLatch: the lowest leads, each candidate watches the one before
+
+"_c_<uuid>-" is Curator's protected prefix (ProtectedUtils): a contender finds its own node by it after a connection
+loss, as Curator does. A mutex and a read/write lock on one path are separate recipes in Curator: neither sees
+the other's nodes, so they do not exclude each other.
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import uuid
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -127,3 +143,186 @@ def mutex_path(lock_path: str) -> str:
 
 def queued_marker_path(lock_path: str) -> str:
     return f"{lock_path}/{QUEUED}"
+
+
+# -- layouts: one object per LAYOUT setting --
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The node names and ordering rules of one family of recipes (kazoo's or Curator's).
+
+    Markers are the part of a contender's name between its tag (the per-acquire guid) and its sequence number.
+    ``queues`` groups the markers that share one queue: a contender waits only for contenders of its own queue.
+    """
+
+    name: str
+    exclusive: str  # zk_lock(name)
+    shared: str | None  # zk_lock(name, shared=True); None: this layout has no shared mutex
+    write: str  # zk_rw_lock(name).write
+    read: str  # zk_rw_lock(name).read
+    lease: str  # a semaphore lease
+    latch: str  # an election candidate
+    mutex: str  # the semaphore's internal queue: a child of the lock node
+    leases_child: str | None  # the child holding the leases; None: the lock node itself
+    protected: bool  # tags are Curator's protected prefix "_c_<uuid>-"
+    queues: tuple[frozenset[str], ...]
+    _pattern: re.Pattern = field(repr=False, compare=False)
+
+    def new_tag(self) -> str:
+        """A fresh per-acquire tag; every node of the acquire starts with it (RECIPES §6)."""
+        return f"_c_{uuid.uuid4()}-" if self.protected else uuid.uuid4().hex
+
+    def marker(self, kind: Kind | str, *, rw: bool = False, name: str = "name", alias: str = "default") -> str:
+        """The contender marker of a lock kind; ``rw``: a zk_rw_lock handle. A semaphore's internal queue is
+        exclusive. ValueError naming the lock and the alias if the layout has no such lock (Curator has no
+        shared mutex)."""
+        if kind == Kind.SHARED:
+            if rw:
+                return self.read
+            if self.shared is None:
+                raise ValueError(
+                    f"zk_lock({name!r}, shared=True): alias {alias!r} has LAYOUT={self.name!r}, and Apache Curator "
+                    f"has no shared mutex; use zk_rw_lock({name!r}).read (with zk_rw_lock({name!r}).write as its "
+                    "writer)"
+                )
+            return self.shared
+        return self.write if rw else self.exclusive
+
+    def is_exclusive(self, marker_: str) -> bool:
+        return marker_ in (self.exclusive, self.write)
+
+    def mode(self, marker_: str) -> str:
+        """How the read model names a contender: "exclusive", "shared" or "lease"."""
+        if self.is_exclusive(marker_):
+            return Kind.EXCLUSIVE.value
+        return Kind.SHARED.value if marker_ in (self.shared, self.read) else "lease"
+
+    def queue_of(self, marker_: str) -> frozenset[str]:
+        for markers in self.queues:
+            if marker_ in markers:
+                return markers
+        return frozenset((marker_,))
+
+    def parse(self, child: str) -> tuple[str, str] | None:
+        """(sequence text, marker) of a queue contender; None for any other child."""
+        m = self._pattern.search(child)
+        return None if m is None else (m.group(2), m.group(1))
+
+    def sort_contenders(self, children: list[str], marker_: str | None = None) -> list[tuple[str, str, str]]:
+        """(sequence, marker, child) for every contender of ``marker_``'s queue (of every queue for None), in
+        queue order. Other children are ignored, as the other recipes' own code ignores them."""
+        wanted = None if marker_ is None else self.queue_of(marker_)
+        out = []
+        for child in children:
+            parsed = self.parse(child)
+            if parsed is not None and (wanted is None or parsed[1] in wanted):
+                out.append((parsed[0], parsed[1], child))
+        out.sort()
+        return out
+
+    def blockers_ahead(self, contenders: list[tuple[str, str, str]], own: str | None, marker_: str) -> list[str]:
+        """As :func:`blockers_ahead`, for this layout's exclusive markers."""
+        ahead = []
+        for _, kind, child in contenders:
+            if child == own:
+                break
+            if self.is_exclusive(marker_) or self.is_exclusive(kind):
+                ahead.append(child)
+        else:
+            if own is not None:
+                raise KeyError(own)
+        return ahead
+
+    def split(self, order: list[tuple[str, str, str]]) -> tuple[list, list]:
+        """Holders and waiters of every queue in ``order`` (shared contenders hold until the first exclusive)."""
+        holders: list = []
+        waiters: list = []
+        for markers in self.queues:
+            queue_ = [entry for entry in order if entry[1] in markers]
+            held = []
+            for idx, entry in enumerate(queue_):
+                if self.is_exclusive(entry[1]):
+                    if idx == 0:
+                        held.append(entry)
+                    break
+                held.append(entry)
+            holders.extend(held)
+            waiters.extend(queue_[len(held) :])
+        return holders, waiters
+
+    def sequence_of(self, child: str) -> int | None:
+        """The sequence number of a contender, lease or latch child; None for other children."""
+        m = self._sequenced.search(child)
+        return None if m is None else int(m.group(1))
+
+    @functools.cached_property
+    def _sequenced(self) -> re.Pattern:
+        markers = {m for m in (self.exclusive, self.shared, self.write, self.read, self.lease, self.latch) if m}
+        return re.compile(f"(?:{'|'.join(map(re.escape, sorted(markers)))})(-?\\d{{10}})$")
+
+    def leases_path(self, lock_path: str) -> str:
+        return lock_path if self.leases_child is None else f"{lock_path}/{self.leases_child}"
+
+    def mutex_path(self, lock_path: str) -> str:
+        return f"{lock_path}/{self.mutex}"
+
+    def leases(self, children: list[str]) -> list[str]:
+        """A semaphore's leases among the children of :meth:`leases_path`, oldest first. Curator counts every
+        child of ``leases/`` as a lease, and so does its layout."""
+        if self.leases_child is None:
+            return leases(children)
+        return sorted(children, key=lambda c: (self.sequence_of(c) is None, self.sequence_of(c) or 0, c))
+
+    def is_semaphore_child(self, child: str) -> bool:
+        """A child only a semaphore puts below a lock node (its mutex, its leases)."""
+        if self.leases_child is None:
+            return is_semaphore_child(child)
+        return child in (self.mutex, self.leases_child)
+
+    @property
+    def internal_children(self) -> tuple[str, ...]:
+        """Persistent children of a lock node that the reaper removes when they are empty."""
+        return (self.mutex,) if self.leases_child is None else (self.mutex, self.leases_child)
+
+    def latch_order(self, children: list[str]) -> list[str]:
+        """Election candidates in order: the first leads, each other one watches the one before it."""
+        pattern = re.compile(f"{re.escape(self.latch)}(-?\\d{{10}})$")
+        found = [(m.group(1), c) for c in children if (m := pattern.search(c)) is not None]
+        return [c for _, c in sorted(found)]
+
+
+KAZOO = Layout(
+    name="kazoo",
+    exclusive=EXCLUSIVE,
+    shared=SHARED,
+    write=EXCLUSIVE,
+    read=SHARED,
+    lease=LEASE,
+    latch=EXCLUSIVE,  # kazoo's Election is a Lock on the election path
+    mutex=MUTEX,
+    leases_child=None,
+    protected=False,
+    queues=(frozenset((EXCLUSIVE, SHARED)),),
+    _pattern=_CONTENDER,
+)
+CURATOR = Layout(
+    name="curator",
+    exclusive="lock-",  # InterProcessMutex (StandardLockInternalsDriver)
+    shared=None,
+    write="__WRIT__",  # InterProcessReadWriteLock
+    read="__READ__",
+    lease="lease-",  # InterProcessSemaphoreV2: leases/_c_<uuid>-lease-<seq>
+    latch="latch-",  # LeaderLatch
+    mutex="locks",  # InterProcessSemaphoreV2: locks/ is an InterProcessMutex
+    leases_child="leases",
+    protected=True,
+    queues=(frozenset(("lock-",)), frozenset(("__READ__", "__WRIT__"))),
+    _pattern=re.compile(r"(lock-|__READ__|__WRIT__)(-?\d{10})$"),
+)
+LAYOUTS = {layout.name: layout for layout in (KAZOO, CURATOR)}
+
+
+def get(name: str | None) -> Layout:
+    """The layout of a LAYOUT setting (None: kazoo's). KeyError for an unknown one (conf.py refuses those)."""
+    return KAZOO if name is None else LAYOUTS[name]

@@ -5,7 +5,6 @@ session ends (RECIPES §2: an abandoned node would block everyone behind it)."""
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 
 from kazoo.exceptions import (
@@ -19,20 +18,22 @@ from kazoo.exceptions import (
 from .. import dispatch
 from ..exceptions import ZkAuthError
 from ..session import Session
+from . import layout
 from .calls import Deadline, SessionGone, call, wait_result
 
 log = logging.getLogger("zklocks")
 
 
 class OwnNode:
-    """A node we create as ``<parent>/<guid><marker><seq>``; the guid is fresh for every acquire."""
+    """A node we create as ``<parent>/<guid><marker><seq>``; the guid is fresh for every acquire. It is the alias
+    layout's tag: a hex uuid (kazoo), or Curator's protected prefix ``_c_<uuid>-``, by which we find our node."""
 
     __slots__ = ("session", "parent", "guid", "prefix", "node", "name", "token", "_pending_create")
 
     def __init__(self, session: Session, parent: str, marker: str) -> None:
         self.session = session
         self.parent = parent
-        self.guid = uuid.uuid4().hex
+        self.guid = layout_of(session).new_tag()
         self.prefix = f"{parent}/{self.guid}{marker}"
         self.node: str | None = None  # full path once known
         self.name: str | None = None  # child name once known
@@ -98,6 +99,11 @@ class OwnNode:
     def abandon(self) -> None:
         """Remove our node with a guarantee, without blocking the caller."""
         GuaranteedDelete(self).start()
+
+
+def layout_of(session: Session) -> layout.Layout:
+    """The node layout of the session's alias (LAYOUT)."""
+    return layout.get(session.cfg.layout)
 
 
 def delete_failed(contender: OwnNode, exc: Exception) -> None:

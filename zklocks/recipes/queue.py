@@ -1,10 +1,10 @@
-"""The fair lock queue of RECIPES §2 and §3, in kazoo's node layout.
+"""The fair lock queue of RECIPES §2 and §3, in the alias's node layout (layout.py).
 
-Contenders are ephemeral-sequential children of the lock node: ``<guid>__lock__<seq>`` (exclusive) and
-``<guid>__rlock__<seq>`` (shared). An exclusive contender holds the lock when it is first; a shared one when
-no exclusive contender is ahead of it. Each waiter watches exactly one node (its blocker), so a release wakes
-one waiter. The guid is fresh for every acquire, so after a connection loss during the create we find our own
-node instead of leaving an orphan (RECIPES §6).
+Contenders are ephemeral-sequential children of the lock node, e.g. ``<guid>__lock__<seq>`` (exclusive) and
+``<guid>__rlock__<seq>`` (shared) in kazoo's layout. An exclusive contender holds the lock when it is first in its
+queue; a shared one when no exclusive contender is ahead of it. Each waiter watches exactly one node (its
+blocker), so a release wakes one waiter. The guid is fresh for every acquire, so after a connection loss
+during the create we find our own node instead of leaving an orphan (RECIPES §6).
 
 This module knows kazoo and paths, nothing of Django.
 """
@@ -36,16 +36,8 @@ from ..exceptions import (
 )
 from ..session import Session
 from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
-from .layout import (
-    SEQUENCE_LIMIT,
-    SEQUENCE_WARN,
-    blockers_ahead,
-    is_semaphore_child,
-    sequence_of,
-    sequence_trusted,
-    sort_contenders,
-)
-from .node import OwnNode
+from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, sequence_trusted
+from .node import OwnNode, layout_of
 
 log = logging.getLogger("zklocks")
 
@@ -120,7 +112,8 @@ class Contender(OwnNode):
 
     def blocker(self, children: list[str]) -> tuple[str | None, bool]:
         """(the child we wait for or None, whether it is the only contender ahead that keeps us waiting)."""
-        contenders = sort_contenders(children)
+        layout = layout_of(self.session)
+        contenders = layout.sort_contenders(children, self.marker)
         for _, _, child in contenders:
             if child != self.name and child.startswith(self.guid):
                 # A create of ours that we could not see when we recovered from a connection loss: never
@@ -128,7 +121,7 @@ class Contender(OwnNode):
                 self.session.client.delete_async(f"{self.parent}/{child}")
                 contenders = [c for c in contenders if c[2] != child]
         try:
-            ahead = blockers_ahead(contenders, self.name, self.marker)
+            ahead = layout.blockers_ahead(contenders, self.name, self.marker)
         except KeyError:
             raise SessionGone() from None  # our ephemeral node is gone: the session was expired
         return (ahead[-1] if ahead else None), len(ahead) == 1
@@ -198,6 +191,7 @@ def acquire(
     """
     while True:
         session = get_session()
+        layout = layout_of(session)
         if not blocking and parent in session.busy_hint:
             # This lock was busy at our last try: one read may settle it without a create and a delete.
             try:
@@ -206,17 +200,17 @@ def acquire(
                 children = []
             except SessionGone:
                 continue
-            if blockers_ahead(sort_contenders(children), None, marker):
+            if layout.blockers_ahead(layout.sort_contenders(children, marker), None, marker):
                 raise LockNotAcquired(name=name)
             session.busy_hint.discard(parent)
         session.refresh_lease(deadline.at)  # a session idle for long must prove its lease again (lease.py)
         contender = Contender(session, parent, marker)
         try:
             children = contender.enqueue(data, deadline)
-            if any(is_semaphore_child(c) for c in children):
+            if any(layout.is_semaphore_child(c) for c in children):
                 # Lease holders are no contenders of this queue: granting it would ignore them.
                 raise SemaphoreMismatch(f"{name!r} is in use as a semaphore, not a plain lock")
-            seq = sequence_of(contender.name or "")
+            seq = layout.sequence_of(contender.name or "")
             if seq is not None and not sequence_trusted(seq):
                 # Our place in the queue is unknown: leave it, and start over on a fresh node if this one is
                 # empty now.

@@ -1,6 +1,7 @@
 """Semaphore with N leases (RECIPES §4), the shape of Curator's InterProcessSemaphoreV2.
 
-Layout below the lock node ``NAMESPACE/<name>``:
+Layout below the lock node ``NAMESPACE/<name>`` (kazoo's; Curator's keeps its mutex in ``locks/`` and its leases
+in ``leases/``, see layout.py):
 
 - the node's data: ``{"v": 1, "kind": "semaphore", "max_leases": N}``, so contenders can refuse a mismatch;
 - ``__mutex__``: a fair queue (``queue.py``) ordering the contenders;
@@ -22,7 +23,8 @@ from ..exceptions import LockNotAcquired, LockTimeout, SemaphoreMismatch, ZkAuth
 from ..session import Session
 from . import queue
 from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
-from .layout import EXCLUSIVE, LEASE, Kind, leases, mutex_path, sort_contenders
+from .layout import Kind
+from .node import layout_of
 from .queue import Contender
 
 
@@ -55,7 +57,7 @@ def _ensure_semaphore_node(session: Session, path: str, max_leases: int, deadlin
     stored = stored_max_leases(raw)
     if stored is None:
         children = call(session, lambda: client.get_children_async(path), deadline)
-        if sort_contenders(children):
+        if layout_of(session).sort_contenders(children):
             raise SemaphoreMismatch(f"{name!r} is in use as a plain lock, not a semaphore")
         # A node without our marker: left by a lock of the same name, or re-created by a contender's mutex
         # right after the reaper removed it. Claim it; if someone else claimed it first, check theirs.
@@ -96,12 +98,17 @@ def _acquire(
 ) -> Contender:
     while True:
         session = get_session()
+        layout = layout_of(session)
         try:
             _ensure_semaphore_node(session, path, max_leases, deadline, name)
             if not blocking:
                 # All leases taken: fail at once, without queueing for the mutex behind a blocking waiter.
-                children = call(session, functools.partial(session.client.get_children_async, path), deadline)
-                if len(leases(children)) >= max_leases:
+                listing = functools.partial(session.client.get_children_async, layout.leases_path(path))
+                try:
+                    children = call(session, listing, deadline)
+                except NoNodeError:
+                    children = []  # Curator's layout: no leases/ yet
+                if len(layout.leases(children)) >= max_leases:
                     raise LockNotAcquired(f"{what}: all {max_leases} leases are held", name=name)
             # Non-blocking callers still wait for the (short) mutex turn, bounded by CONNECT_TIMEOUT.
             mutex_deadline = deadline if blocking else Deadline(session.cfg.connect_timeout)
@@ -113,7 +120,13 @@ def _acquire(
 
             try:
                 mutex = queue.acquire(
-                    same_session, mutex_path(path), EXCLUSIVE, data, blocking=True, deadline=mutex_deadline, name=name
+                    same_session,
+                    layout.mutex_path(path),
+                    layout.exclusive,
+                    data,
+                    blocking=True,
+                    deadline=mutex_deadline,
+                    name=name,
                 )
             except LockTimeout:
                 raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
@@ -145,7 +158,9 @@ def _acquire(
 def _take_lease(
     session: Session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline, name: str, what: str
 ) -> Contender:
-    lease = Contender(session, path, LEASE)  # one guid for every create of this acquire
+    layout = layout_of(session)
+    # One guid for every create of this acquire.
+    lease = Contender(session, layout.leases_path(path), layout.lease)
     try:
         return _create_lease(session, path, max_leases, data, blocking, deadline, name, what, lease)
     except BaseException:
@@ -167,15 +182,21 @@ def _create_lease(
     lease: Contender,
 ) -> Contender:
     client = session.client
+    layout = layout_of(session)
     while True:
         changed = threading.Event()
         with session.waking(changed):
             try:
                 watch = _setter(changed)  # a late watch of an earlier round must not wake this one
-                children = call(session, functools.partial(client.get_children_async, path, watch=watch), deadline)
+                children = call(
+                    session, functools.partial(client.get_children_async, lease.parent, watch=watch), deadline
+                )
             except NoNodeError:
+                if lease.parent != path:
+                    _create_leases_node(session, lease.parent, deadline)
+                    continue
                 raise SessionGone() from None  # the semaphore node was deleted under us: start over
-            if len(leases(children)) < max_leases:
+            if len(layout.leases(children)) < max_leases:
                 created = client.create_async(
                     lease.prefix, data, acl=session.acl, ephemeral=True, sequence=True, include_data=True
                 )
@@ -220,6 +241,16 @@ def _recover_lease(lease: Contender, deadline: Deadline) -> bool:
         return False
     lease._adopt(mine, deadline)
     return True
+
+
+def _create_leases_node(session: Session, leases_path: str, deadline: Deadline) -> None:
+    """Curator's layout keeps the leases in a child of the semaphore node, which Curator creates on demand."""
+    try:
+        call(session, lambda: session.client.create_async(leases_path, b"", acl=session.acl), deadline)
+    except NodeExistsError:
+        pass
+    except NoNodeError:
+        raise SessionGone() from None  # the semaphore node was deleted under us: start over
 
 
 def _setter(event: threading.Event):

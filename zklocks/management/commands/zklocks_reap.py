@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from zklocks import conf
 from zklocks.connections import connections
 from zklocks.names import decode_name, join_path
-from zklocks.reaper import recycle, sweep
+from zklocks.reaper import internal_children, recycle, sweep
 
 
 class Command(BaseCommand):
@@ -35,7 +35,7 @@ class Command(BaseCommand):
         for name in alias or conf.aliases():
             pool = connections[name]
             worn: list[tuple[str, int]] = []
-            removed = sweep(pool.session().client, pool.cfg.namespace, worn)
+            removed = sweep(pool.session().client, pool.cfg.namespace, worn, internal_children(pool.cfg))
             self.stdout.write(f"{name}: removed {removed} empty lock node(s)")
             for node, used in worn:
                 self.stdout.write(
@@ -51,7 +51,7 @@ class Command(BaseCommand):
         failed = []
         for name in names:
             path = join_path(pool.cfg.namespace, name)
-            if recycle(pool.session().client, path, wait):
+            if recycle(pool.session().client, path, wait, internal_children(pool.cfg)):
                 self.stdout.write(f"{alias}: recycled lock node {path} of {name!r}")
             else:
                 failed.append(name)

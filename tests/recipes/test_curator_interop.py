@@ -1,0 +1,278 @@
+"""LAYOUT "curator": zklocks and Apache Curator's own recipes (Debian's libcurator-recipes-java, in a JVM) exclude
+each other on one lock path, both ways. Both sides record every hold on CLOCK_MONOTONIC (Java's System.nanoTime
+is CLOCK_MONOTONIC on Linux); each recorded interval lies inside its hold, so an overlap is a real one."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from itertools import pairwise
+
+import pytest
+from django.core.checks import run_checks
+
+from tests.support.helpers import raw_client, read_records, tree, wait_until
+from zklocks import conf, inspect, lock_path, zk_lock, zk_rw_lock, zk_semaphore
+from zklocks.recipes import layout
+from zklocks.testing.curator import CuratorContenders
+
+pytestmark = pytest.mark.zk
+
+SECONDS = 4.0
+PROTECTED = r"_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-"
+
+
+@pytest.fixture
+def kz(zk_server):
+    client = raw_client(zk_server.hosts)
+    yield client
+    client.stop()
+    client.close()
+
+
+def python_contenders(log, handles, seconds=SECONDS, hold=0.005):
+    """One thread per (kind, handle factory): take and release in a loop for ``seconds``, one JSON line a hold."""
+    lines: list[str] = []
+    errors: list[BaseException] = []
+    until = time.monotonic() + seconds
+
+    def run(idx, kind, make):
+        try:
+            while time.monotonic() < until:
+                handle = make()
+                asked = time.monotonic_ns()
+                assert handle.acquire(timeout=30), f"python-{idx} not acquired within 30 s"
+                start = time.monotonic_ns()
+                token = handle.token
+                time.sleep(hold * (idx % 3) / 2)
+                end = time.monotonic_ns()
+                handle.release()
+                lines.append(
+                    f'{{"side": "python", "who": "python-{idx}", "kind": "{kind}", "asked": {asked}, '
+                    f'"start": {start}, "end": {end}, "token": {token}}}'
+                )
+                time.sleep(0.002)
+        except BaseException as exc:  # reported by the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i, kind, make)) for i, (kind, make) in enumerate(handles)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 40)
+    assert not errors, errors
+    with open(log, "a") as f:
+        f.write("".join(line + "\n" for line in lines))
+
+
+def run_mixed(tmp_path, hosts, name, recipe, handles, *, java_threads=3, max_leases=1):
+    log = tmp_path / "holds.jsonl"
+    java = CuratorContenders(
+        hosts, lock_path(name), recipe, log, threads=java_threads, seconds=SECONDS, max_leases=max_leases
+    )
+    with java:
+        python_contenders(log, handles)
+        assert java.wait() == 0, java.output
+    return read_records(log)
+
+
+def overlaps(records, compatible=lambda a, b: False):
+    """Pairs of holds that overlap in time and may not (``compatible`` says which may)."""
+    ordered = sorted(records, key=lambda r: r["start"])
+    found = []
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1 :]:
+            if b["start"] >= a["end"]:
+                break
+            if not compatible(a, b):
+                found.append((a, b))
+    return found
+
+
+def waited_for(records, waiter_side):
+    """How many holds of ``waiter_side`` waited while the other side held (asked before its hold ended and got
+    the lock only after)."""
+    other = [r for r in records if r["side"] != waiter_side]
+    mine = [w for w in records if w["side"] == waiter_side]
+    return sum(1 for w in mine if any(w["asked"] < o["end"] <= w["start"] and o["start"] < w["start"] for o in other))
+
+
+def assert_progress_and_waits(records):
+    sides = {side: [r for r in records if r["side"] == side] for side in ("java", "python")}
+    print(  # shown with -s, and on failure
+        f"holds: java {len(sides['java'])}, python {len(sides['python'])}; waited for the other side: "
+        f"java {waited_for(records, 'java')}, python {waited_for(records, 'python')}"
+    )
+    assert len(sides["java"]) >= 5 and len(sides["python"]) >= 5, {k: len(v) for k, v in sides.items()}
+    assert waited_for(records, "java") > 0, "no Curator contender ever waited for a zklocks holder"
+    assert waited_for(records, "python") > 0, "no zklocks contender ever waited for a Curator holder"
+
+
+def assert_no_node_left(kz, path, internal=()):
+    def clean():
+        left = [p for p in tree(kz, path) if p.rsplit("/", 1)[1] not in internal]
+        return not left or print(left)
+
+    wait_until(clean, timeout=10)
+
+
+@pytest.fixture
+def curator_layout(zklocks_settings):
+    return zklocks_settings(LAYOUT="curator", POOL_SIZE=2)
+
+
+def test_mutex_excludes_curator_both_ways(curator_layout, zk_server, kz, tmp_path):
+    name = "interop:mutex"
+    records = run_mixed(tmp_path, zk_server.hosts, name, "mutex", [("x", lambda: zk_lock(name))] * 3)
+    assert overlaps(records) == []
+    assert_progress_and_waits(records)
+    py = sorted((r for r in records if r["side"] == "python"), key=lambda r: r["start"])
+    assert all(a["token"] < b["token"] for a, b in pairwise(py)), "fencing tokens must still increase"
+    assert_no_node_left(kz, lock_path(name))
+
+
+def test_kazoo_layout_does_not_exclude_curator(zklocks_settings, zk_server, kz, tmp_path):
+    """The same test with the default layout: zklocks and Curator do not see each other's nodes and hold together,
+    so LAYOUT "curator" is needed."""
+    zklocks_settings(POOL_SIZE=2)
+    name = "interop:kazoo-layout"
+    records = run_mixed(tmp_path, zk_server.hosts, name, "mutex", [("x", lambda: zk_lock(name))] * 3)
+    mixed = [(a, b) for a, b in overlaps(records) if a["side"] != b["side"]]
+    assert len(mixed) > 10, f"expected zklocks and Curator holds to overlap under LAYOUT='kazoo', saw {len(mixed)}"
+
+
+def test_read_write_lock_excludes_curator(curator_layout, zk_server, kz, tmp_path):
+    name = "interop:rw"
+    rw = [("w", lambda: zk_rw_lock(name).write), ("r", lambda: zk_rw_lock(name).read)]
+    records = run_mixed(tmp_path, zk_server.hosts, name, "rw", rw * 2, java_threads=4)
+    assert overlaps(records, compatible=lambda a, b: a["kind"] == b["kind"] == "r") == []
+    together = overlaps(records, compatible=lambda a, b: a["side"] == b["side"])
+    assert together, "readers of both sides never read together"
+    for side in ("java", "python"):
+        for kind in "rw":
+            assert any(r["side"] == side and r["kind"] == kind for r in records), (side, kind)
+    assert_progress_and_waits(records)
+    assert_no_node_left(kz, lock_path(name))
+
+
+def test_semaphore_excludes_curator(curator_layout, zk_server, kz, tmp_path):
+    name = "interop:semaphore"
+    records = run_mixed(
+        tmp_path,
+        zk_server.hosts,
+        name,
+        "semaphore",
+        [("l", lambda: zk_semaphore(name, 2))] * 3,
+        java_threads=3,
+        max_leases=2,
+    )
+    events = sorted([(r["start"], 1) for r in records] + [(r["end"], -1) for r in records])
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    assert most <= 2, f"{most} holders of a 2-lease semaphore at once"
+    assert_progress_and_waits(records)
+    assert_no_node_left(kz, lock_path(name), internal=("locks", "leases"))
+
+
+def test_node_names_foreign_data_and_shared_mutex(curator_layout, zk_server, kz, tmp_path):
+    name = "interop:names"
+    with zk_lock(name) as lock:
+        (child,) = kz.get_children(lock_path(name))
+        assert re.fullmatch(PROTECTED + r"lock-\d{10}", child), child
+        _, stat = kz.get(f"{lock_path(name)}/{child}")
+        assert lock.token == stat.czxid
+    rw = zk_rw_lock(name)
+    with rw.write, rw.read:  # the writer may read: a nested hold, no new node
+        (child,) = kz.get_children(lock_path(name))
+        assert re.fullmatch(PROTECTED + r"__WRIT__\d{10}", child), child
+    with rw.read:
+        (child,) = kz.get_children(lock_path(name))
+        assert re.fullmatch(PROTECTED + r"__READ__\d{10}", child), child
+    with pytest.raises(ValueError, match=r"zk_rw_lock\('interop:names'\)\.read") as err:
+        zk_lock(name, shared=True)
+    assert "'default'" in str(err.value)
+    # A Curator holder's data (the client's address) is shown verbatim by the read model (admin, CLI).
+    log = tmp_path / "holds.jsonl"
+    with CuratorContenders(zk_server.hosts, lock_path(name), "mutex", log, threads=1, seconds=1.0, hold_ms=-3000):
+        info = wait_until(lambda: (i := inspect.lock_info("default", name)[0]) and i.holders and i)
+        (holder,) = info.holders
+        assert re.fullmatch(PROTECTED + r"lock-\d{10}", holder.node)
+        assert holder.raw and holder.host is None, holder
+        raw, _ = kz.get(f"{lock_path(name)}/{holder.node}")
+        assert holder.raw == raw.decode()
+        assert not zk_lock(name).acquire(blocking=False)
+
+
+def test_semaphore_of_curator_only_in_read_model(curator_layout, zk_server, tmp_path):
+    """A semaphore only Curator uses has no zklocks marker: the read model knows it by its leases/ child."""
+    name = "interop:curator-semaphore"
+    log = tmp_path / "holds.jsonl"
+    java = CuratorContenders(
+        zk_server.hosts, lock_path(name), "semaphore", log, threads=1, seconds=1.0, hold_ms=-3000, max_leases=2
+    )
+    with java:
+        info = wait_until(lambda: (i := inspect.lock_info("default", name)[0]) and i.holders and i)
+        assert info.kind == "semaphore"
+        (holder,) = info.holders
+        assert holder.mode == "lease" and re.fullmatch(PROTECTED + r"lease-\d{10}", holder.node)
+        assert holder.raw  # Curator's data, verbatim
+        with zk_semaphore(name, 2, timeout=5):  # the second lease is free
+            assert not zk_semaphore(name, 2).acquire(blocking=False)
+
+
+def test_own_node_found_by_protected_prefix(curator_layout):
+    """After a connection loss during a create, a contender finds its node by Curator's ``_c_<uuid>-`` prefix."""
+    from zklocks.connections import connections
+    from zklocks.recipes.queue import Contender
+
+    session = connections["default"].session()
+    a, b = Contender(session, "/p", "lock-"), Contender(session, "/p", "lock-")
+    assert re.fullmatch(PROTECTED, a.guid) and a.prefix == f"/p/{a.guid}lock-"
+    children = [f"{b.guid}lock-0000000001", f"{a.guid}lock-0000000002", "_c_foreign-lock-0000000000"]
+    assert a._find_own(children) == f"{a.guid}lock-0000000002"
+
+
+def test_kazoo_layout_rw_handles_are_zk_locks(zklocks_settings, kz):
+    name = "interop:kazoo-rw"
+    with zk_rw_lock(name).read:
+        (child,) = kz.get_children(lock_path(name))
+        assert re.fullmatch(r"[0-9a-f]{32}__rlock__\d{10}", child)
+        with zk_lock(name, shared=True):  # the same lock: a nested hold
+            assert len(kz.get_children(lock_path(name))) == 1
+    with zk_rw_lock(name).write:
+        (child,) = kz.get_children(lock_path(name))
+        assert re.fullmatch(r"[0-9a-f]{32}__lock__\d{10}", child)
+        with zk_lock(name):
+            assert len(kz.get_children(lock_path(name))) == 1
+
+
+def test_layout_checks(settings):
+    hosts = "127.0.0.1:2181"
+    settings.ZKLOCKS = {
+        "default": {"HOSTS": hosts, "NAMESPACE": "/shop"},
+        "java": {"HOSTS": hosts, "NAMESPACE": "/shop", "LAYOUT": "curator"},
+        "other": {"HOSTS": hosts, "NAMESPACE": "/other", "LAYOUT": "curator"},
+        "typo": {"HOSTS": hosts, "LAYOUT": "Curator"},
+    }
+    conf.reset()
+    found = [m for m in run_checks() if m.id in ("zklocks.E040", "zklocks.E041")]
+    assert [(m.id, m.msg) for m in found] == [
+        (
+            "zklocks.E040",
+            "ZKLOCKS['typo']: LAYOUT must be one of 'kazoo', 'curator', not 'Curator'.",
+        ),
+        (
+            "zklocks.E041",
+            "ZKLOCKS['java']: LAYOUT 'curator' differs from alias 'default''s 'kazoo' on the same HOSTS and "
+            "NAMESPACE '/shop': their locks would not exclude each other.",
+        ),
+    ]
+    assert all(m.hint for m in found)
+
+
+def test_layout_names_agree():
+    assert tuple(layout.LAYOUTS) == conf.LAYOUT_NAMES
+    assert re.fullmatch(PROTECTED, layout.CURATOR.new_tag())
