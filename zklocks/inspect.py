@@ -28,7 +28,7 @@ from .multiread import CHILDREN, DATA, fetch
 from .names import decode_name, encode_name, validate_name
 from .recipes.calls import translate
 from .recipes.layout import (
-    EXCLUSIVE,
+    ELECTION,
     LEASE,
     MUTEX,
     Kind,
@@ -37,12 +37,13 @@ from .recipes.layout import (
     mode,
     mutex_path,
     sequence_trusted,
+    SHARED,
     sort_contenders,
     split_queue,
 )
 from .recipes.semaphore import stored_max_leases
 
-KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE)
+KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE, Kind.ELECTION)
 
 
 class NoAnswer(Exception):
@@ -277,7 +278,9 @@ def read_namespace(
             order.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
             if not order:
                 lock.kind = None
-            elif any(marker != EXCLUSIVE for _, marker, _ in order):
+            elif any(marker == ELECTION for _, marker, _ in order):
+                lock.kind = Kind.ELECTION  # holders: the leader; waiters: the standby candidates, in order
+            elif any(marker == SHARED for _, marker, _ in order):
                 lock.kind = Kind.SHARED
             held, waiting = split_queue(order)
             found.append((lock, held, waiting, False))
