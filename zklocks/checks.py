@@ -132,13 +132,17 @@ def check_celery_settings(app_configs=None, **kwargs) -> list[checks.CheckMessag
     return messages
 
 
+_UNSET = object()
+
+
 def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """System check of ZKLOCKS_BEAT (only when it is set): E030 SCHEDULER, E031 USING, E032 the rest, W030."""
     from django.conf import settings
 
-    if not hasattr(settings, "ZKLOCKS_BEAT"):
+    raw = getattr(settings, "ZKLOCKS_BEAT", _UNSET)
+    if raw is _UNSET:
         return []
-    values, problems = celery_conf.validate_beat(settings.ZKLOCKS_BEAT, frozenset(conf.get_config()[0]))
+    values, problems = celery_conf.validate_beat(raw, frozenset(conf.get_config()[0]))
     messages: list[checks.CheckMessage] = []
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
@@ -147,7 +151,7 @@ def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     if isinstance(scheduler, str) and scheduler.strip() and not any(p.id == "zklocks.E030" for p in problems):
         try:
             celery_conf.import_scheduler(scheduler)
-        except (ImportError, TypeError) as exc:
+        except Exception as exc:  # ImportError, TypeError, or what importing its models raises (app not installed)
             messages.append(
                 checks.Error(
                     f"ZKLOCKS_BEAT: SCHEDULER={scheduler!r} cannot be used: {exc}.",

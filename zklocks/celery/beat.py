@@ -44,7 +44,7 @@ class _Fenced:
 
     def is_due(self, entry):
         self.zklocks_guard.catch_up(entry)
-        return super().is_due(entry)  # type: ignore[misc]
+        return super().is_due(entry)
 
     def apply_entry(self, entry, producer=None):
         stamp = self.zklocks_guard.claim(entry)
@@ -52,18 +52,18 @@ class _Fenced:
             return  # not the leader (any more): nothing is sent
         self._zklocks_stamp = stamp
         try:
-            super().apply_entry(entry, producer=producer)  # type: ignore[misc]  # logs "Sending due task"
+            super().apply_entry(entry, producer=producer)  # logs "Sending due task"
         finally:
             self._zklocks_stamp = None
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
         stamp = self._zklocks_stamp
         if stamp is None:
-            return super().apply_async(entry, producer=producer, advance=advance, **kwargs)  # type: ignore[misc]
+            return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         original = entry.options
         entry.options = {**(original or {}), "headers": {**((original or {}).get("headers") or {}), HEADER: stamp}}
         try:
-            return super().apply_async(entry, producer=producer, advance=advance, **kwargs)  # type: ignore[misc]
+            return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         finally:
             entry.options = original
 
@@ -125,7 +125,7 @@ class LeaderScheduler(Scheduler):
                 return False
             contender = hold.contender
             self._sent = beatstate.read_sent(hold.session, contender.parent, Deadline(hold.session.cfg.connect_timeout))
-            cls = fenced_class(celery_conf.import_scheduler(self.scheduler_path))
+            cls: Any = fenced_class(celery_conf.import_scheduler(self.scheduler_path))
             inner = cls.__new__(cls)
             inner.zklocks_guard = self
             inner.__init__(self.app, *self._inner_args, **self._inner_kwargs)
