@@ -121,7 +121,8 @@ class LeaderScheduler(Scheduler):
         try:
             self.leader.acquire()  # blocks until elected
             hold = self.leader.leading_hold()
-            if hold is None:
+            if hold is None:  # elected on a lease that ran out at once: stand again
+                self.leader.release()
                 return False
             contender = hold.contender
             self._sent = beatstate.read_sent(hold.session, contender.parent, Deadline(hold.session.cfg.connect_timeout))
@@ -136,7 +137,9 @@ class LeaderScheduler(Scheduler):
             return False
         self._inner = inner
         for entry in list(inner.schedule.values()):
-            self.catch_up(entry)
+            # ZooKeeper knows every send (each is recorded before it happens); a local last run that is later
+            # is no send (e.g. a fresh entry stamped "now" by its constructor), so it must not delay the next.
+            self.catch_up(entry, exact=True)
         inner._heap = None  # rebuilt from the caught-up entries at the next tick
         logger.info(
             "beat: elected leader of %r (alias %r, token %s); last sends of %d entries read from ZooKeeper",
@@ -159,13 +162,14 @@ class LeaderScheduler(Scheduler):
 
     # -- called by the fenced scheduler --
 
-    def catch_up(self, entry) -> None:
-        """Move ``entry``'s last run forward to its last send recorded in ZooKeeper (by any leader)."""
+    def catch_up(self, entry, exact: bool = False) -> None:
+        """Move ``entry``'s last run forward to its last send recorded in ZooKeeper (by any leader); with
+        ``exact``, set it to that send whatever the entry says."""
         sent = self._sent.get(entry.name)
         if sent is None:
             return
         last = entry.last_run_at
-        if last is None or _timestamp(last) < sent - 0.001:
+        if last is None or _timestamp(last) < sent - 0.001 or (exact and abs(_timestamp(last) - sent) > 0.001):
             entry.last_run_at = datetime.fromtimestamp(sent, tz=self.app.timezone)
 
     def claim(self, entry) -> dict[str, Any] | None:
