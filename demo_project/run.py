@@ -201,6 +201,32 @@ class Demo:
         )
         self.say("Celery worker: started (log: .demo/logs/celery.log)")
 
+    def start_beats(self, count: int = 2) -> None:
+        """Two ``celery beat`` processes, as on two hosts: one leads and sends, the other stands by."""
+        for n in range(1, count + 1):
+            state = self.data / f"beat-{n}"
+            state.mkdir(parents=True, exist_ok=True)
+            self.spawn(
+                f"beat-{n}",
+                [
+                    PY,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "demo_project.tasks",
+                    "beat",
+                    "-S",
+                    "zklocks.celery.beat:LeaderScheduler",
+                    "-s",
+                    str(state / "schedule"),
+                    "--pidfile",
+                    str(state / "beat.pid"),
+                    "--loglevel",
+                    "INFO",
+                ],
+            )
+        self.say(f"Celery beat: {count} started, one leads (logs: .demo/logs/beat-*.log)")
+
     def start_web(self) -> str:
         port = self.args.port or free_port()
         url = f"http://127.0.0.1:{port}"
@@ -248,6 +274,7 @@ class Demo:
             self.write_services()
             password = self.prepare_database()
             self.start_worker()
+            self.start_beats()
             url = self.start_web()
             if not self.args.no_load:
                 self.start_load(url)

@@ -77,6 +77,9 @@ CELERY_BROKER_URL = _service("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND", CELERY_BROKER_URL)
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Two beats run (demo_project/run.py); the elected one sends, the admin shows the leader and the standby.
+CELERY_BEAT_SCHEDULE = {"report-every-30s": {"task": "demo.daily_report", "schedule": 30.0}}
+ZKLOCKS_BEAT = {"ELECTION": "demo-beat"}
 
 # How long the demo's critical sections take, so that the admin shows holders and queues.
 DEMO_WORK_DELAY = float(os.environ.get("DEMO_WORK_DELAY", "0.3"))

@@ -1,6 +1,7 @@
 """zklocks: distributed locks on Apache ZooKeeper for Django and Celery."""
 
 from .connections import close_all
+from .election import zk_leader
 from .exceptions import (
     InvalidLockName,
     LockLost,
@@ -26,6 +27,7 @@ __all__ = [
     "zk_semaphore",
     "zk_multi_lock",
     "zk_rw_lock",
+    "zk_leader",
     "lock_path",
     "close_all",
     "ZkLocksError",

@@ -15,6 +15,7 @@ class ZkLocksConfig(AppConfig):
 
         checks.register(zk_checks.check_settings, "zklocks")
         checks.register(zk_checks.check_celery_settings, "zklocks")
+        checks.register(zk_checks.check_beat_settings, "zklocks")
         # Talks to ZooKeeper: only with `manage.py check --deploy`, never on every manage.py command.
         checks.register(zk_checks.check_namespace_acls, "zklocks", deploy=True)
         setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")

@@ -9,6 +9,10 @@ different LAYOUTs on the same HOSTS and NAMESPACE). Celery (see zklocks.celery.c
 option that neither SingleExecutionTask nor Celery knows, e.g. ``lock_timout``), W022 (the tasks of a Celery app
 could not be loaded). The checks load the tasks of the project's Celery apps first, as a worker does.
 
+Celery: E020/W020/E021 (ZKLOCKS_CELERY, task options; see celery/conf.py). Beat (ZKLOCKS_BEAT, checked when set):
+E030 (SCHEDULER is no importable Celery scheduler class), E031 (USING names no configured alias), E032 (not a dict,
+or ELECTION not a valid name), W030 (unknown key).
+
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
 W002 (the namespace or lock nodes have a weaker ACL than configured), W003 (the ACLs could not be checked).
@@ -143,4 +147,35 @@ def check_celery_settings(app_configs=None, **kwargs) -> list[checks.CheckMessag
                 id="zklocks.W022",
             )
         )
+    return messages
+
+
+_UNSET = object()
+
+
+def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """System check of ZKLOCKS_BEAT (only when it is set): E030 SCHEDULER, E031 USING, E032 the rest, W030."""
+    from django.conf import settings
+
+    raw = getattr(settings, "ZKLOCKS_BEAT", _UNSET)
+    if raw is _UNSET:
+        return []
+    values, problems = celery_conf.validate_beat(raw, frozenset(conf.get_config()[0]))
+    messages: list[checks.CheckMessage] = []
+    for p in problems:
+        cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
+        messages.append(cls(p.msg, hint=p.hint, id=p.id))
+    scheduler = values["SCHEDULER"]
+    if isinstance(scheduler, str) and scheduler.strip() and not any(p.id == "zklocks.E030" for p in problems):
+        try:
+            celery_conf.import_scheduler(scheduler)
+        except Exception as exc:  # ImportError, TypeError, or what importing its models raises (app not installed)
+            messages.append(
+                checks.Error(
+                    f"ZKLOCKS_BEAT: SCHEDULER={scheduler!r} cannot be used: {exc}.",
+                    hint='Name a Celery scheduler class, e.g. "celery.beat:PersistentScheduler" or '
+                    '"django_celery_beat.schedulers:DatabaseScheduler" (with django_celery_beat in INSTALLED_APPS).',
+                    id="zklocks.E030",
+                )
+            )
     return messages

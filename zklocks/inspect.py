@@ -30,7 +30,7 @@ from .recipes.calls import translate
 from .recipes.layout import KAZOO, Kind, Layout, get, sequence_trusted
 from .recipes.semaphore import stored_max_leases
 
-KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE)
+KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE, Kind.ELECTION)
 
 
 class NoAnswer(Exception):
@@ -273,8 +273,11 @@ def read_namespace(
             # A contender whose suffix is past the sequence limit (RECIPES §7c) is never granted: it leaves.
             order.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
             held, waiting = layout.split(order)
-            # The holders' mode is the lock's kind: a queue of readers behind a writer is held exclusively.
-            lock.kind = None if not held else Kind.EXCLUSIVE if layout.is_exclusive(held[0][1]) else Kind.SHARED
+            if any(marker == layout.latch for _, marker, _ in order):
+                lock.kind = Kind.ELECTION  # holders: the leader; waiters: the standby candidates, in order
+            else:
+                # The holders' mode is the lock's kind: a queue of readers behind a writer is held exclusively.
+                lock.kind = None if not held else Kind.EXCLUSIVE if layout.is_exclusive(held[0][1]) else Kind.SHARED
             found.append((lock, held, waiting, False, False))
     # Round 3: every holder's and waiter's data, the semaphores' internal mutex queues (and Curator's leases/).
     ops: list[tuple[str, str]] = []

@@ -368,7 +368,7 @@ class ZkLock(_BaseHandle):
         lay = layout.get(pool.cfg.layout)
         marker_ = lay.marker(self.kind, rw=self.rw, name=self.name, alias=self.using)
         key: tuple = (current_owner(), self.using, self.name)
-        if self.rw and len(lay.queues) > 1:
+        if self.rw and lay.read != lay.shared:
             key += ("rw",)  # Curator's read/write lock and its mutex are separate locks on one path
         if self.reentrant:
             with holds.registry_lock:

@@ -83,14 +83,18 @@ def test_make_demo_headless(tmp_path):
         login = json.loads((tmp_path / "login.json").read_text())
         assert any(login["password"] in line for line in lines)  # printed for the user
         pids = json.loads((tmp_path / "pids.json").read_text())
-        assert set(pids) == {"zookeeper", "redis", "celery", "web", "load"}
+        assert set(pids) == {"zookeeper", "redis", "celery", "beat-1", "beat-2", "web", "load"}
 
         browser = Browser(login["url"])
         browser.login(login["username"], login["password"])
-        seen_holder = seen_task = seen_queue = False
+        seen_holder = seen_task = seen_queue = seen_beat = False
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not (seen_holder and seen_task and seen_queue):
+        while time.monotonic() < deadline and not (seen_holder and seen_task and seen_queue and seen_beat):
             page = browser.get("/admin/zklocks/lock/")
+            # The beats' election: the leader holds, the other beat waits as a candidate.
+            seen_beat = seen_beat or bool(
+                re.search(r"demo-beat.*?zk-kind\">election</td>.*?zk-queue-length\">1<", page, re.S)
+            )
             seen_holder = seen_holder or bool(
                 re.search(r'<td class="zk-holder"><div class="zk-holder-entry">.*?pid \d+', page, re.S)
             )
@@ -100,6 +104,7 @@ def test_make_demo_headless(tmp_path):
         assert seen_holder, "no live holder on the admin page"
         assert seen_queue, "no queue on the admin page"
         assert seen_task, "no Celery task among the holders"
+        assert seen_beat, "the beats' election (a leader and one standby) is not on the admin page"
         shop = json.loads(urllib.request.urlopen(login["url"] + "/catalog.json", timeout=30).read())
         assert any(p["orders"] for p in shop["products"])
         exposition = urllib.request.urlopen(login["url"] + "/metrics", timeout=30).read().decode()

@@ -155,3 +155,122 @@ def unknown_option(where: str, attr: str, value: Any, known: list[str]) -> tuple
         "using it.",
         hint,
     )
+
+
+# -- ZKLOCKS_BEAT: the leader-elected Celery beat (zklocks.celery.beat:LeaderScheduler) --
+# Check ids: zklocks.E030 (SCHEDULER is no importable Celery scheduler class), E031 (USING names no configured
+# alias), E032 (ZKLOCKS_BEAT not a dict, or ELECTION not a valid lock name), W030 (unknown key).
+
+BEAT_DEFAULTS: dict[str, Any] = {
+    "SCHEDULER": "celery.beat:PersistentScheduler",  # the scheduler whose schedule the leader runs
+    "USING": "default",  # connection alias of the election
+    "ELECTION": "celery-beat",  # election name: beats of one deployment share it
+}
+
+
+def validate_beat(raw: Any, aliases: set[str] | frozenset[str]) -> tuple[dict[str, Any], list[Problem]]:
+    """Merge ``raw`` (ZKLOCKS_BEAT, or None) over BEAT_DEFAULTS. Pure: the SCHEDULER import is the check's."""
+    from ..names import validate_name
+
+    values = dict(BEAT_DEFAULTS)
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        return values, [
+            Problem(
+                "zklocks.E032",
+                None,
+                "settings.ZKLOCKS_BEAT must be a dict.",
+                'For example ZKLOCKS_BEAT = {"SCHEDULER": "django_celery_beat.schedulers:DatabaseScheduler"}.',
+            )
+        ]
+    problems: list[Problem] = []
+    unknown = sorted(str(k) for k in set(raw) - set(BEAT_DEFAULTS))
+    if unknown:
+        problems.append(
+            Problem(
+                "zklocks.W030",
+                None,
+                f"ZKLOCKS_BEAT: unknown option(s) {', '.join(unknown)}.",
+                f"Known options: {', '.join(sorted(BEAT_DEFAULTS))}.",
+            )
+        )
+    values.update({k: v for k, v in raw.items() if k in BEAT_DEFAULTS})
+    scheduler = values["SCHEDULER"]
+    if not isinstance(scheduler, str) or not scheduler.strip():
+        problems.append(
+            Problem(
+                "zklocks.E030",
+                None,
+                f"ZKLOCKS_BEAT: SCHEDULER must be the dotted path of a Celery scheduler class, not {scheduler!r}.",
+                'For example "celery.beat:PersistentScheduler".',
+            )
+        )
+    using = values["USING"]
+    if not isinstance(using, str) or using not in aliases:
+        known = ", ".join(repr(a) for a in sorted(aliases)) or "none"
+        problems.append(
+            Problem(
+                "zklocks.E031",
+                None,
+                f"ZKLOCKS_BEAT: USING={using!r} is not a zklocks alias (configured: {known}).",
+                "Name one of the aliases of settings.ZKLOCKS.",
+            )
+        )
+    election = values["ELECTION"]
+    try:
+        validate_name(election)
+    except ValueError as exc:
+        problems.append(
+            Problem(
+                "zklocks.E032",
+                None,
+                f"ZKLOCKS_BEAT: ELECTION={election!r} is not a valid election name ({exc}).",
+                'Use a short name such as "celery-beat"; beats that share it elect one leader.',
+            )
+        )
+    return values, problems
+
+
+def import_scheduler(path: str) -> type:
+    """The class at ``path`` ("module:Class" or "module.Class"); ImportError / TypeError say why not."""
+    import importlib
+
+    module_name, _, attr = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module_name or not attr:
+        raise ImportError(f"{path!r} is not a dotted path to a class")
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ImportError(f"module {module_name!r} has no attribute {attr!r}") from None
+    from celery.beat import Scheduler
+
+    if not isinstance(target, type) or not issubclass(target, Scheduler):
+        raise TypeError(f"{path!r} is not a subclass of celery.beat.Scheduler")
+    if getattr(target, "zklocks_leader", False):
+        raise TypeError(f"{path!r} is zklocks' own LeaderScheduler: name the scheduler whose schedule it runs")
+    return target
+
+
+@functools.cache
+def _beat_cached() -> tuple[dict[str, Any], tuple[Problem, ...]]:
+    from django.conf import settings
+
+    from .. import conf as zk_conf
+
+    values, problems = validate_beat(getattr(settings, "ZKLOCKS_BEAT", None), frozenset(zk_conf.get_config()[0]))
+    return values, tuple(problems)
+
+
+def beat_settings() -> dict[str, Any]:
+    return _beat_cached()[0]
+
+
+def beat_problems() -> tuple[Problem, ...]:
+    return _beat_cached()[1]
+
+
+def reset_beat() -> None:
+    _beat_cached.cache_clear()

@@ -5,7 +5,9 @@
         <32-hex guid>__rlock__<10-digit seq>     a shared contender (kazoo's ReadLock)
         __mutex__/<guid>__lock__<seq>            a semaphore's internal fair queue
         <32-hex guid>__lease__<10-digit seq>     a semaphore lease
+        <32-hex guid>__elect__<10-digit seq>     an election candidate (the first one leads)
         __queued__                               SingleExecutionTask's enqueue-time marker (persistent)
+        __beat__/<encoded entry name>            the Celery beat leader's last send of each entry (persistent)
 
 The guid is fresh for every acquire, so a contender finds its own node again after a connection loss. Only this
 module spells these names; the recipes, the read model, the reaper and the audit ask it, through the alias's
@@ -39,21 +41,25 @@ class Kind(StrEnum):
     EXCLUSIVE = "exclusive"
     SHARED = "shared"
     SEMAPHORE = "semaphore"
+    ELECTION = "election"
 
 
 # Contender markers: the part between the guid and the sequence number.
 EXCLUSIVE = "__lock__"
 SHARED = "__rlock__"
 LEASE = "__lease__"
+ELECTION = "__elect__"  # an election is an exclusive queue of its own marker: the first candidate leads
+EXCLUSIVE_MARKERS = (EXCLUSIVE, ELECTION)
 # Persistent children zklocks itself creates below a lock node.
 MUTEX = "__mutex__"
 QUEUED = "__queued__"
+BEAT = "__beat__"
 INTERNAL_CHILDREN = (MUTEX,)
 
-_CONTENDER = re.compile(r"(__lock__|__rlock__)(-?\d{10})$")
+_CONTENDER = re.compile(r"(__lock__|__rlock__|__elect__)(-?\d{10})$")
 _LEASE = re.compile(r"__lease__-?\d{10}$")
 _SEMAPHORE_CHILD = re.compile(r"^__mutex__$|__lease__-?\d{10}$")
-_SEQUENCE = re.compile(r"__(?:lock|rlock|lease)__(-?\d{10})$")
+_SEQUENCE = re.compile(r"__(?:lock|rlock|lease|elect)__(-?\d{10})$")
 
 # A sequential child's suffix is its parent's child counter, a signed 32-bit int (RECIPES §7c). ZooKeeper 3.8
 # hands out 2147483647 once the counter is there and then keeps it there: every later child gets 2147483647
@@ -65,12 +71,16 @@ SEQUENCE_WARN = SEQUENCE_LIMIT - 2**24  # about 17 million creates before the li
 
 def marker(kind: Kind | str) -> str:
     """The contender marker of a lock kind (a semaphore's internal queue is exclusive)."""
+    if kind == Kind.ELECTION:
+        return ELECTION
     return SHARED if kind == Kind.SHARED else EXCLUSIVE
 
 
 def mode(marker_: str) -> str:
-    """How the read model names a contender: "exclusive", "shared" or "lease"."""
-    return {EXCLUSIVE: Kind.EXCLUSIVE.value, SHARED: Kind.SHARED.value}.get(marker_, "lease")
+    """How the read model names a contender: "exclusive", "shared", "election" or "lease"."""
+    return {EXCLUSIVE: Kind.EXCLUSIVE.value, SHARED: Kind.SHARED.value, ELECTION: Kind.ELECTION.value}.get(
+        marker_, "lease"
+    )
 
 
 def sort_contenders(children: list[str]) -> list[tuple[str, str, str]]:
@@ -97,13 +107,13 @@ def sequence_trusted(seq: int) -> bool:
 
 def blockers_ahead(contenders: list[tuple[str, str, str]], own: str | None, marker_: str) -> list[str]:
     """The children ahead of ``own`` (or of a new contender, for ``None``) that keep it waiting, in queue order:
-    every one for an exclusive contender, the exclusive ones for a shared contender. The last one is the single
-    node to watch. Raises KeyError if ``own`` is not queued."""
+    every one for an exclusive contender (or an election candidate), the exclusive ones for a shared contender.
+    The last one is the single node to watch. Raises KeyError if ``own`` is not queued."""
     ahead = []
     for _, kind, child in contenders:
         if child == own:
             break
-        if marker_ == EXCLUSIVE or kind == EXCLUSIVE:
+        if marker_ != SHARED or kind != SHARED:
             ahead.append(child)
     else:
         if own is not None:
@@ -115,7 +125,7 @@ def split_queue(order: list[tuple[str, str, str]]) -> tuple[list[tuple[str, str,
     """Holders and waiters of a fair queue: shared contenders hold until the first exclusive one."""
     holders = []
     for idx, entry in enumerate(order):
-        if entry[1] == EXCLUSIVE:
+        if entry[1] in EXCLUSIVE_MARKERS:
             if idx == 0:
                 holders.append(entry)
             break
@@ -177,6 +187,8 @@ class Layout:
         """The contender marker of a lock kind; ``rw``: a zk_rw_lock handle. A semaphore's internal queue is
         exclusive. ValueError naming the lock and the alias if the layout has no such lock (Curator has no
         shared mutex)."""
+        if kind == Kind.ELECTION:
+            return self.latch
         if kind == Kind.SHARED:
             if rw:
                 return self.read
@@ -190,10 +202,12 @@ class Layout:
         return self.write if rw else self.exclusive
 
     def is_exclusive(self, marker_: str) -> bool:
-        return marker_ in (self.exclusive, self.write)
+        return marker_ in (self.exclusive, self.write, self.latch)
 
     def mode(self, marker_: str) -> str:
         """How the read model names a contender: "exclusive", "shared" or "lease"."""
+        if marker_ == self.latch:
+            return Kind.ELECTION.value
         if self.is_exclusive(marker_):
             return Kind.EXCLUSIVE.value
         return Kind.SHARED.value if marker_ in (self.shared, self.read) else "lease"
@@ -299,11 +313,11 @@ KAZOO = Layout(
     write=EXCLUSIVE,
     read=SHARED,
     lease=LEASE,
-    latch=EXCLUSIVE,  # kazoo's Election is a Lock on the election path
+    latch=ELECTION,  # zk_leader's candidates: exclusive contenders of the lock node's one queue
     mutex=MUTEX,
     leases_child=None,
     protected=False,
-    queues=(frozenset((EXCLUSIVE, SHARED)),),
+    queues=(frozenset((EXCLUSIVE, SHARED, ELECTION)),),
     _pattern=_CONTENDER,
 )
 CURATOR = Layout(
@@ -317,8 +331,8 @@ CURATOR = Layout(
     mutex="locks",  # InterProcessSemaphoreV2: locks/ is an InterProcessMutex
     leases_child="leases",
     protected=True,
-    queues=(frozenset(("lock-",)), frozenset(("__READ__", "__WRIT__"))),
-    _pattern=re.compile(r"(lock-|__READ__|__WRIT__)(-?\d{10})$"),
+    queues=(frozenset(("lock-",)), frozenset(("__READ__", "__WRIT__")), frozenset(("latch-",))),
+    _pattern=re.compile(r"(lock-|__READ__|__WRIT__|latch-)(-?\d{10})$"),
 )
 LAYOUTS = {layout.name: layout for layout in (KAZOO, CURATOR)}
 
@@ -326,3 +340,8 @@ LAYOUTS = {layout.name: layout for layout in (KAZOO, CURATOR)}
 def get(name: str | None) -> Layout:
     """The layout of a LAYOUT setting (None: kazoo's). KeyError for an unknown one (conf.py refuses those)."""
     return KAZOO if name is None else LAYOUTS[name]
+
+
+def beat_state_path(lock_path: str) -> str:
+    """Where the beat leader of election ``lock_path`` keeps the last send of each schedule entry."""
+    return f"{lock_path}/{BEAT}"

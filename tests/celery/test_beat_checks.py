@@ -1,0 +1,70 @@
+"""System checks of ZKLOCKS_BEAT (zklocks.E030, E031, E032, W030): exact run_checks() output."""
+
+from django.core import checks
+from django.core.checks import Error, Warning
+from django.test import override_settings
+
+ZK = {"default": {"HOSTS": "127.0.0.1:2181"}, "jobs": {"HOSTS": "127.0.0.1:2181"}}
+
+
+def run(beat):
+    with override_settings(ZKLOCKS=ZK, ZKLOCKS_BEAT=beat):
+        return [m for m in checks.run_checks() if m.id and m.id.startswith("zklocks.")]
+
+
+def test_valid_beat_settings_pass():
+    assert run({}) == []
+    assert run({"SCHEDULER": "celery.beat.PersistentScheduler", "USING": "jobs", "ELECTION": "beat:eu"}) == []
+
+
+def test_no_setting_no_check():
+    with override_settings(ZKLOCKS=ZK):
+        from django.conf import settings
+
+        assert not hasattr(settings, "ZKLOCKS_BEAT")
+        assert [m for m in checks.run_checks() if m.id and m.id.startswith("zklocks.E03")] == []
+
+
+def test_scheduler_that_cannot_be_imported_or_is_no_scheduler():
+    assert run({"SCHEDULER": "celery.beat:NoSuchScheduler"}) == [
+        Error(
+            "ZKLOCKS_BEAT: SCHEDULER='celery.beat:NoSuchScheduler' cannot be used: module 'celery.beat' has no "
+            "attribute 'NoSuchScheduler'.",
+            hint='Name a Celery scheduler class, e.g. "celery.beat:PersistentScheduler" or '
+            '"django_celery_beat.schedulers:DatabaseScheduler" (with django_celery_beat in INSTALLED_APPS).',
+            id="zklocks.E030",
+        )
+    ]
+    (missing,) = run({"SCHEDULER": "no_such_package.schedulers:Scheduler"})
+    assert missing.id == "zklocks.E030" and "No module named 'no_such_package'" in missing.msg
+    (not_one,) = run({"SCHEDULER": "celery.beat:ScheduleEntry"})
+    assert not_one.id == "zklocks.E030" and "is not a subclass of celery.beat.Scheduler" in not_one.msg
+    (itself,) = run({"SCHEDULER": "zklocks.celery.beat:LeaderScheduler"})
+    assert itself.id == "zklocks.E030" and "zklocks' own LeaderScheduler" in itself.msg
+    # django-celery-beat's scheduler without its app in INSTALLED_APPS (this test project does not install it).
+    (no_app,) = run({"SCHEDULER": "django_celery_beat.schedulers:DatabaseScheduler"})
+    assert no_app.id == "zklocks.E030" and "INSTALLED_APPS" in no_app.msg
+    (empty,) = run({"SCHEDULER": ""})
+    assert empty.id == "zklocks.E030" and "must be the dotted path" in empty.msg
+
+
+def test_unknown_alias_bad_election_and_unknown_key():
+    assert run({"USING": "nope", "ELECTION": "", "TIMEOUT": 3}) == [
+        Warning(
+            "ZKLOCKS_BEAT: unknown option(s) TIMEOUT.",
+            hint="Known options: ELECTION, SCHEDULER, USING.",
+            id="zklocks.W030",
+        ),
+        Error(
+            "ZKLOCKS_BEAT: USING='nope' is not a zklocks alias (configured: 'default', 'jobs').",
+            hint="Name one of the aliases of settings.ZKLOCKS.",
+            id="zklocks.E031",
+        ),
+        Error(
+            "ZKLOCKS_BEAT: ELECTION='' is not a valid election name (lock name must not be empty).",
+            hint='Use a short name such as "celery-beat"; beats that share it elect one leader.',
+            id="zklocks.E032",
+        ),
+    ]
+    (not_dict,) = run(["SCHEDULER"])
+    assert not_dict.id == "zklocks.E032" and "must be a dict" in not_dict.msg

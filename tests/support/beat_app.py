@@ -1,0 +1,94 @@
+"""The Celery app of the beat tests: ``celery -A tests.support.beat_app beat|worker``, configured from the environment.
+
+ZKLOCKS_TEST_HOSTS (a beat behind its own proxies gets their addresses), ZKLOCKS_TEST_NAMESPACE,
+ZKLOCKS_TEST_SESSION_TIMEOUT, ZKLOCKS_TEST_CONNECT_TIMEOUT, ZKLOCKS_TEST_BROKER, ZKLOCKS_TEST_RECORDS as in
+tests/celery_app.py; ZKLOCKS_TEST_BEAT_SCHEDULER (ZKLOCKS_BEAT["SCHEDULER"]), ZKLOCKS_TEST_BEAT_ELECTION and,
+for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats). One entry, ``every-second``,
+runs ``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
+"""
+
+import json
+import os
+import time
+from pathlib import Path
+
+import django
+from django.conf import settings
+
+DB = os.environ.get("ZKLOCKS_TEST_BEAT_DB")
+
+if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
+    settings.configure(
+        INSTALLED_APPS=[
+            "django.contrib.contenttypes",
+            "django.contrib.auth",
+            "zklocks",
+            *(["django_celery_beat"] if DB else []),
+        ],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": DB, "OPTIONS": {"timeout": 20}}}
+        if DB
+        else {},
+        USE_TZ=True,
+        TIME_ZONE="UTC",
+        DEFAULT_AUTO_FIELD="django.db.models.AutoField",
+        ZKLOCKS={
+            "default": {
+                "HOSTS": os.environ.get("ZKLOCKS_TEST_HOSTS", "127.0.0.1:2181"),
+                "NAMESPACE": os.environ.get("ZKLOCKS_TEST_NAMESPACE", "/zklocks-test/beat"),
+                "SESSION_TIMEOUT": float(os.environ.get("ZKLOCKS_TEST_SESSION_TIMEOUT", "2.0")),
+                "CONNECT_TIMEOUT": float(os.environ.get("ZKLOCKS_TEST_CONNECT_TIMEOUT", "2.0")),
+                "REAP_INTERVAL": 0,
+            }
+        },
+        ZKLOCKS_BEAT={
+            "SCHEDULER": os.environ.get("ZKLOCKS_TEST_BEAT_SCHEDULER", "celery.beat:PersistentScheduler"),
+            "ELECTION": os.environ.get("ZKLOCKS_TEST_BEAT_ELECTION", "celery-beat"),
+        },
+    )
+    django.setup()
+
+from celery import Celery  # noqa: E402
+
+BROKER = os.environ.get("ZKLOCKS_TEST_BROKER", "redis://127.0.0.1:6379")
+
+app = Celery("zklocks_beat_tests")
+app.conf.update(
+    broker_url=f"{BROKER}/0",
+    result_backend=None,
+    task_ignore_result=True,
+    task_default_queue="zk-beat",
+    worker_prefetch_multiplier=1,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    timezone="UTC",
+    beat_max_loop_interval=1,
+    beat_schedule={} if DB else {"every-second": {"task": "tests.support.beat_app.beat_tick", "schedule": 1.0}},
+)
+
+
+@app.task(bind=True)
+def beat_tick(self):
+    """Record this execution: when it ran, and the leader's stamp (token, send time) from the message header."""
+    stamp = getattr(self.request, "zklocks_beat", None) or (self.request.headers or {}).get("zklocks_beat")
+    line = {"ran_at": time.time(), "task_id": self.request.id, "stamp": stamp, "pid": os.getpid()}
+    where = os.environ.get("ZKLOCKS_TEST_RECORDS")
+    if where:
+        with open(Path(where) / "beat.jsonl", "a") as out:
+            out.write(json.dumps(line) + "\n")
+    return line
+
+
+def prepare_database() -> None:
+    """Create django-celery-beat's tables in the shared SQLite file and the every-second entry (run once)."""
+    from django.core.management import call_command
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    call_command("migrate", verbosity=0, interactive=False)
+    every, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.update_or_create(
+        name="every-second", defaults={"task": "tests.support.beat_app.beat_tick", "interval": every}
+    )
+
+
+if __name__ == "__main__":
+    prepare_database()
