@@ -13,7 +13,7 @@ import pytest
 from django.core.checks import run_checks
 
 from tests.support.helpers import raw_client, read_records, tree, wait_until
-from zklocks import conf, inspect, lock_path, zk_lock, zk_rw_lock, zk_semaphore
+from zklocks import conf, inspect, lock_path, zk_leader, zk_lock, zk_rw_lock, zk_semaphore
 from zklocks.recipes import layout
 from zklocks.testing.curator import CuratorContenders
 
@@ -130,6 +130,19 @@ def test_mutex_excludes_curator_both_ways(curator_layout, zk_server, kz, tmp_pat
     py = sorted((r for r in records if r["side"] == "python"), key=lambda r: r["start"])
     assert all(a["token"] < b["token"] for a, b in pairwise(py)), "fencing tokens must still increase"
     assert_no_node_left(kz, lock_path(name))
+
+
+def test_leader_latch_and_zk_leader_elect_one_leader_between_them(curator_layout, zk_server, kz, tmp_path):
+    name = "interop:latch"
+    records = run_mixed(tmp_path, zk_server.hosts, name, "latch", [("e", lambda: zk_leader(name))] * 3)
+    assert overlaps(records) == [], "two leaders at once"
+    assert_progress_and_waits(records)
+    assert {r["side"] for r in records} == {"java", "python"}
+    assert_no_node_left(kz, lock_path(name))
+    with zk_leader(name) as leader:
+        (child,) = kz.get_children(lock_path(name))
+        assert re.fullmatch(PROTECTED + r"latch-\d{10}", child)  # LeaderLatch's own node name
+        assert leader.token == kz.exists(f"{lock_path(name)}/{child}").czxid
 
 
 def test_kazoo_layout_does_not_exclude_curator(zklocks_settings, zk_server, kz, tmp_path):

@@ -4,11 +4,12 @@
 //         -d OUT CuratorContender.java
 //   java -cp OUT:<same jars> CuratorContender CONNECT PATH RECIPE THREADS SECONDS HOLD_MS LOG [MAX_LEASES]
 //
-// RECIPE is "mutex" (InterProcessMutex), "rw" (InterProcessReadWriteLock: even threads write, odd threads read)
-// or "semaphore" (InterProcessSemaphoreV2 with MAX_LEASES). Each thread takes and releases the lock in a loop for
+// RECIPE is "mutex" (InterProcessMutex), "rw" (InterProcessReadWriteLock: even threads write, odd threads read),
+// "semaphore" (InterProcessSemaphoreV2 with MAX_LEASES) or "latch" (LeaderLatch: each round a fresh latch is
+// started, awaited as leader, and closed). Each thread takes and releases the lock in a loop for
 // SECONDS (holding for a random 0..HOLD_MS ms, or exactly -HOLD_MS ms if negative) and appends one JSON line per
 // hold to LOG:
-//   {"side": "java", "who": "java-<thread>", "kind": "w"|"r"|"x"|"l", "asked": ns, "start": ns, "end": ns}
+//   {"side": "java", "who": "java-<thread>", "kind": "w"|"r"|"x"|"l"|"e", "asked": ns, "start": ns, "end": ns}
 // with System.nanoTime(), which is CLOCK_MONOTONIC on Linux: "start" is taken after the acquire returned and "end"
 // before the release is sent, so the interval lies inside the hold. READY is printed once the session is up.
 
@@ -21,6 +22,7 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
@@ -63,8 +65,9 @@ public final class CuratorContender {
         List<Thread> running = new ArrayList<>();
         for (int i = 0; i < threads; i++) {
             final int idx = i;
-            final String kind = semaphore != null ? "l" : rw == null ? "x" : idx % 2 == 0 ? "w" : "r";
-            final InterProcessLock lock = semaphore != null ? null
+            final boolean latch = recipe.equals("latch");
+            final String kind = latch ? "e" : semaphore != null ? "l" : rw == null ? "x" : idx % 2 == 0 ? "w" : "r";
+            final InterProcessLock lock = semaphore != null || latch ? null
                     : rw == null ? new InterProcessMutex(client, path)
                     : kind.equals("w") ? rw.writeLock() : rw.readLock();
             Thread t = new Thread(() -> {
@@ -72,7 +75,14 @@ public final class CuratorContender {
                     while (System.nanoTime() < until) {
                         long asked = System.nanoTime();
                         Lease lease = null;
-                        if (semaphore != null) {
+                        LeaderLatch leader = null;
+                        if (latch) {
+                            leader = new LeaderLatch(client, path);
+                            leader.start();
+                            if (!leader.await(WAIT_SECONDS, TimeUnit.SECONDS)) {
+                                throw new IllegalStateException("not elected within " + WAIT_SECONDS + " s");
+                            }
+                        } else if (semaphore != null) {
                             lease = semaphore.acquire(WAIT_SECONDS, TimeUnit.SECONDS);
                             if (lease == null) throw new IllegalStateException("no lease within " + WAIT_SECONDS + " s");
                         } else if (!lock.acquire(WAIT_SECONDS, TimeUnit.SECONDS)) {
@@ -81,7 +91,9 @@ public final class CuratorContender {
                         long start = System.nanoTime();
                         Thread.sleep(holdMs < 0 ? -holdMs : ThreadLocalRandom.current().nextInt(holdMs + 1));
                         long end = System.nanoTime();
-                        if (lease != null) semaphore.returnLease(lease); else lock.release();
+                        if (leader != null) leader.close();
+                        else if (lease != null) semaphore.returnLease(lease);
+                        else lock.release();
                         synchronized (log) {
                             log.printf("{\"side\": \"java\", \"who\": \"java-%d\", \"kind\": \"%s\", \"asked\": %d, "
                                     + "\"start\": %d, \"end\": %d}%n", idx, kind, asked, start, end);
