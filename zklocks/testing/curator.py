@@ -7,21 +7,13 @@ The program is ``java/CuratorContender.java``, compiled with ``javac`` against D
 
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import signal
 import subprocess
-import tempfile
-import threading
 from pathlib import Path
 
-from .runtime import CURATOR_CLASSPATH, JAVA, JAVAC
-
-SOURCE = Path(__file__).resolve().parent / "java" / "CuratorContender.java"
-
-_compiled: Path | None = None
-_compile_lock = threading.Lock()
+from .runtime import CURATOR_CLASSPATH, JAVA, JAVAC, compiled
 
 
 def available() -> str | None:
@@ -33,24 +25,10 @@ def available() -> str | None:
 
 
 def _classes() -> Path:
-    global _compiled
-    with _compile_lock:
-        if _compiled is None:
-            missing = available()
-            if missing:
-                raise RuntimeError(f"Apache Curator tests need {missing}; make test installs it")
-            out = Path(tempfile.mkdtemp(prefix="zklocks-curator-"))
-            atexit.register(shutil.rmtree, out, True)
-            done = subprocess.run(
-                [JAVAC, "-nowarn", "-cp", CURATOR_CLASSPATH, "-d", str(out), str(SOURCE)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            if done.returncode:
-                raise RuntimeError(f"javac failed on {SOURCE}:\n{done.stdout}{done.stderr}")
-            _compiled = out
-        return _compiled
+    missing = available()
+    if missing:
+        raise RuntimeError(f"Apache Curator tests need {missing}; make test installs it")
+    return compiled("CuratorContender.java", CURATOR_CLASSPATH)
 
 
 class CuratorContenders:

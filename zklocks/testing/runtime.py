@@ -1,8 +1,15 @@
-"""Where Debian's ZooKeeper and the JVM are: overridable with ZKLOCKS_ZK_CLASSPATH, ZKLOCKS_JAVA, ZKLOCKS_JAVAC."""
+"""Where Debian's ZooKeeper and the JVM are (overridable with ZKLOCKS_ZK_CLASSPATH, ZKLOCKS_JAVA, ZKLOCKS_JAVAC,
+ZKLOCKS_CURATOR_CLASSPATH), and the one way the test harness compiles its small Java programs."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
 
 # Without netty-codec the server accepts connections and then drops them.
 CLASSPATH = os.environ.get("ZKLOCKS_ZK_CLASSPATH", "/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar")
@@ -25,3 +32,32 @@ CURATOR_CLASSPATH = os.environ.get(
         )
     ),
 )
+
+JAVA_SOURCES = Path(__file__).resolve().parent / "java"
+
+_compiled: dict[str, Path] = {}
+_compile_lock = threading.Lock()
+
+
+def compiled(source: str, classpath: str) -> Path:
+    """The classes of ``java/<source>`` compiled with javac against ``classpath``, once per process, into a
+    temporary directory removed at exit. RuntimeError with javac's output if it fails."""
+    with _compile_lock:
+        if source not in _compiled:
+            if shutil.which(JAVAC) is None:
+                raise RuntimeError(
+                    "javac is not installed: run `apt-get install -y default-jdk-headless` (make test does)"
+                )
+            out = Path(tempfile.mkdtemp(prefix="zklocks-javac-"))
+            atexit.register(shutil.rmtree, out, True)
+            path = JAVA_SOURCES / source
+            done = subprocess.run(
+                [JAVAC, "-nowarn", "-cp", classpath, "-d", str(out), str(path)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            if done.returncode:
+                raise RuntimeError(f"javac failed on {path}:\n{done.stdout}{done.stderr}")
+            _compiled[source] = out
+        return _compiled[source]

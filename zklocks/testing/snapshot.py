@@ -7,42 +7,15 @@ creates short of 2**31-1. The writer is ``java/SeedSnapshot.java``, compiled wit
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import subprocess
-import tempfile
-import threading
 from pathlib import Path
 
-from .runtime import CLASSPATH, JAVA, JAVAC
-
-SOURCE = Path(__file__).resolve().parent / "java" / "SeedSnapshot.java"
-
-_compiled: Path | None = None
-_compile_lock = threading.Lock()
+from .runtime import CLASSPATH, JAVA, compiled
 
 
 def _classes() -> Path:
-    global _compiled
-    with _compile_lock:
-        if _compiled is None:
-            if shutil.which(JAVAC) is None:
-                raise RuntimeError(
-                    "javac is not installed: run `apt-get install -y default-jdk-headless` (make test does)"
-                )
-            out = Path(tempfile.mkdtemp(prefix="zklocks-javac-"))
-            atexit.register(shutil.rmtree, out, True)
-            done = subprocess.run(
-                [JAVAC, "-nowarn", "-cp", CLASSPATH, "-d", str(out), str(SOURCE)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
-            if done.returncode:
-                raise RuntimeError(f"javac failed on {SOURCE}:\n{done.stdout}{done.stderr}")
-            _compiled = out
-        return _compiled
+    return compiled("SeedSnapshot.java", CLASSPATH)
 
 
 def seed_snapshot(data_dir: str | os.PathLike, cversions: dict[str, int]) -> None:
