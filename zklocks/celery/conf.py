@@ -72,31 +72,35 @@ def value_problem(key: str, value: Any) -> str | None:
     return None
 
 
+def option_dict_problems(
+    raw: Any, known: dict[str, Any], setting: str, error_id: str, warning_id: str, example: str
+) -> list[Problem]:
+    """A dict-of-options setting that is no dict (error), or that has keys nobody reads (warning). Pure."""
+    if not isinstance(raw, dict):
+        return [Problem(error_id, None, f"settings.{setting} must be a dict.", f"For example {setting} = {example}.")]
+    unknown = sorted(str(k) for k in set(raw) - set(known))
+    if not unknown:
+        return []
+    return [
+        Problem(
+            warning_id,
+            None,
+            f"{setting}: unknown option(s) {', '.join(unknown)}.",
+            f"Known options: {', '.join(sorted(known))}.",
+        )
+    ]
+
+
 def validate(raw: Any) -> tuple[dict[str, Any], list[Problem]]:
     """Merge ``raw`` (the setting, or None) over DEFAULTS. Invalid values keep their default. Pure."""
     values = dict(DEFAULTS)
     if raw is None:
         return values, []
+    problems = option_dict_problems(
+        raw, DEFAULTS, "ZKLOCKS_CELERY", "zklocks.E020", "zklocks.W020", '{"ON_LOCKED": "retry"}'
+    )
     if not isinstance(raw, dict):
-        return values, [
-            Problem(
-                "zklocks.E020",
-                None,
-                "settings.ZKLOCKS_CELERY must be a dict.",
-                'For example ZKLOCKS_CELERY = {"ON_LOCKED": "retry"}.',
-            )
-        ]
-    problems: list[Problem] = []
-    unknown = sorted(str(k) for k in set(raw) - set(DEFAULTS))
-    if unknown:
-        problems.append(
-            Problem(
-                "zklocks.W020",
-                None,
-                f"ZKLOCKS_CELERY: unknown option(s) {', '.join(unknown)}.",
-                f"Known options: {', '.join(sorted(DEFAULTS))}.",
-            )
-        )
+        return values, problems
     for key in DEFAULTS:
         if key not in raw:
             continue
@@ -175,26 +179,16 @@ def validate_beat(raw: Any, aliases: set[str] | frozenset[str]) -> tuple[dict[st
     values = dict(BEAT_DEFAULTS)
     if raw is None:
         raw = {}
+    problems = option_dict_problems(
+        raw,
+        BEAT_DEFAULTS,
+        "ZKLOCKS_BEAT",
+        "zklocks.E032",
+        "zklocks.W030",
+        '{"SCHEDULER": "django_celery_beat.schedulers:DatabaseScheduler"}',
+    )
     if not isinstance(raw, dict):
-        return values, [
-            Problem(
-                "zklocks.E032",
-                None,
-                "settings.ZKLOCKS_BEAT must be a dict.",
-                'For example ZKLOCKS_BEAT = {"SCHEDULER": "django_celery_beat.schedulers:DatabaseScheduler"}.',
-            )
-        ]
-    problems: list[Problem] = []
-    unknown = sorted(str(k) for k in set(raw) - set(BEAT_DEFAULTS))
-    if unknown:
-        problems.append(
-            Problem(
-                "zklocks.W030",
-                None,
-                f"ZKLOCKS_BEAT: unknown option(s) {', '.join(unknown)}.",
-                f"Known options: {', '.join(sorted(BEAT_DEFAULTS))}.",
-            )
-        )
+        return values, problems
     values.update({k: v for k, v in raw.items() if k in BEAT_DEFAULTS})
     scheduler = values["SCHEDULER"]
     if not isinstance(scheduler, str) or not scheduler.strip():
