@@ -45,8 +45,8 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
 
 
 def zk_settings(hosts: str, namespace: str, **options):
-    """``override_settings`` with one alias, 'default', on ``hosts``: short timeouts and no reaper unless
-    ``options`` say otherwise."""
+    """``override_settings`` with one alias, 'default', on ``hosts``: short timeouts, no reaper, and the tick of
+    the suite's servers (200 ms at most), unless ``options`` say otherwise."""
     from django.test import override_settings
 
     cfg = {
@@ -55,8 +55,10 @@ def zk_settings(hosts: str, namespace: str, **options):
         "SESSION_TIMEOUT": 2.0,
         "CONNECT_TIMEOUT": 2.0,
         "REAP_INTERVAL": 0,
+        "TICK_TIME": 0.2,
         **options,
     }
+    cfg["TICK_TIME"] = min(cfg["TICK_TIME"], cfg["SESSION_TIMEOUT"] / 2)
     return override_settings(ZKLOCKS={"default": cfg})
 
 

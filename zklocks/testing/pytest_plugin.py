@@ -66,7 +66,8 @@ def zk_expire():
 @pytest.fixture
 def zklocks_settings(zk_server):
     """settings.ZKLOCKS = {"default": {...}} pointed at ``zk_server`` for this test: a fresh NAMESPACE
-    (/zklocks-test/<random>), SESSION_TIMEOUT and CONNECT_TIMEOUT 2 s, REAP_INTERVAL 0. Call it to change
+    (/zklocks-test/<random>), SESSION_TIMEOUT and CONNECT_TIMEOUT 2 s, REAP_INTERVAL 0, TICK_TIME the server's
+    tickTime. Call it to change
     options, ``zklocks_settings(SESSION_TIMEOUT=3)``, or to add aliases,
     ``zklocks_settings(EXTRA_ALIASES={"reports": {...}})``; it returns the default alias's dict. Afterwards the
     project's settings come back and every zklocks session is closed."""
@@ -84,6 +85,7 @@ def zklocks_settings(zk_server):
             "SESSION_TIMEOUT": 2.0,
             "CONNECT_TIMEOUT": 2.0,
             "REAP_INTERVAL": 0,
+            "TICK_TIME": zk_server.tick_time / 1000,  # the server's own: fresher lease proofs (see lease.py)
         }
         alias.update(options)
         extra = alias.pop("EXTRA_ALIASES", {})
