@@ -48,6 +48,8 @@ WRITES = frozenset(
         21,  # createTTL
     }
 )
+# Answered by the server itself without touching the session (auth, SASL, watch re-registration): no Q1.
+UNTOUCHED = frozenset({100, 101, 102, 105})
 # Answers of a write that the leader turned into a committed transaction (an error txn still has a zxid).
 # Anything else (connection loss, session expired or moved, marshalling errors) proves nothing.
 COMMITTED_ERRORS = frozenset({0, -101, -102, -103, -108, -110, -111, -114})
@@ -114,10 +116,11 @@ class Evidence:
         self._any.add(sent, answered)
         self._relayed.add(sent, answered)
 
-    def answered(self, sent: float, answered: float, opcode: int, err: int) -> float | None:
-        """Record one answer; return the lease start it proves, if any."""
+    def answered(self, sent: float, answered: float, opcode: int, err: int, fresh_zxid: bool = True) -> float | None:
+        """Record one answer; return the lease start it proves, if any. ``fresh_zxid``: the answer carries a
+        zxid above every one seen before the request left, as only a transaction the leader committed does."""
         proven = None
-        committed = opcode in WRITES and err in COMMITTED_ERRORS
+        committed = opcode in WRITES and err in COMMITTED_ERRORS and fresh_zxid
         if committed:
             proven = self._proof_for_write(sent)
         self._any.add(sent, answered)

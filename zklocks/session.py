@@ -75,7 +75,9 @@ class Session:
         self._waiters: set[threading.Event] = set()
         self._connected = threading.Event()
         self._keeper_armed = False
+        self._keeper_gen = 0
         self._renewing = False
+        self._created_timeout = cfg.session_timeout  # negotiated when the session is created
         self._evidence = self._new_evidence()
         options = dict(cfg.options)
         retry = options.pop("connection_retry", None) or {
@@ -105,20 +107,30 @@ class Session:
 
     def _instrument(self, conn) -> None:
         """Record send times and opcodes of requests, and their answers, from kazoo's I/O loop."""
-        sent: dict[int | None, tuple[float, int]] = {}
+        sent: dict[int | None, tuple[float, int, int]] = {}
         orig_submit, orig_read_header, orig_invoke = conn._submit, conn._read_header, conn._invoke
+        zxid = [0]  # the highest zxid this connection has seen in an answer
 
         def _submit(request, timeout, xid=None):
-            sent[xid] = (clock.now(), request.type)
+            if request.type in lease.UNTOUCHED:
+                return orig_submit(request, timeout, xid)  # answered without touching the session
+            # A second ping may go out before the first is answered: keep the older send time (conservative).
+            sent.setdefault(xid, (clock.now(), request.type, zxid[0]))
             return orig_submit(request, timeout, xid)
 
         def _read_header(timeout):
             header, buf, offset = orig_read_header(timeout)
             entry = sent.pop(header.xid, None)
             if entry is not None:
-                proven = self._evidence.answered(entry[0], clock.now(), entry[1], header.err)
+                sent_at, opcode, zxid_before = entry
+                # A write counts only with a zxid of its own: a server that refused it without the leader
+                # (eager ACL checks) answers with no new zxid.
+                fresh = header.zxid > zxid_before
+                proven = self._evidence.answered(sent_at, clock.now(), opcode, header.err, fresh)
                 if proven is not None and proven > self.lease_start:
                     self.lease_start = proven
+            if header.zxid > zxid[0]:
+                zxid[0] = header.zxid
             return header, buf, offset
 
         def _invoke(timeout, request, xid=None):
@@ -129,17 +141,28 @@ class Session:
             started = clock.now()
             sent.clear()
             answer = orig_invoke(timeout, request, xid)
-            result = answer[0]
+            result, answered_zxid = answer
+            zxid[0] = max(zxid[0], answered_zxid or 0)
             if result.time_out > 0:
-                self.timeout = result.time_out / 1000.0  # the server may have changed what we asked for
-                self._evidence = evidence = self._new_evidence()
+                before = self.timeout
                 if not request.session_id:
+                    self.timeout = self._created_timeout = result.time_out / 1000.0
+                else:
+                    # A new leader times the session with the timeout it was created with: never count on more.
+                    self.timeout = min(self._created_timeout, result.time_out / 1000.0)
+                self._evidence = evidence = self._new_evidence()
+                if getattr(result, "read_only", False):
+                    pass  # a read-only server has no leader behind it: no credit
+                elif not request.session_id:
                     # createSession is a quorum write that the leader's tracker touches when it applies it.
                     self.lease_start = started
                 else:
                     evidence.reconnected(started, clock.now())
-                    if self.lease_expired() and self._has_interest():
+                if request.session_id and self._has_interest():
+                    if self.lease_expired():
                         self._declare_lost_soon("suspended")
+                    elif self.timeout < before:
+                        self._arm_keeper(clock.now(), force=True)  # the deadline moved earlier
             return answer
 
         conn._submit, conn._read_header, conn._invoke = _submit, _read_header, _invoke
@@ -178,18 +201,23 @@ class Session:
         """Start a renewal round when the lease has this much left: a round is a sync and a write, in turn."""
         return max(0.1, 0.25 * (self.timeout - lease.relay_gap(self.timeout, self.cfg.tick_time)))
 
-    def _arm_keeper(self, at: float | None = None) -> None:
+    def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
+        """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier)."""
         with self._lock:
-            if self._keeper_armed or self.dead:
+            if self.dead or (self._keeper_armed and not force):
                 return
             self._keeper_armed = True
+            self._keeper_gen += 1
+            gen = self._keeper_gen
         if at is None:
             at = max(clock.now(), self.lease_deadline() - self.renew_ahead())
-        dispatch.get().call_at(at, self._keep)
+        dispatch.get().call_at(at, lambda: self._keep(gen))
 
-    def _keep(self) -> None:
+    def _keep(self, gen: int) -> None:
         """On the dispatch thread: declare the loss at the lease deadline, renew ahead of it."""
         with self._lock:
+            if gen != self._keeper_gen:
+                return  # replaced by a newer schedule
             self._keeper_armed = False
         if self.dead or not self._has_interest():
             return

@@ -178,3 +178,29 @@ def test_a_waiter_keeps_its_lease_while_it_waits(own_zk):
         holder.release()
         assert got.wait(5)
         t.join(5)
+
+
+def test_a_write_refused_without_a_new_zxid_proves_nothing():
+    """A follower checking ACLs eagerly refuses a write itself (NoAuth, no new zxid): no leader saw it."""
+    ev = evidence()
+    ev.answered(0.0, 0.01, PING, 0)
+    ev.answered(1.1, 1.11, SYNC, 0)
+    assert ev.answered(1.12, 1.13, CREATE, -102, fresh_zxid=False) is None
+    assert ev.answered(1.14, 1.15, CREATE, -102, fresh_zxid=True) == 0.0
+
+
+def test_answers_that_never_touch_the_session_are_not_recorded():
+    assert {100, 101, 102, 105} <= lease.UNTOUCHED  # auth, setWatches, SASL, setWatches2
+    assert not lease.UNTOUCHED & (lease.WRITES | {lease.SYNC})
+
+
+def test_a_reconnect_never_counts_on_a_longer_timeout_than_the_session_was_created_with(own_zk):
+    with use(own_zk.hosts):
+        with zk_lock("t"):
+            session = connections["default"].session()
+            created = session.timeout
+            session.client._connection._socket.close()  # drop the connection: kazoo reconnects, same session
+            wait_until(lambda: session.connected and session.client._connection._socket is not None, timeout=5)
+            wait_until(lambda: session.client.state == "CONNECTED", timeout=5)
+            assert session.timeout <= created
+            assert session._created_timeout == created
