@@ -195,12 +195,19 @@ def test_answers_that_never_touch_the_session_are_not_recorded():
 
 
 def test_a_reconnect_never_counts_on_a_longer_timeout_than_the_session_was_created_with(own_zk):
-    with use(own_zk.hosts):
-        with zk_lock("t"):
-            session = connections["default"].session()
-            created = session.timeout
-            session.client._connection._socket.close()  # drop the connection: kazoo reconnects, same session
-            wait_until(lambda: session.connected and session.client._connection._socket is not None, timeout=5)
-            wait_until(lambda: session.client.state == "CONNECTED", timeout=5)
-            assert session.timeout <= created
-            assert session._created_timeout == created
+    from zklocks.testing.proxy import TcpProxy
+
+    host, port = own_zk.hosts.split(":")
+    proxy = TcpProxy(host, int(port)).start()
+    try:
+        with use(proxy.hosts):
+            with zk_lock("t") as lock:
+                session = connections["default"].session()
+                created = session.timeout
+                proxy.reset()  # drop the connection: kazoo reconnects with the same session
+                wait_until(lambda: not session.connected, timeout=5)
+                wait_until(lambda: session.connected, timeout=5)
+                assert lock.is_held
+                assert session.timeout <= created and session._created_timeout == created
+    finally:
+        proxy.stop()
