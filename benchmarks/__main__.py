@@ -167,6 +167,8 @@ def floors(r: dict) -> list[tuple[str, str, str, float]]:
         )
     h = r["handoffs"]
     for n in sorted(h.get("floor", {})):
+        if n == 1:  # one process hands nothing off: the floor's chain does not happen
+            continue
         rows.append(
             (
                 f"handoffs/s, {n} processes vs delete→watch→hold (raw kazoo)",

@@ -188,7 +188,7 @@ def requests_per_cycle(hosts: str, port: int, cycles: int) -> dict:
 # -- contended handoffs, N processes --
 
 
-def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter) -> None:
+def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter, ready) -> None:
     configure_django(hosts)
     if kind == "zklocks":
         from zklocks import zk_lock
@@ -211,6 +211,8 @@ def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter) -> 
             klock.release()
 
     cycle()
+    with ready.get_lock():
+        ready.value += 1
     n = 0
     while time.time() < start_at.value:
         time.sleep(0.001)
@@ -249,15 +251,18 @@ def handoffs(kind: str, hosts: str, processes: int, seconds: float) -> float:
     """Acquire/release handoffs per second among ``processes`` processes on one lock."""
     ctx = multiprocessing.get_context("spawn")
     start_at, stop_at = ctx.Value("d", 1e12), ctx.Value("d", 1e12)
-    counter = ctx.Value("q", 0)
+    counter, ready = ctx.Value("q", 0), ctx.Value("q", 0)
     name = f"bench:handoff:{kind}:{processes}"
     procs = [
-        ctx.Process(target=_contender, args=(kind, hosts, name, start_at, stop_at, counter), daemon=True)
+        ctx.Process(target=_contender, args=(kind, hosts, name, start_at, stop_at, counter, ready), daemon=True)
         for _ in range(processes)
     ]
     for p in procs:
         p.start()
-    time.sleep(1.0 + 0.15 * processes)  # interpreters start and connect
+    # Interpreters start and connect (slowly on a busy machine): start the clock once all have done one cycle.
+    deadline = time.monotonic() + 60 + processes
+    while ready.value < processes and time.monotonic() < deadline:
+        time.sleep(0.05)
     now = time.time()
     start_at.value = now + 0.5
     stop_at.value = now + 0.5 + seconds
