@@ -4,6 +4,8 @@
 #               contenders of zklocks/testing/java, libcurator-recipes-java (Apache Curator 5.4 with guava,
 #               slf4j and jackson) for the Curator interop tests; a venv with requirements.txt)
 #               and runs the suite against servers it starts itself.
+# make bench  — every figure against its floor (BENCHMARKS.md); make bench-view: the demo's reservation view under
+#               gunicorn and uvicorn on PostgreSQL, driven by wrk (both install postgresql and wrk when missing).
 # make demo   — the same set-up, then the demo site with ZooKeeper, Redis, a Celery worker and a load generator
 #               (make demo DEMO_PORT=8001 when port 8000 is taken).
 SHELL := /bin/bash
@@ -13,7 +15,7 @@ BIN := $(VENV)/bin
 DEB_PACKAGES := zookeeper redis-server chromium
 STAMP := $(VENV)/.requirements-stamp
 
-.PHONY: test lint chaos test-matrix demo bench system-deps venv clean
+.PHONY: test lint chaos test-matrix demo bench bench-view system-deps bench-deps venv clean
 
 system-deps:
 	@missing=""; \
@@ -25,6 +27,17 @@ system-deps:
 	command -v keytool >/dev/null || missing="$$missing default-jre-headless"; \
 	command -v javac >/dev/null || missing="$$missing default-jdk-headless"; \
 	command -v openssl >/dev/null || missing="$$missing openssl"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y $$missing; \
+	fi
+
+# Only the benchmarks need these: PostgreSQL (the view benchmark starts its own cluster) and the wrk load generator.
+bench-deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v wrk >/dev/null || missing="$$missing wrk"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
@@ -61,8 +74,11 @@ DEMO_PORT ?= 8000
 demo: system-deps venv
 	$(BIN)/python -m demo_project.run --port $(DEMO_PORT)
 
-bench: system-deps venv
+bench: system-deps bench-deps venv
 	timeout 600 $(BIN)/python -m benchmarks
+
+bench-view: system-deps bench-deps venv
+	timeout 600 $(BIN)/python -m benchmarks.view_load
 
 clean:
 	rm -rf $(VENV) .nox .demo build dist *.egg-info

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    progress = Progress(args.rounds * 2 + 1 + 2 * len(contenders) + len(waiters) + 1)
+    progress = Progress(args.rounds * 2 + 1 + 3 * len(contenders) + len(waiters) + 1)
     zk = start_zookeeper()
     redis_server = None if args.no_redis else RedisServer().start()
     results: dict = {
@@ -91,9 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         progress.set("requests per cycle")
         results["requests_per_cycle"] = workloads.requests_per_cycle(zk.hosts, zk.port, 500)
         progress.step()
-        results["handoffs"] = {"zklocks": {}, "kazoo": {}}
+        results["handoffs"] = {"zklocks": {}, "kazoo": {}, "floor": {}}
         for n in contenders:
-            for kind in ("zklocks", "kazoo"):
+            for kind in ("zklocks", "kazoo", "floor"):
                 progress.set(f"handoffs: {kind}, {n} processes")
                 results["handoffs"][kind][n] = workloads.handoffs(kind, zk.hosts, n, args.handoff_seconds)
                 progress.step()
@@ -145,6 +145,51 @@ def _ratio(a: list[float], b: list[float]) -> float:
     return med_a / med_b if med_b else float("nan")
 
 
+FLOOR_TARGET = 0.9  # a figure below 90 % of its floor is explained in BENCHMARKS.md
+
+
+def floors(r: dict) -> list[tuple[str, str, str, float]]:
+    """(figure, measured, floor, fraction of the floor): every figure next to its floor, measured in this run.
+
+    For rates the fraction is figure ÷ floor; for a cost (the task overhead) it is floor ÷ figure. 1.0 is the floor.
+    """
+    med = workloads.median
+    rows: list[tuple[str, str, str, float]] = []
+    u = r["uncontended"]
+    if u.get("floor"):
+        rows.append(
+            (
+                "uncontended cycles/s vs bare sync create+delete",
+                f"{med(u['zklocks']):.0f}",
+                f"{med(u['floor']):.0f}",
+                _ratio(u["zklocks"], u["floor"]),
+            )
+        )
+    h = r["handoffs"]
+    for n in sorted(h.get("floor", {})):
+        if n == 1:  # one process hands nothing off: the floor's chain does not happen
+            continue
+        rows.append(
+            (
+                f"handoffs/s, {n} processes vs delete→watch→hold (raw kazoo)",
+                f"{h['zklocks'][n]:.0f}",
+                f"{h['floor'][n]:.0f}",
+                h["zklocks"][n] / h["floor"][n] if h["floor"][n] else float("nan"),
+            )
+        )
+    task = r.get("extras", {}).get("SingleExecutionTask overhead per task", {})
+    if task.get("fraction_of_floor") is not None:
+        rows.append(
+            (
+                "SingleExecutionTask overhead ms vs one waited create",
+                f"{task['overhead_ms']:.2f}",
+                f"{task['floor_create_ms']:.2f}",
+                task["fraction_of_floor"],
+            )
+        )
+    return rows
+
+
 def report(r: dict) -> str:
     med = workloads.median
     lines = []
@@ -181,6 +226,11 @@ def report(r: dict) -> str:
         )
     for name, figures in r.get("extras", {}).items():
         lines.append(f"{name}: {figures}")
+    lines.append("")
+    lines.append("figure against its floor (same server, same run)                   figure      floor  fraction")
+    for name, figure, floor, fraction in floors(r):
+        mark = "" if fraction >= FLOOR_TARGET else "   < 90 %: see BENCHMARKS.md"
+        lines.append(f"{name:<62} {figure:>10} {floor:>10} {fraction:9.2f}{mark}")
     lines.append("")
     lines.append(
         "contended handoffs/s by processes:  "
@@ -280,6 +330,8 @@ def markdown(r: dict) -> str:
     ]
     for name, figures in r.get("extras", {}).items():
         out += ["", f"**{name}**: " + ", ".join(f"{k} = {v}" for k, v in figures.items())]
+    out += ["", "| figure against its floor | figure | floor | fraction of floor |", "| --- | ---: | ---: | ---: |"]
+    out += [f"| {name} | {figure} | {floor} | {fraction:.2f} |" for name, figure, floor, fraction in floors(r)]
     return "\n".join(out) + "\n"
 
 
@@ -296,6 +348,14 @@ def plot(r: dict, path: Path) -> None:
         rates = [h[kind][n] for n in ns]
         ax1.plot(ns, rates, style, label=kind)
         ax2.plot(ns, [1000.0 / x if x else float("nan") for x in rates], style, label=kind)
+    if h.get("floor"):  # the floors are lines, not points to beat
+        floor = [h["floor"][n] for n in ns]
+        label = "floor: delete→watch→hold (raw kazoo)"
+        ax1.plot(ns, floor, "k:", lw=2, label=label)
+        ax2.plot(ns, [1000.0 / x if x else float("nan") for x in floor], "k:", lw=2, label=label)
+    bare = r["uncontended"].get("floor")
+    if bare:
+        ax1.axhline(workloads.median(bare), color="grey", ls="-.", lw=1, label="floor: bare create+delete, 1 process")
     ax1.set(
         xscale="log", xlabel="contending processes", ylabel="acquire+release cycles/s", title="Throughput on one lock"
     )

@@ -138,6 +138,31 @@ def _round_trip(task, i: int) -> float:
     return time.perf_counter() - started
 
 
+class _WaitedCreate:
+    """The overhead's floor: one create of an ephemeral node, waited on, on the same server (raw kazoo).
+
+    The delete that follows is sent without waiting and is not timed, as the task's release.
+    """
+
+    def __init__(self, hosts: str) -> None:
+        from kazoo.client import KazooClient
+
+        self.client = KazooClient(hosts=hosts, timeout=10.0)
+        self.client.start(timeout=20)
+        self.client.ensure_path("/zklocks-bench-floor")
+
+    def once(self) -> float:
+        started = time.perf_counter()
+        path = self.client.create("/zklocks-bench-floor/n-", ephemeral=True, sequence=True)
+        elapsed = time.perf_counter() - started
+        self.client.delete_async(path)
+        return elapsed
+
+    def close(self) -> None:
+        self.client.stop()
+        self.client.close()
+
+
 def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]:
     """Start ZooKeeper, Redis and a worker; time ``n`` round trips of each task; stop everything."""
     from zklocks.testing import ZkServer
@@ -163,10 +188,13 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
         for i in range(warmup):
             _round_trip(plain, i)
             _round_trip(single, i)
-        times: dict[str, list[float]] = {"plain": [], "single": []}
+        floor = _WaitedCreate(zk.hosts)
+        times: dict[str, list[float]] = {"plain": [], "single": [], "floor": []}
         for i in range(n):  # alternate, so drift and noise hit both alike
             times["plain"].append(_round_trip(plain, i))
             times["single"].append(_round_trip(single, i))
+            times["floor"].append(floor.once())
+        floor.close()
         app.close()
     finally:
         if proc is not None:
@@ -176,6 +204,7 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
     shutil.rmtree(workdir, ignore_errors=True)  # kept when the run failed: its worker.log says why
     plain_ms = statistics.median(times["plain"]) * 1000
     single_ms = statistics.median(times["single"]) * 1000
+    floor_ms = statistics.median(times["floor"]) * 1000
     return {
         "pool": pool,
         "n": n,
@@ -185,6 +214,9 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
         "single_p90_ms": round(statistics.quantiles(times["single"], n=10)[-1] * 1000, 3),
         "overhead_ms": round(single_ms - plain_ms, 3),
         "ratio": round(single_ms / plain_ms, 3),
+        "floor_create_ms": round(floor_ms, 3),
+        # how close the overhead is to its floor (1.0: the overhead is exactly one waited create)
+        "fraction_of_floor": round(floor_ms / (single_ms - plain_ms), 3) if single_ms > plain_ms else None,
     }
 
 
@@ -207,6 +239,10 @@ def main(argv: list[str] | None = None) -> int:
         f"  SingleExecutionTask  median {figures['single_median_ms']:7.2f} ms   p90 {figures['single_p90_ms']:7.2f} ms"
     )
     print(f"  ratio of medians {figures['ratio']:.2f}  (overhead {figures['overhead_ms']:.2f} ms per task)")
+    print(
+        f"  floor: one waited create {figures['floor_create_ms']:.2f} ms; the overhead is at "
+        f"{figures['fraction_of_floor']} of it"
+    )
     return 0
 
 

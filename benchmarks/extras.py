@@ -8,7 +8,17 @@ def celery_overhead(zk) -> dict:
     from benchmarks.celery_overhead import run
 
     result = run(n=200)
-    return {k: result[k] for k in ("plain_median_ms", "single_median_ms", "overhead_ms", "ratio")}
+    return {
+        k: result[k]
+        for k in (
+            "plain_median_ms",
+            "single_median_ms",
+            "overhead_ms",
+            "ratio",
+            "floor_create_ms",
+            "fraction_of_floor",
+        )
+    }
 
 
 def inspect_snapshot(zk) -> dict:

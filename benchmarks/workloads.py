@@ -88,10 +88,19 @@ def uncontended(hosts: str, redis_port: int | None, rounds: int, seconds: float,
         rl.acquire()
         rl.release()
 
-    out: dict[str, list[float]] = {"zklocks": [], "kazoo": [], "redis": []}
+    # The floor: what any lock on one ephemeral node costs, a synchronous create and delete with raw kazoo.
+    bare = lock_path("bench:uncontended-floor") + "/n"
+    kz.ensure_path(bare.rsplit("/", 1)[0])
+
+    def f():
+        kz.create(bare, ephemeral=True)
+        kz.delete(bare)
+
+    out: dict[str, list[float]] = {"zklocks": [], "kazoo": [], "redis": [], "floor": []}
     for _ in range(rounds):
         out["zklocks"].append(rate(z, seconds))
         out["kazoo"].append(rate(k, seconds))
+        out["floor"].append(rate(f, seconds))
         if rl is not None:
             out["redis"].append(rate(r, seconds))
         tick()
@@ -179,7 +188,7 @@ def requests_per_cycle(hosts: str, port: int, cycles: int) -> dict:
 # -- contended handoffs, N processes --
 
 
-def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter) -> None:
+def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter, ready) -> None:
     configure_django(hosts)
     if kind == "zklocks":
         from zklocks import zk_lock
@@ -189,6 +198,8 @@ def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter) -> 
         def cycle():
             lock.acquire()
             lock.release()
+    elif kind == "floor":
+        cycle = _floor_cycle(kazoo_client(hosts), name)
     else:
         from zklocks import lock_path
 
@@ -200,6 +211,8 @@ def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter) -> 
             klock.release()
 
     cycle()
+    with ready.get_lock():
+        ready.value += 1
     n = 0
     while time.time() < start_at.value:
         time.sleep(0.001)
@@ -210,19 +223,46 @@ def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter) -> 
         counter.value += n
 
 
+def _floor_cycle(client: KazooClient, name: str) -> Callable[[], None]:
+    """The handoff floor with raw kazoo calls: enqueue, watch the node ahead, hold as soon as it is deleted.
+
+    No re-read after the watch fires and a synchronous delete: the least a queue lock on ZooKeeper can do.
+    It is only safe here, where every node is deleted by a holder (none by an expired session).
+    """
+    from zklocks import lock_path
+
+    base = lock_path(name)
+    client.ensure_path(base)
+
+    def cycle() -> None:
+        me = client.create(base + "/n-", ephemeral=True, sequence=True)
+        queue = sorted(client.get_children(base))
+        i = queue.index(me.rsplit("/", 1)[1])
+        if i > 0:
+            gone = threading.Event()
+            if client.exists(f"{base}/{queue[i - 1]}", watch=lambda event: gone.set()):
+                gone.wait()
+        client.delete(me)
+
+    return cycle
+
+
 def handoffs(kind: str, hosts: str, processes: int, seconds: float) -> float:
     """Acquire/release handoffs per second among ``processes`` processes on one lock."""
     ctx = multiprocessing.get_context("spawn")
     start_at, stop_at = ctx.Value("d", 1e12), ctx.Value("d", 1e12)
-    counter = ctx.Value("q", 0)
+    counter, ready = ctx.Value("q", 0), ctx.Value("q", 0)
     name = f"bench:handoff:{kind}:{processes}"
     procs = [
-        ctx.Process(target=_contender, args=(kind, hosts, name, start_at, stop_at, counter), daemon=True)
+        ctx.Process(target=_contender, args=(kind, hosts, name, start_at, stop_at, counter, ready), daemon=True)
         for _ in range(processes)
     ]
     for p in procs:
         p.start()
-    time.sleep(1.0 + 0.15 * processes)  # interpreters start and connect
+    # Interpreters start and connect (slowly on a busy machine): start the clock once all have done one cycle.
+    deadline = time.monotonic() + 60 + processes
+    while ready.value < processes and time.monotonic() < deadline:
+        time.sleep(0.05)
     now = time.time()
     start_at.value = now + 0.5
     stop_at.value = now + 0.5 + seconds

@@ -1,0 +1,117 @@
+"""The views of the view benchmark: the demo's reservation, guarded four ways, sync and async.
+
+``/sync/zk/<sku>/`` is the demo's own view (``demo_project.shop.views.reserve``: ``zk_lock`` with
+``release_on_commit`` inside the request's transaction). The others do the same read-check-write of the stock
+row without a lock (it oversells: two requests read the same stock and both write it minus one), with
+``select_for_update`` (the row lock of PostgreSQL), and with redis-py's ``Lock`` (taken outside the
+transaction, released after the commit). The async views do the same: the lock is awaited in the event loop and
+the transaction runs in one ``sync_to_async`` call inside it.
+"""
+
+from __future__ import annotations
+
+import redis
+import redis.asyncio
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.http import HttpRequest, JsonResponse
+from django.urls import path
+from django.views.decorators.csrf import csrf_exempt
+
+from demo_project.shop.models import Product, Reservation
+from demo_project.shop.views import reserve as demo_reserve
+from zklocks import zk_lock
+
+_redis = redis.Redis.from_url(settings.REDIS_URL)
+_aredis = None
+# redis-py polls for a busy lock; its default sleep of 0.1 s would make the hot SKU a measure of that sleep.
+REDIS_SLEEP = 0.005
+
+
+def _quantity(request: HttpRequest) -> int:
+    return int(request.POST.get("quantity", "1"))
+
+
+def _reserve_rows(sku: str, quantity: int, token: int = 0, for_update: bool = False) -> JsonResponse:
+    """The demo view's critical section: read the stock, check it, write it, record the reservation."""
+    products = Product.objects.filter(sku=sku)
+    if for_update:
+        products = products.select_for_update()
+    product = products.first()
+    if product is None:
+        return JsonResponse({"ok": False, "error": "no such product"}, status=404)
+    if product.stock < quantity:
+        return JsonResponse({"ok": False, "error": "sold out"}, status=409)
+    Product.objects.filter(pk=product.pk).update(stock=product.stock - quantity)
+    reservation = Reservation.objects.create(product=product, quantity=quantity, token=token)
+    return JsonResponse({"ok": True, "reservation": reservation.pk, "left": product.stock - quantity}, status=201)
+
+
+def _in_transaction(sku: str, quantity: int, for_update: bool = False) -> JsonResponse:
+    with transaction.atomic():
+        return _reserve_rows(sku, quantity, for_update=for_update)
+
+
+# -- sync views (ATOMIC_REQUESTS: each runs in the request's transaction) --
+
+
+@csrf_exempt
+def sync_none(request, sku):
+    return _reserve_rows(sku, _quantity(request))
+
+
+@csrf_exempt
+def sync_sfu(request, sku):
+    return _reserve_rows(sku, _quantity(request), for_update=True)
+
+
+@csrf_exempt
+@transaction.non_atomic_requests
+def sync_redis(request, sku):
+    with _redis.lock(f"stock:{sku}", timeout=30, sleep=REDIS_SLEEP, blocking_timeout=30):
+        return _in_transaction(sku, _quantity(request))
+
+
+# -- async views (ATOMIC_REQUESTS does not apply to them: the transaction is inside the lock) --
+
+
+@csrf_exempt
+@transaction.non_atomic_requests
+async def async_none(request, sku):
+    return await sync_to_async(_in_transaction)(sku, _quantity(request))
+
+
+@csrf_exempt
+@transaction.non_atomic_requests
+async def async_zk(request, sku):
+    async with zk_lock(f"stock:{sku}", timeout=settings.DEMO_LOCK_TIMEOUT):
+        return await sync_to_async(_in_transaction)(sku, _quantity(request))
+
+
+@csrf_exempt
+@transaction.non_atomic_requests
+async def async_sfu(request, sku):
+    return await sync_to_async(_in_transaction)(sku, _quantity(request), True)
+
+
+@csrf_exempt
+@transaction.non_atomic_requests
+async def async_redis(request, sku):
+    global _aredis
+    if _aredis is None:
+        _aredis = redis.asyncio.Redis.from_url(settings.REDIS_URL)
+    async with _aredis.lock(f"stock:{sku}", timeout=30, sleep=REDIS_SLEEP, blocking_timeout=30):
+        return await sync_to_async(_in_transaction)(sku, _quantity(request))
+
+
+urlpatterns = [
+    path("sync/none/<slug:sku>/", sync_none),
+    path("sync/zk/<slug:sku>/", demo_reserve),
+    path("sync/sfu/<slug:sku>/", sync_sfu),
+    path("sync/redis/<slug:sku>/", sync_redis),
+    path("async/none/<slug:sku>/", async_none),
+    path("async/zk/<slug:sku>/", async_zk),
+    path("async/sfu/<slug:sku>/", async_sfu),
+    path("async/redis/<slug:sku>/", async_redis),
+]
