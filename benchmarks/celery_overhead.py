@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -21,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from zklocks.testing.runtime import stop_group
 
 WORKER_APP = "benchmarks.celery_overhead:worker_app"
 _worker_app = None
@@ -117,18 +120,7 @@ def _start_worker(hosts: str, broker: str, pool: str, logdir: Path) -> subproces
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    import signal
-
-    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    stop_group(proc, ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)))
 
 
 def _round_trip(task, i: int) -> float:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.servers import RedisServer, start_zookeeper
+from zklocks.testing.runtime import stop_group
 from zklocks.testing.server import free_port
 
 MODES = ("none", "zk", "sfu", "redis")
@@ -146,14 +147,7 @@ class PgCluster:
         if self.proc is None:
             return
         # SIGINT: PostgreSQL's fast shutdown (aborts sessions, checkpoints, exits).
-        for sig, wait in ((signal.SIGINT, 20), (signal.SIGKILL, 10)):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(self.proc, ((signal.SIGINT, 20.0), (signal.SIGKILL, 10.0)))
         self.proc = None
 
     def cleanup(self) -> None:

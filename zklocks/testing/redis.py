@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from .runtime import stop_group
 from .server import free_port
 
 REDIS_SERVER = os.environ.get("ZKLOCKS_REDIS_SERVER", "redis-server")
@@ -75,16 +75,7 @@ class RedisServer:
     def stop(self) -> None:
         if self.proc is None:
             return
-        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(self.proc)
         self.proc = None
 
     def cleanup(self) -> None:

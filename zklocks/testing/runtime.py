@@ -61,3 +61,20 @@ def compiled(source: str, classpath: str) -> Path:
                 raise RuntimeError(f"javac failed on {path}:\n{done.stdout}{done.stderr}")
             _compiled[source] = out
         return _compiled[source]
+
+
+def stop_group(proc: subprocess.Popen, steps: tuple[tuple[int, float], ...] | None = None) -> None:
+    """Stop the process group of ``proc`` (started with ``start_new_session=True``): each signal in turn, waiting
+    up to its seconds for the leader to exit, SIGTERM then SIGKILL unless ``steps`` say otherwise."""
+    import signal
+
+    for sig, wait in steps or ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break  # the whole group is gone already
+        try:
+            proc.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
