@@ -28,24 +28,29 @@ from .recipes.layout import Kind
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _deadline(
-    blocking: bool, timeout: float | None, cancel: threading.Event | None, at: float | None
-) -> tuple[Deadline, bool]:
-    """The deadline of one acquire, and whether it is a single attempt (``timeout=0``, as with threading.Lock).
-
-    ``at`` is the absolute deadline of an async call, fixed when it was made (not when a thread took it up).
-    A single attempt has no deadline of its own: its requests are bounded by CONNECT_TIMEOUT, like
-    ``blocking=False``, and it never waits behind a holder.
-    """
-    once = blocking and timeout == 0
-    deadline = Deadline(None if once or not blocking else timeout, cancel)
-    if at is not None and not once:
-        deadline.at = at
-    return deadline, once
-
-
 class _Acquirable:
     """``acquire() -> bool`` on top of a raising ``_acquire``."""
+
+    blocking: bool
+    timeout: float | None
+
+    def _start(
+        self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None, at: float | None
+    ) -> tuple[bool, Deadline, bool]:
+        """What every acquire does first: refuse a blocking call on an event loop's thread, take the handle's
+        defaults, and fix the deadline. Returns (blocking, deadline, once); ``once`` is a single attempt
+        (``timeout=0``, as with threading.Lock), which has no deadline of its own: its requests are bounded by
+        CONNECT_TIMEOUT, like ``blocking=False``, and it never waits behind a holder. ``at`` is the absolute
+        deadline of an async call, fixed when it was made (not when a thread took it up).
+        """
+        refuse_in_event_loop(self)
+        blocking = self.blocking if blocking is None else blocking
+        timeout = self.timeout if timeout is None else timeout
+        once = blocking and timeout == 0
+        deadline = Deadline(None if once or not blocking else timeout, cancel)
+        if at is not None and not once:
+            deadline.at = at
+        return blocking, deadline, once
 
     def _acquire(
         self,
@@ -118,10 +123,7 @@ class _BaseHandle(_Acquirable):
         cancel: threading.Event | None = None,
         at: float | None = None,
     ) -> None:
-        refuse_in_event_loop(self)
-        blocking = self.blocking if blocking is None else blocking
-        timeout = self.timeout if timeout is None else timeout
-        deadline, once = _deadline(blocking, timeout, cancel, at)
+        blocking, deadline, once = self._start(blocking, timeout, cancel, at)
         started = time.monotonic()
         if deadline.expired():  # an async call cancelled, or whose time ran out before a thread took it up
             raise LockTimeout(

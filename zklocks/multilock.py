@@ -8,8 +8,8 @@ import threading
 
 from .commit import release_after_commit
 from .exceptions import LockTimeout
-from .locks import F, ZkLock, _Acquirable, _deadline
-from .offloop import acquire_off_loop, refuse_in_event_loop, run_off_loop
+from .locks import F, ZkLock, _Acquirable
+from .offloop import acquire_off_loop, run_off_loop
 from .recipes.layout import Kind
 
 MemberSpec = str | tuple[str, str] | ZkLock
@@ -63,10 +63,7 @@ class ZkMultiLock(_Acquirable):
         cancel: threading.Event | None = None,
         at: float | None = None,
     ) -> None:
-        refuse_in_event_loop(self)
-        blocking = self.blocking if blocking is None else blocking
-        timeout = self.timeout if timeout is None else timeout
-        deadline, once = _deadline(blocking, timeout, cancel, at)
+        blocking, deadline, once = self._start(blocking, timeout, cancel, at)
         taken: list[ZkLock] = []
         try:
             for lock in self.locks:
