@@ -32,6 +32,11 @@ class Pool:
             self._local.slot = idx
         return idx
 
+    def ready_session(self) -> Session | None:
+        """The calling thread's session if it is started and not dead, else None; never blocks."""
+        session = self._slots[self._slot()]
+        return session if session is not None and not session.dead else None
+
     def session(self) -> Session:
         """The calling thread's session, started (or replaced) if needed; ZkUnavailable if unreachable."""
         idx = self._slot()

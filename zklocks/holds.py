@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from kazoo.protocol.states import EventType
 
 from . import dispatch, holder, observe, signals
+from .recipes import layout
 from .recipes.calls import Deadline, SessionGone, call
 from .recipes.queue import Contender
 from .session import Session
@@ -273,7 +274,7 @@ def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
             return
         client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
 
-    if waited:
+    if waited and layout.get(session.cfg.layout).holders_write:
         client.set_async(
             contender.node,
             holder.payload(

@@ -21,9 +21,11 @@ from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout,
 from .holds import Grant, Hold, current_owner
 from .names import join_path, validate_name
 from .offloop import acquire_off_loop, refuse_in_event_loop, run_off_loop
-from .recipes import layout, queue
+from .recipes import layout, queue, steps
 from .recipes.calls import Deadline
 from .recipes.layout import Kind
+from .recipes.node import layout_of
+from .recipes.steps import Blocking, Steps
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,7 +37,12 @@ class _Acquirable:
     timeout: float | None
 
     def _start(
-        self, blocking: bool | None, timeout: float | None, cancel: threading.Event | None, at: float | None
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None,
+        at: float | None,
+        on_loop: bool = False,
     ) -> tuple[bool, Deadline, bool]:
         """What every acquire does first: refuse a blocking call on an event loop's thread, take the handle's
         defaults, and fix the deadline. Returns (blocking, deadline, once); ``once`` is a single attempt
@@ -43,7 +50,8 @@ class _Acquirable:
         CONNECT_TIMEOUT, like ``blocking=False``, and it never waits behind a holder. ``at`` is the absolute
         deadline of an async call, fixed when it was made (not when a thread took it up).
         """
-        refuse_in_event_loop(self)
+        if not on_loop:
+            refuse_in_event_loop(self)
         blocking = self.blocking if blocking is None else blocking
         timeout = self.timeout if timeout is None else timeout
         once = blocking and timeout == 0
@@ -71,10 +79,13 @@ class _Acquirable:
 
     async def acquire_async(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         try:
-            await acquire_off_loop(self, blocking, timeout)
+            await self._acquire_async(blocking, timeout)
         except LockNotAcquired:
             return False
         return True
+
+    async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
+        await acquire_off_loop(self, blocking, timeout)
 
 
 class _BaseHandle(_Acquirable):
@@ -97,15 +108,26 @@ class _BaseHandle(_Acquirable):
 
     # -- to be provided by subclasses --
 
+    # Whether ``async with`` waits on the event loop itself (recipes/steps.py) rather than in a thread.
+    waits_on_loop = False
+
     def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
         """Take the lock; record in ``grant`` what is taken as soon as it is (see holds.Grant)."""
         raise NotImplementedError
 
+    def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
+        """``_acquire_hold`` as steps. Handles that cannot wait on the loop run it in a thread (offloop.py)."""
+        return (yield Blocking(lambda: self._acquire_hold(blocking, deadline, grant)))
+
     def _release_hold(self, hold: Hold, wait: bool) -> None:
+        contender = hold.contender
+        # A holder that waited is in a contended queue: its delete tells the next contender that it held, which
+        # spares that contender a read of the queue (recipes/node.py, _send_delete).
+        held = contender.waited and layout_of(contender.session).marks_release(contender.marker)
         if wait:
-            hold.contender.delete(Deadline(hold.session.cfg.connect_timeout))
+            contender.delete(Deadline(hold.session.cfg.connect_timeout), held=held)
         else:
-            hold.contender.delete_nowait()
+            contender.delete_nowait(held=held)
 
     @property
     def path(self) -> str:
@@ -123,7 +145,24 @@ class _BaseHandle(_Acquirable):
         cancel: threading.Event | None = None,
         at: float | None = None,
     ) -> None:
-        blocking, deadline, once = self._start(blocking, timeout, cancel, at)
+        steps.run(self._acquire_steps(blocking, timeout, cancel, at))
+
+    async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
+        if not self.waits_on_loop:
+            await acquire_off_loop(self, blocking, timeout)
+            return
+        await steps.run_async(self._acquire_steps(blocking, timeout, None, None, on_loop=True))
+
+    def _acquire_steps(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None,
+        at: float | None,
+        on_loop: bool = False,
+    ) -> Steps:
+        """The whole acquire, as steps (recipes/steps.py): a thread or the event loop drives it."""
+        blocking, deadline, once = self._start(blocking, timeout, cancel, at, on_loop)
         started = time.monotonic()
         if deadline.expired():  # an async call cancelled, or whose time ran out before a thread took it up
             raise LockTimeout(
@@ -135,7 +174,7 @@ class _BaseHandle(_Acquirable):
         attempt = observe.acquire_started(self.using, self.kind, self.name)
         try:
             try:
-                hold = self._acquire_hold(blocking and not once, deadline, grant)
+                hold = yield from self._hold_steps(blocking and not once, deadline, grant)
             except LockNotAcquired as exc:
                 if once and not isinstance(exc, LockTimeout):
                     raise LockTimeout(
@@ -264,13 +303,19 @@ class _BaseHandle(_Acquirable):
     # -- async --
 
     async def __aenter__(self):
-        await acquire_off_loop(self, None, None)
+        await self._acquire_async(None, None)
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
+        if self.waits_on_loop and not self.release_on_commit:
+            self.release()  # sends the delete without waiting: nothing here blocks the loop
+            return
         await run_off_loop(self.__exit__, exc_type, exc, tb)
 
     async def release_async(self, wait: bool = False) -> None:
+        if self.waits_on_loop and not wait:
+            self.release()
+            return
         await run_off_loop(self.release, wait)
 
     # -- decorator --
@@ -365,7 +410,12 @@ class ZkLock(_BaseHandle):
             rw=self.rw,
         )
 
+    waits_on_loop = True
+
     def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
+        return steps.run(self._hold_steps(blocking, deadline, grant))
+
+    def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
         pool = connections[self.using]
         lay = layout.get(pool.cfg.layout)
         marker_ = lay.marker(self.kind, rw=self.rw, name=self.name, alias=self.using)
@@ -394,8 +444,15 @@ class ZkLock(_BaseHandle):
         data = holder.payload()
         while True:
             grant.hold = None
-            contender = grant.contender = queue.acquire(
-                pool.session, parent, marker_, data, blocking=blocking, deadline=deadline, name=self.name
+            contender = grant.contender = yield from queue.acquire_steps(
+                pool.session,
+                parent,
+                marker_,
+                data,
+                blocking=blocking,
+                deadline=deadline,
+                name=self.name,
+                peek_session=pool.ready_session,
             )
             hold = grant.hold = Hold(self.using, self.name, self.kind, contender, key)
             if contender.session.add_hold(hold):

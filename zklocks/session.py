@@ -259,21 +259,17 @@ class Session:
         except Exception:
             done()
 
-    def refresh_lease(self, deadline: float | None) -> None:
-        """Before a new acquire: if the lease is about to run out, send the S2 of a proof (one sync).
+    def lease_refresh_due(self) -> bool:
+        """Before a new acquire: whether the lease is about to run out, so that the acquire first sends the S2 of
+        a proof (one sync; its create completes the proof). A session that served holds a moment ago never needs
+        it, so the uncontended fast path keeps its request count."""
+        return self.lease_remaining() <= 2 * self.renew_ahead()
 
-        The acquire's create then completes it. A session that served holds a moment ago never needs this, so
-        the uncontended fast path keeps its request count.
-        """
-        if self.lease_remaining() > 2 * self.renew_ahead():
-            return
-        result = self.client.sync_async("/")
-        limit = (
-            self.cfg.connect_timeout
-            if deadline is None
-            else max(0.0, min(self.cfg.connect_timeout, deadline - time.monotonic()))
-        )
-        result.wait(limit)
+    def lease_refresh_limit(self, deadline: float | None) -> float:
+        """How long an acquire waits for that sync."""
+        if deadline is None:
+            return self.cfg.connect_timeout
+        return max(0.0, min(self.cfg.connect_timeout, deadline - time.monotonic()))
 
     def _mark_dead(self, reason: str) -> bool:
         """Mark the session unusable; True for the caller that did it first."""
@@ -297,7 +293,7 @@ class Session:
 
         A lease that ran out while something was held or awaited is a loss: the session is closed so that a
         server that wakes up cannot keep our nodes. Without holds or waiters it only means that the next acquire
-        proves the lease again (refresh_lease).
+        proves the lease again (lease_refresh_due).
         """
         if self.dead:
             return False

@@ -94,11 +94,21 @@ def wait_result(async_result, session: Session, deadline: Deadline):
     cap = session.cfg.connect_timeout
     limit = cap if remaining is None else min(max(remaining, 0.0), cap)
     try:
-        return async_result.get(timeout=limit)
+        async_result.get(timeout=limit)
     except KazooTimeoutError as exc:
         if deadline.expired():
             raise DeadlinePassed() from None
         raise translate(exc, session.alias, timeout=cap) from None
+    except Exception:
+        pass  # the answer is an error: outcome() raises it
+    return outcome(async_result, session)
+
+
+def outcome(async_result, session: Session):
+    """The value of an answered kazoo async result, or its error: an ended session as SessionGone, a refused
+    authentication as ZkAuthError, any other kazoo error as it is (the recipes handle those)."""
+    try:
+        return async_result.get_nowait()
     except (SessionExpiredError, ConnectionClosedError):
         raise SessionGone() from None
     except (NoAuthError, AuthFailedError) as exc:

@@ -176,6 +176,10 @@ class Layout:
     mutex: str  # the semaphore's internal queue: a child of the lock node
     leases_child: str | None  # the child holding the leases; None: the lock node itself
     protected: bool  # tags are Curator's protected prefix "_c_<uuid>-"
+    # Whether a holder may write its own node: every client of this layout watching it then still sees its
+    # delete (kazoo's recipes wake on any event). Curator's LeaderLatch ignores a data change, and its one-shot
+    # watch would miss the delete that follows.
+    holders_write: bool
     queues: tuple[frozenset[str], ...]
     _pattern: re.Pattern = field(repr=False, compare=False)
 
@@ -200,6 +204,11 @@ class Layout:
                 )
             return self.shared
         return self.write if rw else self.exclusive
+
+    def marks_release(self, marker_: str) -> bool:
+        """Whether a holder that waited releases by writing, then deleting its node (node.OwnNode._send_delete):
+        an exclusive holder, in a layout whose holders may write their node."""
+        return self.holders_write and self.is_exclusive(marker_)
 
     def is_exclusive(self, marker_: str) -> bool:
         return marker_ in (self.exclusive, self.write, self.latch)
@@ -317,6 +326,7 @@ KAZOO = Layout(
     mutex=MUTEX,
     leases_child=None,
     protected=False,
+    holders_write=True,
     queues=(frozenset((EXCLUSIVE, SHARED, ELECTION)),),
     _pattern=_CONTENDER,
 )
@@ -331,6 +341,7 @@ CURATOR = Layout(
     mutex="locks",  # InterProcessSemaphoreV2: locks/ is an InterProcessMutex
     leases_child="leases",
     protected=True,
+    holders_write=False,
     queues=(frozenset(("lock-",)), frozenset(("__READ__", "__WRIT__")), frozenset(("latch-",))),
     _pattern=re.compile(r"(lock-|__READ__|__WRIT__|latch-)(-?\d{10})$"),
 )

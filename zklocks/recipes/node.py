@@ -12,14 +12,16 @@ from kazoo.exceptions import (
     ConnectionLoss,
     NoNodeError,
     OperationTimeoutError,
+    RolledBackError,
     SessionExpiredError,
 )
 
 from .. import dispatch
 from ..exceptions import ZkAuthError
 from ..session import Session
-from . import layout
-from .calls import Deadline, SessionGone, call, wait_result
+from . import layout, steps
+from .calls import Deadline, SessionGone, wait_result
+from .steps import Request, Steps
 
 log = logging.getLogger("zklocks")
 
@@ -47,8 +49,11 @@ class OwnNode:
         return None
 
     def _adopt(self, child: str, deadline: Deadline) -> None:
+        steps.run(self._adopt_steps(child, deadline))
+
+    def _adopt_steps(self, child: str, deadline: Deadline) -> Steps:
         path = f"{self.parent}/{child}"
-        stat = call(self.session, lambda: self.session.client.exists_async(path), deadline)
+        stat = yield Request(lambda: self.session.client.exists_async(path), self.session, deadline)
         if stat is None:
             raise SessionGone()  # it was there a moment ago: only our session's end removes it
         self._set_node(path, stat.czxid)
@@ -61,14 +66,17 @@ class OwnNode:
 
     # -- leaving --
 
-    def delete(self, deadline: Deadline) -> None:
-        """Delete our node and wait for the answer; hand it to the background on any trouble."""
+    def delete(self, deadline: Deadline, *, held: bool = False) -> None:
+        """Delete our node and wait for the answer; hand it to the background on any trouble.
+
+        ``held``: we held an exclusive lock through this node, and say so in the delete (see _send_delete).
+        """
         node = self.node
         if node is None or self.session.dead:
             self.abandon()
             return
         try:
-            wait_result(self.session.client.delete_async(node), self.session, deadline)
+            wait_result(self._send_delete(node, held), self.session, deadline)
         except (NoNodeError, SessionGone):
             pass
         except ZkAuthError as exc:
@@ -76,7 +84,7 @@ class OwnNode:
         except Exception:
             self.abandon()
 
-    def delete_nowait(self) -> None:
+    def delete_nowait(self, *, held: bool = False) -> None:
         """Send the delete and return: later requests of this session see it applied (FIFO per session).
 
         A connection loss before the answer hands the node to GuaranteedDelete; an ended session took the
@@ -86,7 +94,23 @@ class OwnNode:
         if node is None or self.session.dead:
             self.abandon()
             return
-        self.session.client.delete_async(node).rawlink(self._on_deleted)
+        self._send_delete(node, held).rawlink(self._on_deleted)
+
+    def _send_delete(self, node: str, held: bool):
+        """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it.
+
+        The contender behind us watches our node's data and its (never existing) children, so it sees the
+        write, then the delete, and knows from the write that we held: nothing is ahead of it any more, and it
+        holds without reading the queue (queue.Contender.wait_for). One write to the log, as a plain delete.
+        A contender that leaves without holding (timeout, cancel, an expired session) never writes its node.
+        """
+        client = self.session.client
+        if not held:
+            return client.delete_async(node)
+        transaction = client.transaction()
+        transaction.set_data(node, RELEASED)
+        transaction.delete(node)
+        return _TransactionResult(transaction.commit_async())
 
     def _on_deleted(self, result) -> None:
         try:
@@ -99,6 +123,48 @@ class OwnNode:
     def abandon(self) -> None:
         """Remove our node with a guarantee, without blocking the caller."""
         GuaranteedDelete(self).start()
+
+
+RELEASED = b"released"
+
+
+class _TransactionResult:
+    """The answer of a release transaction, as a delete's: kazoo reports a refused operation in the result
+    list (NoNode when our node was deleted already), not as an exception."""
+
+    def __init__(self, result) -> None:
+        self._result = result
+
+    def _unwrap(self):
+        values = self._result.get_nowait()
+        for value in values:
+            if isinstance(value, Exception) and not isinstance(value, RolledBackError):
+                raise value
+        return True
+
+    def get(self, block: bool = True, timeout: float | None = None):
+        self._result.get(block, timeout)
+        return self._unwrap()
+
+    def get_nowait(self):
+        return self._unwrap()
+
+    def rawlink(self, callback) -> None:
+        self._result.rawlink(lambda _r: callback(self))
+
+    def ready(self) -> bool:
+        return self._result.ready()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._result.wait(timeout)
+
+    @property
+    def exception(self):
+        try:
+            self._unwrap()
+        except Exception as exc:
+            return exc
+        return None
 
 
 def layout_of(session: Session) -> layout.Layout:

@@ -16,6 +16,7 @@ import logging
 import shlex
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 
 from kazoo.exceptions import (
@@ -35,15 +36,21 @@ from ..exceptions import (
     ZkAuthError,
 )
 from ..session import Session
-from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
-from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, sequence_trusted
+from . import steps
+from .calls import Deadline, DeadlinePassed, SessionGone
+from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, Layout, sequence_trusted
 from .node import OwnNode, layout_of
+from .steps import Answer, Blocking, Listing, NewWaker, Request, Settle, Sleep, Steps
 
 log = logging.getLogger("zklocks")
 
 
 class Contender(OwnNode):
-    """One enqueued node of one acquire attempt on one session."""
+    """One enqueued node of one acquire attempt on one session.
+
+    Its steps (enqueue, read the queue, wait for the blocker) are generators of steps.py, driven by a thread or
+    by an event loop; the plain methods drive them in the calling thread.
+    """
 
     __slots__ = ("marker", "queued_at", "waited", "wakeups")
 
@@ -52,53 +59,60 @@ class Contender(OwnNode):
         self.marker = marker
         self.queued_at = time.time()
         self.waited = False
-        self.wakeups = 0  # watch notifications this contender received while queued
+        self.wakeups = 0  # wake-ups by a watch while queued
 
     # -- enqueue --
 
     def enqueue(self, data: bytes, deadline: Deadline) -> list[str]:
-        """Create our node and read the queue in one round trip; return the children."""
-        client = self.session.client
+        return steps.run(self.enqueue_steps(data, deadline))
+
+    def enqueue_steps(self, data: bytes, deadline: Deadline) -> Steps:
+        """Create our node and read the queue in one round trip; the value is the children."""
+        session = self.session
+        client = session.client
         while True:
-            if self.session.dead:
+            if session.dead:
                 raise SessionGone()
             created = client.create_async(
-                self.prefix, data, acl=self.session.acl, ephemeral=True, sequence=True, include_data=True
+                self.prefix, data, acl=session.acl, ephemeral=True, sequence=True, include_data=True
             )
             self._pending_create = created
-            listed = client.get_children_async(self.parent)
+            listed: list[str] | None = None
             try:
-                path, stat = wait_result(created, self.session, deadline)
+                listed = yield Listing(self.parent, session, deadline)  # sent after the create
+            except (NoNodeError, ConnectionLoss, OperationTimeoutError):
+                pass  # the create's answer says what happened
+            try:
+                path, stat = yield Answer(created, session, deadline)
             except NoNodeError:
                 self._pending_create = None
-                self._ensure_parent(deadline)
+                yield from self._ensure_parent_steps(deadline)
                 continue
             except (ConnectionLoss, OperationTimeoutError):
-                self.session.wait_connected(deadline.at)
+                yield _connected(session, deadline)
                 try:
                     # sync first: we may have reconnected to a server that has not applied our create yet.
-                    call(self.session, lambda: client.sync_async(self.parent), deadline)
-                    children = call(self.session, lambda: client.get_children_async(self.parent), deadline)
+                    yield Request(lambda: client.sync_async(self.parent), session, deadline)
+                    children = yield Request(lambda: client.get_children_async(self.parent), session, deadline)
                 except NoNodeError:
                     children = []
                 mine = self._find_own(children)
                 if mine is None:
                     continue  # the create never reached the server: send it again
-                self._adopt(mine, deadline)
+                yield from self._adopt_steps(mine, deadline)
                 return children
             self._set_node(path, stat.czxid)  # first: an exception in between must still find the node
             self._pending_create = None
-            try:
-                return wait_result(listed, self.session, deadline)
-            except (ConnectionLoss, OperationTimeoutError):
-                return self.children(deadline)
+            if listed is None:
+                listed = yield from self.children_steps(deadline)
+            return listed
 
-    def _ensure_parent(self, deadline: Deadline) -> None:
+    def _ensure_parent_steps(self, deadline: Deadline) -> Steps:
         client = self.session.client
         try:
-            call(
-                self.session,
+            yield Request(
                 lambda: client.create_async(self.parent, b"", acl=self.session.acl, makepath=True),
+                self.session,
                 deadline,
             )
         except NodeExistsError:
@@ -107,72 +121,166 @@ class Contender(OwnNode):
     # -- queue position --
 
     def children(self, deadline: Deadline) -> list[str]:
+        return steps.run(self.children_steps(deadline))
+
+    def children_steps(self, deadline: Deadline) -> Steps:
         client = self.session.client
-        return call(self.session, lambda: client.get_children_async(self.parent), deadline)
+        return (yield Request(lambda: client.get_children_async(self.parent), self.session, deadline))
 
     def blocker(self, children: list[str]) -> tuple[str | None, bool]:
         """(the child we wait for or None, whether it is the only contender ahead that keeps us waiting)."""
         layout = layout_of(self.session)
-        contenders = layout.sort_contenders(children, self.marker)
-        for _, _, child in contenders:
-            if child != self.name and child.startswith(self.guid):
-                # A create of ours that we could not see when we recovered from a connection loss: never
-                # wait behind our own orphan.
+        view = _view(layout, children, self.marker)
+        orphans = [c for c in view.tagged(self.guid) if c != self.name]
+        if orphans:
+            # Creates of ours that we could not see when we recovered from a connection loss: never wait
+            # behind our own orphan.
+            for child in orphans:
                 self.session.client.delete_async(f"{self.parent}/{child}")
-                contenders = [c for c in contenders if c[2] != child]
+            view = _QueueView(layout, [c for c in children if c not in orphans], self.marker)
         try:
-            ahead = layout.blockers_ahead(contenders, self.name, self.marker)
+            return view.blocker_of(self.name or "")
         except KeyError:
             raise SessionGone() from None  # our ephemeral node is gone: the session was expired
-        return (ahead[-1] if ahead else None), len(ahead) == 1
 
-    def wait_for(self, blocker: str, deadline: Deadline) -> bool:
-        """Block until ``blocker`` changes or the session state does; DeadlinePassed at the deadline.
+    def wait_for(self, blocker: str, deadline: Deadline) -> tuple[bool, bool]:
+        return steps.run(self.wait_steps(blocker, deadline))
 
-        True when the blocker is known to be deleted (its watch said so, or it was gone already).
+    def wait_steps(self, blocker: str, deadline: Deadline) -> Steps:
+        """Wait until ``blocker`` is deleted or the session state changes; DeadlinePassed at the deadline.
+
+        The value is (deleted, held): whether the blocker is known to be deleted (a watch said so, or it was
+        gone already), and whether it is known to have held the lock: a contender writes its node only once it
+        holds (the release of node.OwnNode._send_delete, or the acquired_at of a long hold).
+
+        An exclusive blocker gets two watches, on its data and on its children (an ephemeral node never has
+        any), which ZooKeeper both triggers at its delete: the data watch reports a write and the children's
+        watch the delete that follows it, with no request in between. Any other blocker gets the data watch
+        alone, re-armed after a write.
         """
-        event = threading.Event()
+        waker = yield NewWaker()
         deleted: list[bool] = []
-        client = self.session.client
-        with self.session.waking(event):
-            path = f"{self.parent}/{blocker}"
+        held: list[bool] = []
+        session = self.session
+        client = session.client
+        path = f"{self.parent}/{blocker}"
+        both = _exclusive(layout_of(session), blocker)
 
-            def on_watch(watched) -> None:
-                if watched.type == EventType.CHANGED:
-                    # The blocker wrote its acquired_at: still there, so watch again without waking up.
-                    client.get_async(path, watch=on_watch).rawlink(on_rearmed)
-                else:
-                    if watched.type == EventType.DELETED:
-                        deleted.append(True)
-                    self._woken(event)
+        def on_data(watched) -> None:
+            if watched.type == EventType.CHANGED:
+                held.append(True)
+                if not both:  # no other watch reports the delete: watch again without waking up
+                    client.get_async(path, watch=on_data).rawlink(on_rearmed)
+                return
+            on_gone(watched)
 
-            def on_rearmed(result) -> None:
-                if result.exception is not None:
-                    if isinstance(result.exception, NoNodeError):
-                        deleted.append(True)
-                    self._woken(event)  # gone (or the connection is): look again
+        def on_gone(watched) -> None:
+            if watched.type == EventType.DELETED:
+                deleted.append(True)
+            self._woken(waker)
 
+        def on_rearmed(result) -> None:
+            if result.exception is not None:
+                if isinstance(result.exception, NoNodeError):
+                    deleted.append(True)
+                self._woken(waker)  # gone (or the connection is): look again
+
+        with session.waking(waker):
             try:
-                call(self.session, lambda: client.get_async(path, watch=on_watch), deadline)
+                gone_watch = client.get_children_async(path, watch=on_gone) if both else None
+                data = client.get_async(path, watch=on_data)
+                try:
+                    if gone_watch is not None:
+                        yield Answer(gone_watch, session, deadline)
+                    _, stat = yield Answer(data, session, deadline)
+                except (ConnectionLoss, OperationTimeoutError):
+                    yield _connected(session, deadline)
+                    if both:
+                        yield Request(lambda: client.get_children_async(path, watch=on_gone), session, deadline)
+                    _, stat = yield Request(lambda: client.get_async(path, watch=on_data), session, deadline)
             except NoNodeError:
-                return True  # gone already
-            # Wake at least every third of the lease so a silent loss of the session is noticed, and often
-            # when an async caller may cancel.
-            slice_ = self.session.timeout / 3 if deadline.cancel is None else 0.05
-            while not event.is_set():
+                return True, False  # gone already
+            if stat.version > 0:
+                held.append(True)
+            # A thread wakes at least every third of the lease, so that a silent loss of the session is
+            # noticed even if nothing wakes it; the session's keeper wakes every waiter at a loss.
+            check = session.timeout / 3 if deadline.cancel is None else 0.05
+            while not waker.is_set():
                 if deadline.expired():
                     raise DeadlinePassed()
-                remaining = deadline.remaining()
-                event.wait(slice_ if remaining is None else min(remaining, slice_))
-                if not self.session.is_alive():
+                yield Sleep(waker, deadline.remaining(), check)
+                if not session.is_alive():
                     raise SessionGone()
-            if not self.session.is_alive():
+            if not session.is_alive():
                 raise SessionGone()
-            return bool(deleted)
+            return bool(deleted), bool(held)
 
-    def _woken(self, event: threading.Event) -> None:
-        self.wakeups += 1
-        event.set()
+    def _woken(self, waker) -> None:
+        if not waker.is_set():  # both watches fire at a delete: one wake-up
+            self.wakeups += 1
+            waker.set()
+
+
+def _connected(session: Session, deadline: Deadline) -> Blocking:
+    """Wait for the connection to come back (a thread for the loop driver: only during an outage)."""
+    return Blocking(lambda: session.wait_connected(deadline.at), fast=lambda: True if session.connected else None)
+
+
+class _QueueView:
+    """One read of a lock node's children, sorted once for every contender of one marker that shares it."""
+
+    __slots__ = ("order", "position", "exclusive_marker", "last_blocking", "tags", "layout")
+
+    def __init__(self, layout: Layout, children: list[str], marker: str) -> None:
+        self.layout = layout
+        self.order = layout.sort_contenders(children, marker)
+        self.position = {child: i for i, (_, _, child) in enumerate(self.order)}
+        self.exclusive_marker = layout.is_exclusive(marker)
+        # For a shared contender: at each position, (index of the last exclusive contender ahead, how many).
+        self.last_blocking: list[tuple[int, int]] = []
+        if not self.exclusive_marker:
+            last, count = -1, 0
+            for i, (_, kind, _) in enumerate(self.order):
+                self.last_blocking.append((last, count))
+                if layout.is_exclusive(kind):
+                    last, count = i, count + 1
+        self.tags: dict[int, dict[str, list[str]]] = {}
+
+    def blocker_of(self, name: str) -> tuple[str | None, bool]:
+        i = self.position[name]  # KeyError: not queued
+        if self.exclusive_marker:
+            return (self.order[i - 1][2] if i else None), i == 1
+        last, count = self.last_blocking[i]
+        return (self.order[last][2] if count else None), count == 1
+
+    def tagged(self, tag: str) -> list[str]:
+        """The children created with ``tag`` (one acquire's guid)."""
+        by_tag = self.tags.get(len(tag))
+        if by_tag is None:
+            by_tag = self.tags[len(tag)] = {}
+            for _, _, child in self.order:
+                by_tag.setdefault(child[: len(tag)], []).append(child)
+        return by_tag.get(tag, [])
+
+
+_views: OrderedDict[tuple[int, str, str], tuple[list[str], _QueueView]] = OrderedDict()
+_views_lock = threading.Lock()
+
+
+def _view(layout: Layout, children: list[str], marker: str) -> _QueueView:
+    """The view of a listing, built once for all the contenders that share the listing (steps.Listing)."""
+    key = (id(children), layout.name, marker)
+    with _views_lock:
+        cached = _views.get(key)
+        if cached is not None and cached[0] is children:
+            return cached[1]
+    view = _QueueView(layout, children, marker)
+    if len(children) > 64:  # a short list is cheaper to sort again than to cache
+        with _views_lock:
+            _views[key] = (children, view)
+            while len(_views) > 16:
+                _views.popitem(last=False)
+    return view
 
 
 def acquire(
@@ -185,17 +293,34 @@ def acquire(
     deadline: Deadline,
     name: str,
 ) -> Contender:
-    """Enqueue and wait until held. LockNotAcquired / LockTimeout / ZkUnavailable otherwise.
+    """Enqueue and wait until held, in the calling thread. See :func:`acquire_steps`."""
+    return steps.run(acquire_steps(get_session, parent, marker, data, blocking=blocking, deadline=deadline, name=name))
 
-    If the session ends while we wait, re-enqueue on a fresh session within our own deadline.
+
+def acquire_steps(
+    get_session: Callable[[], Session],
+    parent: str,
+    marker: str,
+    data: bytes,
+    *,
+    blocking: bool,
+    deadline: Deadline,
+    name: str,
+    peek_session: Callable[[], Session | None] | None = None,
+) -> Steps:
+    """Enqueue and wait until held; the value is the Contender. LockNotAcquired / LockTimeout / ZkUnavailable
+    otherwise. If the session ends while we wait, re-enqueue on a fresh session within our own deadline.
+    ``peek_session`` returns a ready session without blocking, or None.
     """
     while True:
-        session = get_session()
+        session = yield Blocking(get_session, fast=peek_session)
         layout = layout_of(session)
         if not blocking and parent in session.busy_hint:
             # This lock was busy at our last try: one read may settle it without a create and a delete.
             try:
-                children = call(session, functools.partial(session.client.get_children_async, parent), deadline)
+                children = yield Request(
+                    functools.partial(session.client.get_children_async, parent), session, deadline
+                )
             except NoNodeError:
                 children = []
             except SessionGone:
@@ -203,10 +328,12 @@ def acquire(
             if layout.blockers_ahead(layout.sort_contenders(children, marker), None, marker):
                 raise LockNotAcquired(name=name)
             session.busy_hint.discard(parent)
-        session.refresh_lease(deadline.at)  # a session idle for long must prove its lease again (lease.py)
+        if session.lease_refresh_due():
+            # A session idle for long must prove its lease again (lease.py): the create completes the proof.
+            yield Settle(session.client.sync_async("/"), session.lease_refresh_limit(deadline.at))
         contender = Contender(session, parent, marker)
         try:
-            children = contender.enqueue(data, deadline)
+            children = yield from contender.enqueue_steps(data, deadline)
             if any(layout.is_semaphore_child(c) for c in children):
                 # Lease holders are no contenders of this queue: granting it would ignore them.
                 raise SemaphoreMismatch(f"{name!r} is in use as a semaphore, not a plain lock")
@@ -215,7 +342,7 @@ def acquire(
                 # Our place in the queue is unknown: leave it, and start over on a fresh node if this one is
                 # empty now.
                 contender.delete_nowait()  # FIFO: the parent's delete below sees ours applied
-                if _recycle(session, parent, deadline):
+                if (yield from _recycle_steps(session, parent, deadline)):
                     continue
                 raise SequenceExhausted(
                     _exhausted_message(name, session.alias, parent), name=name, alias=session.alias, path=parent
@@ -234,22 +361,27 @@ def acquire(
                     contender.delete_nowait()
                     raise LockNotAcquired(name=name)
                 contender.waited = True
-                if contender.wait_for(blocker, deadline) and alone and far:
-                    # The only contender ahead of us is gone, and none can join ahead of us (sequence numbers
-                    # only grow, far from their limit): the lock is ours without reading the queue again.
-                    # Otherwise the blocker may have left because its session died while another contender
-                    # still holds: look again.
+                deleted, held = yield from contender.wait_steps(blocker, deadline)
+                if deleted and far and (alone or (held and _exclusive(layout, blocker))):
+                    # Nothing is ahead of us any more, and nothing can join ahead of us (sequence numbers only
+                    # grow, far from their limit): the lock is ours without reading the queue again. Either the
+                    # blocker was the only contender ahead, or it was an exclusive holder, which held only once
+                    # nothing was ahead of it. Otherwise the blocker may have left (timed out, or its session
+                    # died) while a contender ahead of it still holds: look again.
                     return contender
-                children = contender.children(deadline)
+                children = yield from contender.children_steps(deadline)
         except SessionGone:
             if deadline.expired():
                 raise LockTimeout(
-                    f"lock {name!r} not acquired in time (its session ended while waiting)", name=name
+                    f"lock {name!r} (alias {session.alias!r}) not acquired in time (its session ended while waiting)",
+                    name=name,
                 ) from None
             continue
         except DeadlinePassed:
             contender.abandon()
-            raise LockTimeout(f"lock {name!r} not acquired within the timeout", name=name) from None
+            raise LockTimeout(
+                f"lock {name!r} (alias {session.alias!r}) not acquired within the timeout", name=name
+            ) from None
         except SequenceExhausted:
             raise  # our node is deleted already
         except BaseException:
@@ -257,13 +389,19 @@ def acquire(
             raise
 
 
-def _recycle(session: Session, parent: str, deadline: Deadline) -> bool:
-    """Delete an exhausted lock node if it is empty: the next create re-creates it with a fresh counter.
+def _exclusive(layout: Layout, child: str) -> bool:
+    parsed = layout.parse(child)
+    return parsed is not None and layout.is_exclusive(parsed[1])
+
+
+def _recycle_steps(session: Session, parent: str, deadline: Deadline) -> Steps:
+    """Delete an exhausted lock node if it is empty: the next create re-creates it with a fresh counter. The
+    value is whether it is gone.
 
     ZooKeeper refuses (NotEmpty) while any child is left, so nobody's node is ever removed with it.
     """
     try:
-        call(session, lambda: session.client.delete_async(parent), deadline)
+        yield Request(lambda: session.client.delete_async(parent), session, deadline)
     except NoNodeError:
         pass  # recycled by another contender (or the reaper) already
     except (NotEmptyError, ZkAuthError):

@@ -141,7 +141,8 @@ def _acquire(
             try:
                 lease = _take_lease(session, path, max_leases, data, blocking, deadline, name, what)
             finally:
-                mutex.delete_nowait()  # FIFO: our next request already sees the mutex released
+                # FIFO: our next request already sees the mutex released.
+                mutex.delete_nowait(held=mutex.waited and layout_of(session).marks_release(mutex.marker))
         except SessionGone:
             if deadline.expired():
                 raise LockTimeout(f"{what}: no lease within the timeout (its session ended)", name=name) from None
