@@ -30,7 +30,7 @@ class OwnNode:
     """A node we create as ``<parent>/<guid><marker><seq>``; the guid is fresh for every acquire. It is the alias
     layout's tag: a hex uuid (kazoo), or Curator's protected prefix ``_c_<uuid>-``, by which we find our node."""
 
-    __slots__ = ("session", "parent", "guid", "prefix", "node", "name", "token", "_pending_create")
+    __slots__ = ("session", "parent", "guid", "prefix", "node", "name", "token", "_pending_create", "_abandoned")
 
     def __init__(self, session: Session, parent: str, marker: str) -> None:
         self.session = session
@@ -41,6 +41,7 @@ class OwnNode:
         self.name: str | None = None  # child name once known
         self.token: int | None = None
         self._pending_create = None
+        self._abandoned = False
 
     def _find_own(self, children: list[str]) -> str | None:
         for child in children:
@@ -121,7 +122,10 @@ class OwnNode:
             delete_failed(self, exc)
 
     def abandon(self) -> None:
-        """Remove our node with a guarantee, without blocking the caller."""
+        """Remove our node with a guarantee, without blocking the caller. Once is enough."""
+        if self._abandoned:
+            return
+        self._abandoned = True
         GuaranteedDelete(self).start()
 
 

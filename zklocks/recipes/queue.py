@@ -40,9 +40,13 @@ from . import steps
 from .calls import Deadline, DeadlinePassed, SessionGone
 from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, Layout, sequence_trusted
 from .node import OwnNode, layout_of
-from .steps import Answer, Blocking, Listing, NewWaker, Request, Settle, Sleep, Steps
+from .steps import Answer, Blocking, Listing, NewWaker, Pace, Request, Settle, Sleep, Steps
 
 log = logging.getLogger("zklocks")
+
+# How many nodes ahead a waiter finds gone, one after the other, before it reads the queue again instead of
+# walking back one round trip per node (a waiter whose predecessor gave up usually finds the next one there).
+WALK_BACK = 3
 
 
 class Contender(OwnNode):
@@ -73,6 +77,7 @@ class Contender(OwnNode):
         while True:
             if session.dead:
                 raise SessionGone()
+            yield Pace(session)
             created = client.create_async(
                 self.prefix, data, acl=session.acl, ephemeral=True, sequence=True, include_data=True
             )
@@ -129,6 +134,14 @@ class Contender(OwnNode):
 
     def blocker(self, children: list[str]) -> tuple[str | None, bool]:
         """(the child we wait for or None, whether it is the only contender ahead that keeps us waiting)."""
+        view, index = self.place(children)
+        ahead = view.previous(index)
+        if ahead < 0:
+            return None, False
+        return view.child(ahead), view.previous(ahead) < 0
+
+    def place(self, children: list[str]) -> tuple[_QueueView, int]:
+        """The queue as ``children`` shows it, and our index in it."""
         layout = layout_of(self.session)
         view = _view(layout, children, self.marker)
         orphans = [c for c in view.tagged(self.guid) if c != self.name]
@@ -139,19 +152,19 @@ class Contender(OwnNode):
                 self.session.client.delete_async(f"{self.parent}/{child}")
             view = _QueueView(layout, [c for c in children if c not in orphans], self.marker)
         try:
-            return view.blocker_of(self.name or "")
+            return view, view.position[self.name or ""]
         except KeyError:
             raise SessionGone() from None  # our ephemeral node is gone: the session was expired
 
-    def wait_for(self, blocker: str, deadline: Deadline) -> tuple[bool, bool]:
+    def wait_for(self, blocker: str, deadline: Deadline) -> tuple[bool, bool, bool]:
         return steps.run(self.wait_steps(blocker, deadline))
 
     def wait_steps(self, blocker: str, deadline: Deadline) -> Steps:
         """Wait until ``blocker`` is deleted or the session state changes; DeadlinePassed at the deadline.
 
-        The value is (deleted, held): whether the blocker is known to be deleted (a watch said so, or it was
-        gone already), and whether it is known to have held the lock: a contender writes its node only once it
-        holds (the release of node.OwnNode._send_delete, or the acquired_at of a long hold).
+        The value is (deleted, held, at_once): whether the blocker is known to be deleted (a watch said so, or
+        it was gone already: ``at_once``), and whether it is known to have held the lock: a contender writes its
+        node only once it holds (the release of node.OwnNode._send_delete, or the acquired_at of a long hold).
 
         An exclusive blocker gets two watches, on its data and on its children (an ephemeral node never has
         any), which ZooKeeper both triggers at its delete: the data watch reports a write and the children's
@@ -185,6 +198,7 @@ class Contender(OwnNode):
                     deleted.append(True)
                 self._woken(waker)  # gone (or the connection is): look again
 
+        yield Pace(session)
         with session.waking(waker):
             try:
                 gone_watch = client.get_children_async(path, watch=on_gone) if both else None
@@ -199,7 +213,7 @@ class Contender(OwnNode):
                         yield Request(lambda: client.get_children_async(path, watch=on_gone), session, deadline)
                     _, stat = yield Request(lambda: client.get_async(path, watch=on_data), session, deadline)
             except NoNodeError:
-                return True, False  # gone already
+                return True, False, True  # gone already
             if stat.version > 0:
                 held.append(True)
             # A thread wakes at least every third of the lease, so that a silent loss of the session is
@@ -213,7 +227,7 @@ class Contender(OwnNode):
                     raise SessionGone()
             if not session.is_alive():
                 raise SessionGone()
-            return bool(deleted), bool(held)
+            return bool(deleted), bool(held), False
 
     def _woken(self, waker) -> None:
         if not waker.is_set():  # both watches fire at a delete: one wake-up
@@ -229,29 +243,39 @@ def _connected(session: Session, deadline: Deadline) -> Blocking:
 class _QueueView:
     """One read of a lock node's children, sorted once for every contender of one marker that shares it."""
 
-    __slots__ = ("order", "position", "exclusive_marker", "last_blocking", "tags", "layout")
+    __slots__ = ("children", "order", "position", "exclusive_marker", "last_blocking", "tags", "layout", "_leases")
 
     def __init__(self, layout: Layout, children: list[str], marker: str) -> None:
         self.layout = layout
+        self.children = children
+        self._leases: bool | None = None
         self.order = layout.sort_contenders(children, marker)
         self.position = {child: i for i, (_, _, child) in enumerate(self.order)}
         self.exclusive_marker = layout.is_exclusive(marker)
-        # For a shared contender: at each position, (index of the last exclusive contender ahead, how many).
-        self.last_blocking: list[tuple[int, int]] = []
+        # For a shared contender: at each position, the index of the last exclusive contender before it (or -1).
+        self.last_blocking: list[int] = []
         if not self.exclusive_marker:
-            last, count = -1, 0
+            last = -1
             for i, (_, kind, _) in enumerate(self.order):
-                self.last_blocking.append((last, count))
+                self.last_blocking.append(last)
                 if layout.is_exclusive(kind):
-                    last, count = i, count + 1
+                    last = i
         self.tags: dict[int, dict[str, list[str]]] = {}
 
-    def blocker_of(self, name: str) -> tuple[str | None, bool]:
-        i = self.position[name]  # KeyError: not queued
+    def child(self, index: int) -> str:
+        return self.order[index][2]
+
+    def previous(self, index: int) -> int:
+        """The index of the last contender before ``index`` that keeps the contender at ``index`` waiting (every
+        one for an exclusive contender, the exclusive ones for a shared one); -1 if none."""
         if self.exclusive_marker:
-            return (self.order[i - 1][2] if i else None), i == 1
-        last, count = self.last_blocking[i]
-        return (self.order[last][2] if count else None), count == 1
+            return index - 1
+        return self.last_blocking[index]
+
+    def has_semaphore_child(self) -> bool:
+        if self._leases is None:
+            self._leases = any(self.layout.is_semaphore_child(c) for c in self.children)
+        return self._leases
 
     def tagged(self, tag: str) -> list[str]:
         """The children created with ``tag`` (one acquire's guid)."""
@@ -334,7 +358,7 @@ def acquire_steps(
         contender = Contender(session, parent, marker)
         try:
             children = yield from contender.enqueue_steps(data, deadline)
-            if any(layout.is_semaphore_child(c) for c in children):
+            if _view(layout, children, marker).has_semaphore_child():
                 # Lease holders are no contenders of this queue: granting it would ignore them.
                 raise SemaphoreMismatch(f"{name!r} is in use as a semaphore, not a plain lock")
             seq = layout.sequence_of(contender.name or "")
@@ -350,26 +374,40 @@ def acquire_steps(
             far = seq is not None and seq < SEQUENCE_WARN
             if seq is not None and not far:
                 _warn_near_limit(session.alias, parent, seq)
-            while True:
-                blocker, alone = contender.blocker(children)
-                if blocker is None:
-                    return contender
-                if not blocking:
-                    if len(session.busy_hint) > 10_000:
-                        session.busy_hint.clear()
-                    session.busy_hint.add(parent)
-                    contender.delete_nowait()
-                    raise LockNotAcquired(name=name)
-                contender.waited = True
-                deleted, held = yield from contender.wait_steps(blocker, deadline)
-                if deleted and far and (alone or (held and _exclusive(layout, blocker))):
-                    # Nothing is ahead of us any more, and nothing can join ahead of us (sequence numbers only
-                    # grow, far from their limit): the lock is ours without reading the queue again. Either the
-                    # blocker was the only contender ahead, or it was an exclusive holder, which held only once
-                    # nothing was ahead of it. Otherwise the blocker may have left (timed out, or its session
-                    # died) while a contender ahead of it still holds: look again.
-                    return contender
-                children = yield from contender.children_steps(deadline)
+            view, index = contender.place(children)
+            ahead = view.previous(index)
+            if ahead < 0:
+                return contender
+            if not blocking:
+                if len(session.busy_hint) > 10_000:
+                    session.busy_hint.clear()
+                session.busy_hint.add(parent)
+                contender.delete_nowait()
+                raise LockNotAcquired(name=name)
+            contender.waited = True
+            if not far:
+                yield from _wait_reading(contender, children, deadline)
+                return contender
+            # Our listing was answered after our create, so it names every contender that can ever be ahead of
+            # us: one created later has a greater sequence number, and a deleted one never comes back. So we walk
+            # back through it, watching one node at a time, and never read the queue again.
+            gone_at_once = 0
+            while ahead >= 0:
+                blocker = view.child(ahead)
+                deleted, held, at_once = yield from contender.wait_steps(blocker, deadline)
+                if not deleted:
+                    continue  # woken by the session's state: look at the same node again
+                if held and _exclusive(layout, blocker):
+                    break  # an exclusive holder held only once nothing was ahead of it: nothing is now
+                ahead = view.previous(ahead)  # it left (released, timed out, or its session ended)
+                gone_at_once = gone_at_once + 1 if at_once else 0
+                if gone_at_once >= WALK_BACK and ahead >= 0:
+                    # Node after node was gone before we could watch it: the queue has moved on since our
+                    # listing, and one read shows where it is now.
+                    children = yield Listing(parent, session, deadline)
+                    view, index = contender.place(children)
+                    ahead, gone_at_once = view.previous(index), 0
+            return contender
         except SessionGone:
             if deadline.expired():
                 raise LockTimeout(
@@ -387,6 +425,17 @@ def acquire_steps(
         except BaseException:
             contender.abandon()
             raise
+
+
+def _wait_reading(contender: Contender, children: list[str], deadline: Deadline) -> Steps:
+    """Near the end of the sequence numbers, where their order may not be creation order: read the queue again
+    after every wake-up."""
+    while True:
+        blocker, _ = contender.blocker(children)
+        if blocker is None:
+            return
+        yield from contender.wait_steps(blocker, deadline)
+        children = yield Listing(contender.parent, contender.session, deadline)
 
 
 def _exclusive(layout: Layout, child: str) -> bool:

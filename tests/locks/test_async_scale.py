@@ -1,0 +1,171 @@
+"""Ten thousand waiting coroutines in one process: no thread each, served in queue order; releases and
+cancellations never queue behind them; threads and coroutines exclude each other on one lock.
+
+Run with ``-s`` to see the figures (enqueue time, cancel and release times, handoff rate);
+``python -m benchmarks.async_waiters`` measures memory per waiter too.
+"""
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from tests.support.threads import in_thread
+from zklocks import zk_lock
+from zklocks.connections import connections
+from zklocks.recipes import steps
+from zklocks.testing.server import mntr
+
+pytestmark = [pytest.mark.zk, pytest.mark.timeout(300)]
+
+WAITERS = 10_000
+
+
+def queued(paths: list[str]) -> int:
+    client = connections["default"].session().client
+    return sum(len(client.get_children(path)) for path in paths)
+
+
+def watches(server) -> int:
+    return int(mntr(server.port)["zk_watch_count"])
+
+
+async def until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(predicate):
+        assert time.monotonic() < deadline, f"not in time: {what}"
+        await asyncio.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def roomy_zk():
+    """A server whose tick allows a 10 s session: enqueueing 10,000 waiters keeps one session's requests busy
+    for seconds, and the lease renewals queue behind them (one connection answers in order)."""
+    from zklocks.testing import ZkServer
+
+    server = ZkServer(tick_time=500)
+    server.start()
+    yield server
+    server.cleanup()
+
+
+@pytest.mark.parametrize("locks", [1, 100], ids=["one lock", "100 locks"])
+def test_ten_thousand_coroutines_wait_without_a_thread_each_and_are_served_in_queue_order(
+    zklocks_settings, roomy_zk, locks
+):
+    zklocks_settings(HOSTS=roomy_zk.hosts, SESSION_TIMEOUT=10.0, CONNECT_TIMEOUT=10.0, TICK_TIME=0.5)
+    names = [f"crowd-{locks}-{j}" for j in range(locks)]
+    paths = [zk_lock(name).path for name in names]
+    served: dict[str, list[int]] = {name: [] for name in names}
+    figures = {}
+
+    async def waiter(i: int) -> None:
+        name = names[i % locks]
+        lock = zk_lock(name, timeout=240)
+        async with lock:
+            served[name].append(int(lock._hold().contender.name[-10:]))  # its place in the queue
+
+    async def main() -> None:
+        holders = [zk_lock(name) for name in names]
+        for holder in holders:
+            await holder.acquire_async()
+        threads_before = threading.active_count()
+        started = time.monotonic()
+        tasks = [asyncio.create_task(waiter(i)) for i in range(WAITERS)]
+        await until(lambda: queued(paths) == WAITERS + locks, 120, "every waiter enqueued")
+        # Every waiter watches its predecessor's data and children: two watches each, as the server counts them.
+        await until(lambda: watches(roomy_zk) >= 2 * WAITERS, 120, "every waiter watching")
+        figures["enqueue_s"] = time.monotonic() - started
+        figures["threads"] = threading.active_count() - threads_before
+        assert threading.active_count() <= threads_before + steps.BLOCKING_THREADS
+        assert all(not task.done() for task in tasks)
+
+        # Cancel every tenth waiter: each leaves at once, however many wait, and takes its node with it.
+        doomed = tasks[::10]
+        start = time.monotonic()
+        for task in doomed:
+            task.cancel()
+        results = await asyncio.gather(*doomed, return_exceptions=True)
+        figures["cancel_s"] = time.monotonic() - start
+        assert all(isinstance(r, asyncio.CancelledError) for r in results)
+        assert figures["cancel_s"] < 2.0
+        await until(lambda: queued(paths) == WAITERS - len(doomed) + locks, 30, "cancelled nodes gone")
+
+        # The holders' releases run at once (a release never waits behind waiters), and the queues drain.
+        start = time.monotonic()
+        for holder in holders:
+            await holder.release_async()
+        figures["release_ms"] = (time.monotonic() - start) * 1000 / locks
+        assert figures["release_ms"] < 100
+        start = time.monotonic()
+        await asyncio.wait_for(asyncio.gather(*[t for t in tasks if t not in doomed]), 240)
+        figures["handoffs_per_s"] = (WAITERS - len(doomed)) / (time.monotonic() - start)
+
+    asyncio.run(main())
+    for name, order in served.items():
+        assert order == sorted(order), f"{name}: not served in queue order"
+    assert sum(len(order) for order in served.values()) == WAITERS - WAITERS // 10
+    assert queued(paths) == 0
+    print(
+        f"\n{WAITERS} coroutines on {locks} lock(s): enqueued and watching in {figures['enqueue_s']:.1f} s, "
+        f"{figures['threads']} more threads while they waited (the test's own polling thread), "
+        f"{WAITERS // 10} cancelled in {figures['cancel_s'] * 1000:.0f} ms, release "
+        f"{figures['release_ms']:.2f} ms, {figures['handoffs_per_s']:.0f} handoffs/s"
+    )
+
+
+def test_threads_and_coroutines_exclude_each_other_on_one_lock(zklocks_settings):
+    zklocks_settings(SESSION_TIMEOUT=4.0)
+    name = "threads-and-coroutines"
+    inside = []  # who is inside now: never more than one
+    overlaps = []
+    tokens = []
+    guard = threading.Lock()
+    rounds = 5
+
+    def enter(who: str, token: int) -> None:
+        with guard:
+            if inside:
+                overlaps.append((inside[-1], who))
+            inside.append(who)
+            tokens.append(token)
+
+    def leave(who: str) -> None:
+        with guard:
+            inside.remove(who)
+
+    def thread_worker(i: int) -> int:
+        for _ in range(rounds):
+            with zk_lock(name, timeout=60) as lock:
+                enter(f"thread-{i}", lock.token)
+                time.sleep(0.002)
+                leave(f"thread-{i}")
+        return i
+
+    async def coroutine_worker(i: int) -> None:
+        for _ in range(rounds):
+            async with zk_lock(name, timeout=60) as lock:
+                enter(f"task-{i}", lock.token)
+                await asyncio.sleep(0.002)
+                leave(f"task-{i}")
+
+    async def main() -> list[int]:
+        threads = [asyncio.to_thread(thread_worker, i) for i in range(4)]
+        coroutines = [coroutine_worker(i) for i in range(50)]
+        results = await asyncio.wait_for(asyncio.gather(*threads, *coroutines), 120)
+        return [r for r in results if r is not None]
+
+    done_threads = asyncio.run(main())
+    assert sorted(done_threads) == [0, 1, 2, 3]
+    assert not overlaps, overlaps[:5]
+    assert len(tokens) == (4 + 50) * rounds
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)  # fencing tokens only grow
+    assert in_thread(lambda: _take_and_give_back(name)) is True
+
+
+def _take_and_give_back(name: str) -> bool:
+    lock = zk_lock(name)
+    got = lock.acquire(blocking=False)
+    lock.release()
+    return got
