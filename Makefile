@@ -76,6 +76,7 @@ demo: system-deps venv
 
 bench: system-deps bench-deps venv
 	timeout 600 $(BIN)/python -m benchmarks
+	timeout 600 $(BIN)/python -m benchmarks.async_waiters
 
 bench-view: system-deps bench-deps venv
 	timeout 600 $(BIN)/python -m benchmarks.view_load

@@ -55,14 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5, help="alternating rounds per comparison (median taken)")
     p.add_argument("--seconds", type=float, default=1.0, help="length of one measured round")
     p.add_argument("--contenders", default="1,2,4,8,16,32", help="process counts for contended handoffs")
-    p.add_argument("--handoff-seconds", type=float, default=3.0)
+    p.add_argument("--handoff-seconds", type=float, default=2.0)
+    p.add_argument("--handoff-rounds", type=int, default=3, help="alternating rounds per process count (median)")
     p.add_argument("--waiters", default="1,10,100,1000", help="queue lengths for the scaling run")
     p.add_argument("--out", default="bench-results")
     p.add_argument("--no-redis", action="store_true")
     p.add_argument("--quick", action="store_true", help="a short run (smoke test)")
     args = p.parse_args(argv)
     if args.quick:
-        args.rounds, args.seconds, args.handoff_seconds = 2, 0.3, 1.0
+        args.rounds, args.seconds, args.handoff_seconds, args.handoff_rounds = 2, 0.3, 1.0, 1
         args.contenders, args.waiters = "1,2,8", "1,10,50"
     contenders = [int(x) for x in args.contenders.split(",") if x]
     waiters = [int(x) for x in args.waiters.split(",") if x]
@@ -93,10 +94,15 @@ def main(argv: list[str] | None = None) -> int:
         progress.step()
         results["handoffs"] = {"zklocks": {}, "kazoo": {}, "floor": {}}
         for n in contenders:
-            for kind in ("zklocks", "kazoo", "floor"):
-                progress.set(f"handoffs: {kind}, {n} processes")
-                results["handoffs"][kind][n] = workloads.handoffs(kind, zk.hosts, n, args.handoff_seconds)
-                progress.step()
+            # Alternating rounds, median of each: the machine's load drifts between rounds, not within one.
+            rounds: dict[str, list[float]] = {"zklocks": [], "kazoo": [], "floor": []}
+            for _ in range(args.handoff_rounds):
+                for kind in rounds:
+                    progress.set(f"handoffs: {kind}, {n} processes")
+                    rounds[kind].append(workloads.handoffs(kind, zk.hosts, n, args.handoff_seconds))
+            for kind, values in rounds.items():
+                results["handoffs"][kind][n] = workloads.median(values)
+            progress.step(n=3)
         results["waiters"] = []
         for w in waiters:
             progress.set(f"{w} waiters")
@@ -221,7 +227,7 @@ def report(r: dict) -> str:
     if r["waiters"]:
         big = r["waiters"][-1]
         lines.append(
-            f"notifications per release, {big['waiters']} waiters   "
+            f"waiters woken per release, {big['waiters']} waiters   "
             f"{big['notifications_per_release']:10.2f} {'':>10} {'':>10} {'':>9}   == 1"
         )
     for name, figures in r.get("extras", {}).items():
@@ -237,12 +243,14 @@ def report(r: dict) -> str:
         + "  ".join(f"{n}: {h['zklocks'][n]:.0f} vs {h['kazoo'][n]:.0f}" for n in sorted(h["zklocks"]))
     )
     lines.append(
-        "waiters  first handoff ms  mean handoff ms  packets/handoff  notifications/release  max wakeups/waiter"
+        "waiters  first handoff ms  mean handoff ms  packets/handoff  writes/handoff  waiters woken/release  "
+        "watches fired/release  max wakeups/waiter"
     )
     for w in r["waiters"]:
         lines.append(
             f"{w['waiters']:7d}  {w['first_handoff_ms']:16.2f}  {w['mean_handoff_ms']:15.2f}  "
-            f"{w['packets_per_handoff']:15.2f}  {w['notifications_per_release']:21.2f}  "
+            f"{w['packets_per_handoff']:15.2f}  {w['writes_per_handoff']:14.2f}  "
+            f"{w['notifications_per_release']:21.2f}  {w['watches_per_release']:21.2f}  "
             f"{w['max_wakeups_per_waiter']:18d}"
         )
     return "\n".join(lines)
@@ -299,7 +307,7 @@ def markdown(r: dict) -> str:
         big = r["waiters"][-1]
         rows.append(
             (
-                f"notifications per release, {big['waiters']} waiters",
+                f"waiters woken per release, {big['waiters']} waiters",
                 f"{big['notifications_per_release']:.2f}",
                 "",
                 "",
@@ -319,13 +327,14 @@ def markdown(r: dict) -> str:
     ]
     out += [
         "",
-        "| waiters | first handoff ms | mean handoff ms | server packets per handoff | notifications per release "
-        "| max wake-ups of one waiter |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| waiters | first handoff ms | mean handoff ms | server packets per handoff | writes per handoff "
+        "| waiters woken per release | watches fired per release | max wake-ups of one waiter |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     out += [
         f"| {w['waiters']} | {w['first_handoff_ms']:.2f} | {w['mean_handoff_ms']:.2f} | "
-        f"{w['packets_per_handoff']:.2f} | {w['notifications_per_release']:.2f} | {w['max_wakeups_per_waiter']} |"
+        f"{w['packets_per_handoff']:.2f} | {w['writes_per_handoff']:.2f} | {w['notifications_per_release']:.2f} | "
+        f"{w['watches_per_release']:.2f} | {w['max_wakeups_per_waiter']} |"
         for w in r["waiters"]
     ]
     for name, figures in r.get("extras", {}).items():

@@ -327,6 +327,7 @@ def many_waiters(hosts: str, port: int, waiters: int, per_process: int = 250) ->
         time.sleep(0.1)
     watches_before = int(mntr(port).get("zk_watch_count", "0"))
     packets_before = int(mntr(port)["zk_packets_received"])
+    zxid_before = _zxid(port)
     released = time.monotonic()
     holder.release(wait=True)
     # One release: exactly one watch fires (one-shot watches disappear when they fire).
@@ -338,6 +339,7 @@ def many_waiters(hosts: str, port: int, waiters: int, per_process: int = 250) ->
         wakes.append(wakeups)
     drained = max(stamps)
     packets_after = int(mntr(port)["zk_packets_received"])
+    zxid_after = _zxid(port)
     watches_after = int(mntr(port).get("zk_watch_count", "0"))
     for p in procs:
         p.join(30)
@@ -351,10 +353,24 @@ def many_waiters(hosts: str, port: int, waiters: int, per_process: int = 250) ->
         "mean_handoff_ms": (drained - released) * 1000 / waiters,
         "watches_before": watches_before,
         "watches_after": watches_after,
-        "notifications_per_release": (watches_before - watches_after) / waiters,
+        # Waiters woken per release: each waiter counts its own wake-ups (exactly one each means one per release).
+        "notifications_per_release": sum(wakes) / waiters,
+        # Each waiter watches its predecessor's data and children; a release fires both, on that waiter only.
+        "watches_per_release": (watches_before - watches_after) / waiters,
         "packets_per_handoff": (packets_after - packets_before) / waiters,
+        "writes_per_handoff": (zxid_after - zxid_before) / waiters,
         "max_wakeups_per_waiter": max(wakes),
     }
+
+
+def _zxid(port: int) -> int:
+    """The server's last zxid: every write (a transaction counts once) adds one."""
+    from zklocks.testing.server import four_letter
+
+    for line in four_letter(port, "srvr").splitlines():
+        if line.startswith("Zxid:"):
+            return int(line.split(":", 1)[1].strip(), 16)
+    raise RuntimeError("srvr reported no Zxid")
 
 
 def median(values: list[float]) -> float:

@@ -1,0 +1,110 @@
+"""Ten thousand waiting coroutines in one process: threads, memory per waiter, handoff rate.
+
+    python -m benchmarks.async_waiters [--waiters 10000]
+
+One holder per lock, then N coroutines ``async with zk_lock(...)`` spread over 1 and over 100 locks; once every
+waiter is enqueued and watching (the server's own watch count says so), the holders release and the queues drain,
+each waiter releasing as soon as it holds. Memory is Python's own (tracemalloc) per waiting coroutine, kazoo's
+watch bookkeeping included, in a separate pass (tracing slows the process down).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import threading
+import time
+import tracemalloc
+
+from benchmarks.servers import start_zookeeper
+from benchmarks.workloads import configure_django
+
+
+def _threads() -> int:
+    """Threads of the process, without the event loop's default executor (the benchmark's own polling)."""
+    return sum(1 for t in threading.enumerate() if not t.name.startswith("asyncio_"))
+
+
+def _watches(port: int) -> int:
+    from zklocks.testing.server import mntr
+
+    return int(mntr(port)["zk_watch_count"])
+
+
+async def _crowd(port: int, waiters: int, locks: int, tag: str, trace: bool) -> dict:
+    from zklocks import zk_lock
+
+    names = [f"bench:crowd:{tag}:{locks}:{j}" for j in range(locks)]
+    order: dict[str, list[int]] = {name: [] for name in names}
+
+    async def waiter(i: int) -> None:
+        name = names[i % locks]
+        lock = zk_lock(name, timeout=600)
+        async with lock:
+            order[name].append(int(lock._hold().contender.name[-10:]))
+
+    holders = [zk_lock(name) for name in names]
+    for holder in holders:
+        await holder.acquire_async()
+    base_watches = await asyncio.to_thread(_watches, port)
+    threads = _threads()
+    if trace:
+        tracemalloc.start()
+    started = time.monotonic()
+    tasks = [asyncio.create_task(waiter(i)) for i in range(waiters)]
+    while await asyncio.to_thread(_watches, port) < base_watches + 2 * waiters:
+        await asyncio.sleep(0.1)
+    enqueued = time.monotonic() - started
+    extra_threads = _threads() - threads
+    memory = None
+    if trace:
+        memory = tracemalloc.get_traced_memory()[0] / waiters
+        tracemalloc.stop()
+    started = time.monotonic()
+    for holder in holders:
+        await holder.release_async()
+    await asyncio.gather(*tasks)
+    drained = time.monotonic() - started
+    return {
+        "waiters": waiters,
+        "locks": locks,
+        "enqueue_s": round(enqueued, 2),
+        "extra_threads": extra_threads,
+        "bytes_per_waiter": None if memory is None else round(memory),
+        "handoffs_per_s": round(waiters / drained),
+        "in_queue_order": all(v == sorted(v) for v in order.values()),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.async_waiters", description=__doc__)
+    p.add_argument("--waiters", type=int, default=10_000)
+    args = p.parse_args(argv)
+    zk = start_zookeeper()
+    try:
+        configure_django(zk.hosts)
+        from django.conf import settings
+
+        settings.ZKLOCKS["default"]["TICK_TIME"] = zk.tick_time / 1000
+        rows = []
+        for locks in (1, 100):
+            rows.append(asyncio.run(_crowd(zk.port, args.waiters, locks, "run", trace=False)))
+        memory = asyncio.run(_crowd(zk.port, args.waiters, 1, "mem", trace=True))["bytes_per_waiter"]
+    finally:
+        from zklocks.connections import close_all
+
+        close_all()
+        zk.cleanup()
+    print("| waiters | locks | enqueued and watching (s) | threads added | handoffs/s | in queue order |")
+    print("| ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in rows:
+        print(
+            f"| {r['waiters']} | {r['locks']} | {r['enqueue_s']} | {r['extra_threads']} | {r['handoffs_per_s']} "
+            f"| {'yes' if r['in_queue_order'] else 'NO'} |"
+        )
+    print(f"\nPython memory per waiting coroutine (tracemalloc, 1 lock): {memory / 1024:.1f} KiB")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
