@@ -40,11 +40,11 @@ async def until(predicate, timeout: float, what: str) -> None:
 
 @pytest.fixture(scope="module")
 def roomy_zk():
-    """A server whose tick allows a 10 s session: enqueueing 10,000 waiters keeps one session's requests busy
+    """A server whose tick allows a 20 s session: enqueueing 10,000 waiters keeps one session's requests busy
     for seconds, and the lease renewals queue behind them (one connection answers in order)."""
     from zklocks.testing import ZkServer
 
-    server = ZkServer(tick_time=500)
+    server = ZkServer(tick_time=1000)
     server.start()
     yield server
     server.cleanup()
@@ -54,7 +54,7 @@ def roomy_zk():
 def test_ten_thousand_coroutines_wait_without_a_thread_each_and_are_served_in_queue_order(
     zklocks_settings, roomy_zk, locks
 ):
-    zklocks_settings(HOSTS=roomy_zk.hosts, SESSION_TIMEOUT=10.0, CONNECT_TIMEOUT=10.0, TICK_TIME=0.5)
+    zklocks_settings(HOSTS=roomy_zk.hosts, SESSION_TIMEOUT=20.0, CONNECT_TIMEOUT=10.0, TICK_TIME=1.0)
     names = [f"crowd-{locks}-{j}" for j in range(locks)]
     paths = [zk_lock(name).path for name in names]
     served: dict[str, list[int]] = {name: [] for name in names}
