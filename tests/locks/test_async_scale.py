@@ -31,16 +31,22 @@ def watches(server) -> int:
     return int(mntr(server.port)["zk_watch_count"])
 
 
+def znodes(server) -> int:
+    """The server's own count (reading 10,000 children in this process would compete with the waiters)."""
+    return int(mntr(server.port)["zk_znode_count"])
+
+
 async def until(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not await asyncio.to_thread(predicate):
         assert time.monotonic() < deadline, f"not in time: {what}"
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.5)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def roomy_zk():
-    """A server whose tick allows a 20 s session: enqueueing 10,000 waiters keeps one session's requests busy
+    """A server of the test's own (10,000 waiters are a heavy load to leave to the next test), whose tick
+    allows a 20 s session: enqueueing 10,000 waiters keeps one session's requests busy
     for seconds, and the lease renewals queue behind them (one connection answers in order)."""
     from zklocks.testing import ZkServer
 
@@ -50,11 +56,22 @@ def roomy_zk():
     server.cleanup()
 
 
-@pytest.mark.parametrize("locks", [1, 100], ids=["one lock", "100 locks"])
-def test_ten_thousand_coroutines_wait_without_a_thread_each_and_are_served_in_queue_order(
-    zklocks_settings, roomy_zk, locks
+# make test runs 2,000 waiters; the 10,000 of the claim run with -m slow (and python -m benchmarks.async_waiters):
+# a burst of 10,000 in one session can outrun the lease's renewals on a loaded 2-core machine (see README, Async).
+@pytest.mark.parametrize(
+    "waiters, locks",
+    [
+        (2_000, 1),
+        (2_000, 100),
+        pytest.param(WAITERS, 1, marks=pytest.mark.slow),
+        pytest.param(WAITERS, 100, marks=pytest.mark.slow),
+    ],
+    ids=["2000 on one lock", "2000 on 100 locks", "10000 on one lock", "10000 on 100 locks"],
+)
+def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_queue_order(
+    zklocks_settings, roomy_zk, waiters, locks
 ):
-    zklocks_settings(HOSTS=roomy_zk.hosts, SESSION_TIMEOUT=20.0, CONNECT_TIMEOUT=10.0, TICK_TIME=1.0)
+    zklocks_settings(HOSTS=roomy_zk.hosts, SESSION_TIMEOUT=20.0, CONNECT_TIMEOUT=10.0, TICK_TIME=1.0, POOL_SIZE=1)
     names = [f"crowd-{locks}-{j}" for j in range(locks)]
     paths = [zk_lock(name).path for name in names]
     served: dict[str, list[int]] = {name: [] for name in names}
@@ -71,11 +88,12 @@ def test_ten_thousand_coroutines_wait_without_a_thread_each_and_are_served_in_qu
         for holder in holders:
             await holder.acquire_async()
         threads_before = threading.active_count()
+        nodes_before, watches_before = znodes(roomy_zk), watches(roomy_zk)
         started = time.monotonic()
-        tasks = [asyncio.create_task(waiter(i)) for i in range(WAITERS)]
-        await until(lambda: queued(paths) == WAITERS + locks, 120, "every waiter enqueued")
+        tasks = [asyncio.create_task(waiter(i)) for i in range(waiters)]
+        await until(lambda: znodes(roomy_zk) >= nodes_before + waiters, 120, "every waiter enqueued")
         # Every waiter watches its predecessor's data and children: two watches each, as the server counts them.
-        await until(lambda: watches(roomy_zk) >= 2 * WAITERS, 120, "every waiter watching")
+        await until(lambda: watches(roomy_zk) >= watches_before + 2 * waiters, 120, "every waiter watching")
         figures["enqueue_s"] = time.monotonic() - started
         figures["threads"] = threading.active_count() - threads_before
         assert threading.active_count() <= threads_before + steps.BLOCKING_THREADS
@@ -90,7 +108,7 @@ def test_ten_thousand_coroutines_wait_without_a_thread_each_and_are_served_in_qu
         figures["cancel_s"] = time.monotonic() - start
         assert all(isinstance(r, asyncio.CancelledError) for r in results)
         assert figures["cancel_s"] < 2.0
-        await until(lambda: queued(paths) == WAITERS - len(doomed) + locks, 30, "cancelled nodes gone")
+        await until(lambda: znodes(roomy_zk) <= nodes_before + waiters - len(doomed), 30, "cancelled nodes gone")
 
         # The holders' releases run at once (a release never waits behind waiters), and the queues drain.
         start = time.monotonic()
@@ -100,17 +118,17 @@ def test_ten_thousand_coroutines_wait_without_a_thread_each_and_are_served_in_qu
         assert figures["release_ms"] < 100
         start = time.monotonic()
         await asyncio.wait_for(asyncio.gather(*[t for t in tasks if t not in doomed]), 240)
-        figures["handoffs_per_s"] = (WAITERS - len(doomed)) / (time.monotonic() - start)
+        figures["handoffs_per_s"] = (waiters - len(doomed)) / (time.monotonic() - start)
 
     asyncio.run(main())
     for name, order in served.items():
         assert order == sorted(order), f"{name}: not served in queue order"
-    assert sum(len(order) for order in served.values()) == WAITERS - WAITERS // 10
+    assert sum(len(order) for order in served.values()) == waiters - waiters // 10
     assert queued(paths) == 0
     print(
-        f"\n{WAITERS} coroutines on {locks} lock(s): enqueued and watching in {figures['enqueue_s']:.1f} s, "
+        f"\n{waiters} coroutines on {locks} lock(s): enqueued and watching in {figures['enqueue_s']:.1f} s, "
         f"{figures['threads']} more threads while they waited (the test's own polling thread), "
-        f"{WAITERS // 10} cancelled in {figures['cancel_s'] * 1000:.0f} ms, release "
+        f"{waiters // 10} cancelled in {figures['cancel_s'] * 1000:.0f} ms, release "
         f"{figures['release_ms']:.2f} ms, {figures['handoffs_per_s']:.0f} handoffs/s"
     )
 
