@@ -16,7 +16,6 @@ import threading
 import time
 import tracemalloc
 
-from benchmarks.servers import start_zookeeper
 from benchmarks.workloads import configure_django
 
 
@@ -80,12 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.async_waiters", description=__doc__)
     p.add_argument("--waiters", type=int, default=10_000)
     args = p.parse_args(argv)
-    zk = start_zookeeper()
+    from zklocks.testing import ZkServer
+
+    # A 20 s session (tick 1 s): a burst of 10,000 enqueues keeps one session's requests busy for seconds.
+    zk = ZkServer(tick_time=1000, force_sync=True).start()
     try:
         configure_django(zk.hosts)
         from django.conf import settings
 
-        settings.ZKLOCKS["default"]["TICK_TIME"] = zk.tick_time / 1000
+        settings.ZKLOCKS["default"].update(SESSION_TIMEOUT=20.0, TICK_TIME=1.0)
         rows = []
         for locks in (1, 100):
             rows.append(asyncio.run(_crowd(zk.port, args.waiters, locks, "run", trace=False)))
