@@ -6,9 +6,10 @@ import functools
 import inspect
 import threading
 
+from .acquirable import _Acquirable
 from .commit import release_after_commit
 from .exceptions import LockTimeout
-from .locks import F, ZkLock, _Acquirable
+from .locks import F, ZkLock
 from .offloop import acquire_off_loop, run_off_loop
 from .recipes.layout import Kind
 

@@ -14,9 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import shlex
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 
 from kazoo.exceptions import (
@@ -40,6 +38,7 @@ from . import steps
 from .calls import Deadline, DeadlinePassed, SessionGone
 from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, Layout, sequence_trusted
 from .node import OwnNode, layout_of
+from .queueview import QueueView, view_of
 from .steps import Answer, Blocking, Listing, NewWaker, Pace, Request, Settle, Sleep, Steps
 
 log = logging.getLogger("zklocks")
@@ -140,17 +139,17 @@ class Contender(OwnNode):
             return None, False
         return view.child(ahead), view.previous(ahead) < 0
 
-    def place(self, children: list[str]) -> tuple[_QueueView, int]:
+    def place(self, children: list[str]) -> tuple[QueueView, int]:
         """The queue as ``children`` shows it, and our index in it."""
         layout = layout_of(self.session)
-        view = _view(layout, children, self.marker)
+        view = view_of(layout, children, self.marker)
         orphans = [c for c in view.tagged(self.guid) if c != self.name]
         if orphans:
             # Creates of ours that we could not see when we recovered from a connection loss: never wait
             # behind our own orphan.
             for child in orphans:
                 self.session.client.delete_async(f"{self.parent}/{child}")
-            view = _QueueView(layout, [c for c in children if c not in orphans], self.marker)
+            view = QueueView(layout, [c for c in children if c not in orphans], self.marker)
         try:
             return view, view.position[self.name or ""]
         except KeyError:
@@ -240,73 +239,6 @@ def _connected(session: Session, deadline: Deadline) -> Blocking:
     return Blocking(lambda: session.wait_connected(deadline.at), fast=lambda: True if session.connected else None)
 
 
-class _QueueView:
-    """One read of a lock node's children, sorted once for every contender of one marker that shares it."""
-
-    __slots__ = ("children", "order", "position", "exclusive_marker", "last_blocking", "tags", "layout", "_leases")
-
-    def __init__(self, layout: Layout, children: list[str], marker: str) -> None:
-        self.layout = layout
-        self.children = children
-        self._leases: bool | None = None
-        self.order = layout.sort_contenders(children, marker)
-        self.position = {child: i for i, (_, _, child) in enumerate(self.order)}
-        self.exclusive_marker = layout.is_exclusive(marker)
-        # For a shared contender: at each position, the index of the last exclusive contender before it (or -1).
-        self.last_blocking: list[int] = []
-        if not self.exclusive_marker:
-            last = -1
-            for i, (_, kind, _) in enumerate(self.order):
-                self.last_blocking.append(last)
-                if layout.is_exclusive(kind):
-                    last = i
-        self.tags: dict[int, dict[str, list[str]]] = {}
-
-    def child(self, index: int) -> str:
-        return self.order[index][2]
-
-    def previous(self, index: int) -> int:
-        """The index of the last contender before ``index`` that keeps the contender at ``index`` waiting (every
-        one for an exclusive contender, the exclusive ones for a shared one); -1 if none."""
-        if self.exclusive_marker:
-            return index - 1
-        return self.last_blocking[index]
-
-    def has_semaphore_child(self) -> bool:
-        if self._leases is None:
-            self._leases = any(self.layout.is_semaphore_child(c) for c in self.children)
-        return self._leases
-
-    def tagged(self, tag: str) -> list[str]:
-        """The children created with ``tag`` (one acquire's guid)."""
-        by_tag = self.tags.get(len(tag))
-        if by_tag is None:
-            by_tag = self.tags[len(tag)] = {}
-            for _, _, child in self.order:
-                by_tag.setdefault(child[: len(tag)], []).append(child)
-        return by_tag.get(tag, [])
-
-
-_views: OrderedDict[tuple[int, str, str], tuple[list[str], _QueueView]] = OrderedDict()
-_views_lock = threading.Lock()
-
-
-def _view(layout: Layout, children: list[str], marker: str) -> _QueueView:
-    """The view of a listing, built once for all the contenders that share the listing (steps.Listing)."""
-    key = (id(children), layout.name, marker)
-    with _views_lock:
-        cached = _views.get(key)
-        if cached is not None and cached[0] is children:
-            return cached[1]
-    view = _QueueView(layout, children, marker)
-    if len(children) > 64:  # a short list is cheaper to sort again than to cache
-        with _views_lock:
-            _views[key] = (children, view)
-            while len(_views) > 16:
-                _views.popitem(last=False)
-    return view
-
-
 def acquire(
     get_session: Callable[[], Session],
     parent: str,
@@ -358,7 +290,7 @@ def acquire_steps(
         contender = Contender(session, parent, marker)
         try:
             children = yield from contender.enqueue_steps(data, deadline)
-            if _view(layout, children, marker).has_semaphore_child():
+            if view_of(layout, children, marker).has_semaphore_child():
                 # Lease holders are no contenders of this queue: granting it would ignore them.
                 raise SemaphoreMismatch(f"{name!r} is in use as a semaphore, not a plain lock")
             seq = layout.sequence_of(contender.name or "")
