@@ -76,7 +76,7 @@ class Contender(OwnNode):
         while True:
             if session.dead:
                 raise SessionGone()
-            yield Pace(session)
+            yield Pace(session, deadline)
             created = client.create_async(
                 self.prefix, data, acl=session.acl, ephemeral=True, sequence=True, include_data=True
             )
@@ -197,7 +197,7 @@ class Contender(OwnNode):
                     deleted.append(True)
                 self._woken(waker)  # gone (or the connection is): look again
 
-        yield Pace(session)
+        yield Pace(session, deadline)
         with session.waking(waker):
             try:
                 gone_watch = client.get_children_async(path, watch=on_gone) if both else None

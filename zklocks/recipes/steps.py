@@ -78,10 +78,10 @@ class Pace(Step):
     requests unanswered. One connection answers in order, so the lease's own renewals (lease.py) never queue
     behind more than that many, however many coroutines start at once. A thread goes on at once."""
 
-    __slots__ = ("session",)
+    __slots__ = ("session", "deadline")
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
+    def __init__(self, session: Session, deadline: Deadline) -> None:
+        self.session, self.deadline = session, deadline
 
 
 class NewWaker(Step):
@@ -189,7 +189,7 @@ async def _perform_async(step: Step) -> Any:
         await _within(_future(step.result), step.limit)
         return None
     if isinstance(step, Pace):
-        return await _pace(step.session)
+        return await _pace(step.session, step.deadline)
     if isinstance(step, Blocking):
         if step.fast is not None:
             value = step.fast()
@@ -403,7 +403,7 @@ class _Gate:
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Session, _Gate]] = weakref.WeakKeyDictionary()
 
 
-async def _pace(session: Session) -> None:
+async def _pace(session: Session, deadline: Deadline) -> None:
     loop = asyncio.get_running_loop()
     gates = _gates.get(loop)
     if gates is None:
@@ -418,7 +418,8 @@ async def _pace(session: Session) -> None:
     if not gate.running:
         gate.running = True
         loop.create_task(gate.run(session))
-    await future
+    if not await _within(future, deadline.remaining()):
+        raise DeadlinePassed()  # held back past the caller's deadline (the gate skips our future later)
 
 
 # Threads for the rare blocking step of an async acquire (starting a session, waiting out an outage).
