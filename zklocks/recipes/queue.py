@@ -52,7 +52,7 @@ class Contender(OwnNode):
     """One enqueued node of one acquire attempt on one session.
 
     Its steps (enqueue, read the queue, wait for the blocker) are generators of steps.py, driven by a thread or
-    by an event loop; the plain methods drive them in the calling thread.
+    by an event loop (see :func:`acquire` and :func:`acquire_steps`).
     """
 
     __slots__ = ("marker", "queued_at", "waited", "wakeups")
@@ -65,9 +65,6 @@ class Contender(OwnNode):
         self.wakeups = 0  # wake-ups by a watch while queued
 
     # -- enqueue --
-
-    def enqueue(self, data: bytes, deadline: Deadline) -> list[str]:
-        return steps.run(self.enqueue_steps(data, deadline))
 
     def enqueue_steps(self, data: bytes, deadline: Deadline) -> Steps:
         """Create our node and read the queue in one round trip; the value is the children."""
@@ -124,9 +121,6 @@ class Contender(OwnNode):
 
     # -- queue position --
 
-    def children(self, deadline: Deadline) -> list[str]:
-        return steps.run(self.children_steps(deadline))
-
     def children_steps(self, deadline: Deadline) -> Steps:
         client = self.session.client
         return (yield Request(lambda: client.get_children_async(self.parent), self.session, deadline))
@@ -154,9 +148,6 @@ class Contender(OwnNode):
             return view, view.position[self.name or ""]
         except KeyError:
             raise SessionGone() from None  # our ephemeral node is gone: the session was expired
-
-    def wait_for(self, blocker: str, deadline: Deadline) -> tuple[bool, bool, bool]:
-        return steps.run(self.wait_steps(blocker, deadline))
 
     def wait_steps(self, blocker: str, deadline: Deadline) -> Steps:
         """Wait until ``blocker`` is deleted or the session state changes; DeadlinePassed at the deadline.
