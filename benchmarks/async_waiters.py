@@ -51,7 +51,7 @@ async def _crowd(port: int, waiters: int, locks: int, tag: str, trace: bool) -> 
         tracemalloc.start()
     started = time.monotonic()
     tasks = [asyncio.create_task(waiter(i)) for i in range(waiters)]
-    while await asyncio.to_thread(_watches, port) < base_watches + 2 * waiters:
+    while await asyncio.to_thread(_watches, port) < base_watches + waiters:
         await asyncio.sleep(0.1)
     enqueued = time.monotonic() - started
     extra_threads = _threads() - threads

@@ -355,7 +355,7 @@ def many_waiters(hosts: str, port: int, waiters: int, per_process: int = 250) ->
         "watches_after": watches_after,
         # Waiters woken per release: each waiter counts its own wake-ups (exactly one each means one per release).
         "notifications_per_release": sum(wakes) / waiters,
-        # Each waiter watches its predecessor's data and children; a release fires both, on that waiter only.
+        # Each waiter watches its predecessor's data; a release fires that one watch, on that waiter only.
         "watches_per_release": (watches_before - watches_after) / waiters,
         "packets_per_handoff": (packets_after - packets_before) / waiters,
         "writes_per_handoff": (zxid_after - zxid_before) / waiters,

@@ -27,6 +27,34 @@ def _clip(value: Any) -> Any:
 
 _prefixes: dict[tuple, str] = {}
 
+# The promise of every contender this client creates: an exclusive contender's node is written only by its
+# release, one transaction that writes and deletes it (node.OwnNode._send_delete); a long hold's acquired_at goes
+# to the lock node instead (hold_record). So the one behind it holds at the first change of that node's data
+# (queue.Contender.wait_steps). A node without the promise (foreign, or of an older zklocks that wrote
+# acquired_at into it) may change and stay: its waiter looks again before it holds.
+MARKS, RELEASE = "marks", "release"
+_PROMISE = f'"{MARKS}":"{RELEASE}"'.encode()
+
+
+def marks_release_only(raw: bytes | None) -> bool:
+    """Whether node data carries the promise above. Exact for our encoder: outside a key, a JSON string never
+    holds an unescaped quote."""
+    return raw is not None and _PROMISE in raw
+
+
+def hold_record(child: str, acquired_at: float) -> bytes:
+    """The lock node's data while an exclusive holder that waited has held for long: who, and since when."""
+    return json.dumps({"v": 1, "holder": child, "acquired_at": round(acquired_at, 3)}, separators=(",", ":")).encode()
+
+
+def parse_hold_record(raw: bytes | None) -> tuple[str, float] | None:
+    """(child, acquired_at) of a lock node's hold_record; None for any other data (a semaphore's marker, none)."""
+    data = parse(raw)
+    child, acquired_at = data.get("holder"), data.get("acquired_at")
+    if isinstance(child, str) and isinstance(acquired_at, (int, float)) and not isinstance(acquired_at, bool):
+        return child, float(acquired_at)
+    return None
+
 
 def payload(*, thread: str | None = None, task: tuple[str, str] | None = None, **extra: Any) -> bytes:
     """Node data for a contender. The fixed part is encoded once per (thread, task, pid).
@@ -50,6 +78,7 @@ def payload(*, thread: str | None = None, task: tuple[str, str] | None = None, *
 def _fields(thread: str | None = None, task: tuple[str, str] | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "v": 1,
+        MARKS: RELEASE,
         "host": _host,
         "pid": os.getpid(),
         "thread": _clip(thread if thread is not None else threading.current_thread().name),
@@ -67,7 +96,8 @@ def _encode(data: dict[str, Any], extra: dict[str, Any]) -> bytes:
         data[key] = _clip(value)
     raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     if len(raw) > MAX_BYTES - 40:  # only absurd fields get here: keep the identity, drop the rest
-        raw = json.dumps({k: data[k] for k in ("v", "host", "pid") if k in data}).encode("utf-8")
+        kept = {k: data[k] for k in ("v", MARKS, "host", "pid") if k in data}
+        raw = json.dumps(kept, separators=(",", ":")).encode("utf-8")
     return raw
 
 

@@ -213,8 +213,10 @@ class LongHolds:
 
     Once a hold has lasted LONG_HOLD seconds we watch our own node (the watch marks the hold lost as soon as
     someone deletes the node, e.g. a force-release from the admin) and, if we had to wait, record acquired_at
-    with one asynchronous set (the successor's data watch re-arms without waking, see
-    queue.Contender.wait_for). Short holds pay for neither; registering one is a list append.
+    with one asynchronous set: an exclusive holder's in the lock node (its own node changes only at the release,
+    holder.marks_release_only), a reader's or a lease's in its own node (a successor's data watch re-arms
+    without waking, see queue.Contender.wait_steps). Short holds pay for neither; registering one is a list
+    append.
     """
 
     def __init__(self) -> None:
@@ -274,16 +276,21 @@ def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
             return
         client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
 
-    if waited and layout.get(session.cfg.layout).holders_write:
-        client.set_async(
-            contender.node,
-            holder.payload(
-                thread=hold.thread_name,
-                task=hold.task,
-                acquired_at=round(acquired_at, 3),
-                queued_at=round(contender.queued_at, 3),
-            ),
-        )
+    node_layout = layout.get(session.cfg.layout)
+    if waited and node_layout.holders_write:
+        if node_layout.is_exclusive(getattr(contender, "marker", "")):
+            # Our own node must change only at the release (holder.marks_release_only): the lock node says it.
+            client.set_async(contender.parent, holder.hold_record(contender.name or "", acquired_at))
+        else:
+            client.set_async(
+                contender.node,
+                holder.payload(
+                    thread=hold.thread_name,
+                    task=hold.task,
+                    acquired_at=round(acquired_at, 3),
+                    queued_at=round(contender.queued_at, 3),
+                ),
+            )
     rearm()
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kazoo.exceptions import NoAuthError, NoNodeError
@@ -249,10 +249,14 @@ def read_namespace(
         client, [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))], results.wait
     )
     found: list[tuple[LockInfo, list, list, bool, bool]] = []
+    records: dict[str, tuple[str, float]] = {}  # lock path: an exclusive long hold's (child, acquired_at)
     for idx, node in enumerate(nodes):
         data, children = answers[2 * idx], answers[2 * idx + 1]
         if data is None or children is None:
             continue  # reaped since the listing
+        record = holder.parse_hold_record(data[0])
+        if record is not None:
+            records[f"{ns}/{node}"] = record
         max_leases = stored_max_leases(data[0])
         lock = LockInfo(
             alias=alias,
@@ -290,9 +294,12 @@ def read_namespace(
     replies = iter(fetch(client, ops, results.wait))
     later = []  # (list to fill, parent, mode, entries) for round 4
     for lock, held, waiting, mutex, sub in found:
+        record = records.get(lock.path)
         for target, entries in ((lock.holders, held), (lock.waiters, waiting)):
             for seq, marker, child in entries:
                 c = _contender(child, layout.mode(marker), int(seq), next(replies))
+                if c is not None and record is not None and record[0] == child and target is lock.holders:
+                    c = replace(c, acquired_at=c.acquired_at or record[1])  # a stale record names a past holder
                 if c is not None:
                     target.append(c)
         if mutex:

@@ -10,6 +10,7 @@ from tests.support.helpers import raw_client, tree, wait_until
 from tests.support.threads import HeldInThread, in_thread
 from zklocks import LockLost, LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_lock
 from zklocks.conf import alias_config
+from zklocks.inspect import snapshot
 
 pytestmark = pytest.mark.zk
 
@@ -255,7 +256,8 @@ def test_a_deleted_node_is_noticed_by_ensure_held_and_by_the_long_hold_watch(zk_
         wait_until(lambda: any(e["name"] == "forced-slow" and e["reason"] == "deleted" for e in lost), timeout=3)
         slow.release()
 
-        # A holder that had to wait records acquired_at once its hold is long.
+        # A holder that had to wait records acquired_at once its hold is long: in the lock node, since its own
+        # node changes only at its release (the one behind it holds at that change).
         first = HeldInThread(zk_lock("waited-hold"))
         releaser = threading.Timer(0.3, first.release)
         releaser.start()
@@ -263,9 +265,13 @@ def test_a_deleted_node_is_noticed_by_ensure_held_and_by_the_long_hold_watch(zk_
         assert second.acquired
         path = first.handle.path
         (child,) = client.get_children(path)
-        wait_until(lambda: "acquired_at" in json.loads(client.get(f"{path}/{child}")[0]), timeout=3)
-        data = json.loads(client.get(f"{path}/{child}")[0])
-        assert data["acquired_at"] >= data["queued_at"]
+        wait_until(lambda: b"acquired_at" in client.get(path)[0], timeout=3)
+        record = json.loads(client.get(path)[0])
+        own, own_stat = client.get(f"{path}/{child}")
+        assert record["holder"] == child and own_stat.version == 0 and b'"marks":"release"' in own
+        assert record["acquired_at"] >= json.loads(own)["queued_at"]
+        (info,) = [lock for lock in snapshot(["default"]).locks if lock.name == "waited-hold"]
+        assert info.holders[0].acquired_at == record["acquired_at"]
         second.release()
     finally:
         signals.lock_lost.disconnect(dispatch_uid="t-deleted")

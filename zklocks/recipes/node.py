@@ -100,10 +100,11 @@ class OwnNode:
     def _send_delete(self, node: str, held: bool):
         """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it.
 
-        The contender behind us watches our node's data and its (never existing) children, so it sees the
-        write, then the delete, and knows from the write that we held: nothing is ahead of it any more, and it
-        holds without reading the queue (queue.Contender.wait_for). One write to the log, as a plain delete.
-        A contender that leaves without holding (timeout, cancel, an expired session) never writes its node.
+        The contender behind us watches our node's data. An exclusive node of ours changes nowhere else
+        (holder.marks_release_only), so that one notification tells it we held and are gone: nothing is ahead
+        of it any more, and it holds without a request (queue.Contender.wait_steps). One write to the log, as a
+        plain delete. A contender that leaves without holding (timeout, cancel, an expired session) never
+        writes its node.
         """
         client = self.session.client
         if not held:

@@ -26,6 +26,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType
 
+from .. import holder
 from ..exceptions import (
     LockNotAcquired,
     LockTimeout,
@@ -154,12 +155,13 @@ class Contender(OwnNode):
 
         The value is (deleted, held, at_once): whether the blocker is known to be deleted (a watch said so, or
         it was gone already: ``at_once``), and whether it is known to have held the lock: a contender writes its
-        node only once it holds (the release of node.OwnNode._send_delete, or the acquired_at of a long hold).
+        node only once it holds.
 
-        An exclusive blocker gets two watches, on its data and on its children (an ephemeral node never has
-        any), which ZooKeeper both triggers at its delete: the data watch reports a write and the children's
-        watch the delete that follows it, with no request in between. Any other blocker gets the data watch
-        alone, re-armed after a write.
+        One watch, on the blocker's data. An exclusive blocker with the release-only promise (holder.py) writes
+        its node only in the transaction that deletes it, so the first change means "held, and gone": we hold
+        at that one notification, with no request in between. Any other blocker's write (a long hold's
+        acquired_at, of a reader or of an older client) only says it held: the watch is set again without
+        waking, and its delete wakes us.
         """
         waker = yield NewWaker()
         deleted: list[bool] = []
@@ -167,18 +169,21 @@ class Contender(OwnNode):
         session = self.session
         client = session.client
         path = f"{self.parent}/{blocker}"
-        both = _exclusive(layout_of(session), blocker)
+        exclusive = _exclusive(layout_of(session), blocker)
+        armed: list = []  # the read that set the current watch: ZooKeeper answers it before the watch can fire
+
+        def arm():
+            armed.append(client.get_async(path, watch=on_data))
+            return armed[-1]
 
         def on_data(watched) -> None:
             if watched.type == EventType.CHANGED:
                 held.append(True)
-                if not both:  # no other watch reports the delete: watch again without waking up
-                    client.get_async(path, watch=on_data).rawlink(on_rearmed)
-                return
-            on_gone(watched)
-
-        def on_gone(watched) -> None:
-            if watched.type == EventType.DELETED:
+                if not (exclusive and _promised(armed[-1])):
+                    arm().rawlink(on_rearmed)  # it may still be there: watch again, without waking up
+                    return
+                deleted.append(True)  # written and deleted in one transaction
+            elif watched.type == EventType.DELETED:
                 deleted.append(True)
             self._woken(waker)
 
@@ -191,17 +196,11 @@ class Contender(OwnNode):
         yield Pace(session, deadline)
         with session.waking(waker):
             try:
-                gone_watch = client.get_children_async(path, watch=on_gone) if both else None
-                data = client.get_async(path, watch=on_data)
                 try:
-                    if gone_watch is not None:
-                        yield Answer(gone_watch, session, deadline)
-                    _, stat = yield Answer(data, session, deadline)
+                    _, stat = yield Answer(arm(), session, deadline)
                 except (ConnectionLoss, OperationTimeoutError):
                     yield _connected(session, deadline)
-                    if both:
-                        yield Request(lambda: client.get_children_async(path, watch=on_gone), session, deadline)
-                    _, stat = yield Request(lambda: client.get_async(path, watch=on_data), session, deadline)
+                    _, stat = yield Request(arm, session, deadline)
             except NoNodeError:
                 return True, False, True  # gone already
             if stat.version > 0:
@@ -359,6 +358,11 @@ def _wait_reading(contender: Contender, children: list[str], deadline: Deadline)
             return
         yield from contender.wait_steps(blocker, deadline)
         children = yield Listing(contender.parent, contender.session, deadline)
+
+
+def _promised(read) -> bool:
+    """Whether the node a successful read answered for carries the release-only promise."""
+    return read.successful() and holder.marks_release_only(read.value[0])
 
 
 def _exclusive(layout: Layout, child: str) -> bool:

@@ -1,0 +1,96 @@
+"""The one notification a handoff takes, and the writes that must not be mistaken for it.
+
+A waiter behind an exclusive contender that carries the release-only promise (holder.marks_release_only) holds at
+the first change of that node's data: the release transaction writes and deletes it at once. Every other write
+(a node without the promise, as an older client's long hold; a reader's long hold) must not grant anything. The
+blockers here are nodes a raw kazoo client creates in the queue, so each write and delete is injected by hand.
+"""
+
+import json
+import time
+import uuid
+
+import pytest
+
+from tests.support.helpers import raw_client, wait_until
+from tests.support.threads import HeldInThread
+from zklocks import zk_lock
+from zklocks.holder import payload
+from zklocks.testing import mntr
+
+pytestmark = pytest.mark.zk
+
+OLD = json.dumps({"v": 1, "host": "old", "pid": 1, "thread": "MainThread", "queued_at": 1.0}).encode()
+
+
+@pytest.fixture
+def raw(zk_server):
+    client = raw_client(zk_server.hosts)
+    yield client
+    client.stop()
+    client.close()
+
+
+def contender(raw, path: str, marker: str, data: bytes) -> str:
+    """A node in the queue, created by hand in the kazoo layout."""
+    raw.ensure_path(path)
+    return raw.create(f"{path}/{uuid.uuid4().hex}{marker}", data, ephemeral=True, sequence=True)
+
+
+def still_waiting(waiter: HeldInThread, seconds: float = 0.6) -> bool:
+    time.sleep(seconds)
+    return waiter.acquired is None
+
+
+def release_transaction(raw, node: str) -> None:
+    transaction = raw.transaction()
+    transaction.set_data(node, b"released")
+    transaction.delete(node)
+    transaction.commit()
+
+
+def test_the_release_transaction_of_a_promising_holder_grants_at_its_one_notification(raw, zk_server):
+    handle = zk_lock("signal-promise")
+    head = contender(raw, handle.path, "__lock__", payload())
+    waiter = HeldInThread(handle, wait_for_acquire=False)
+    wait_until(lambda: len(raw.get_children(handle.path)) == 2, timeout=5)
+    assert still_waiting(waiter)
+    watches = int(mntr(zk_server.port)["zk_watch_count"])
+    release_transaction(raw, head)
+    assert waiter.wait(10)
+
+    # The waiter held at one watch; it set no new one (nothing re-read, nothing re-armed).
+    assert int(mntr(zk_server.port)["zk_watch_count"]) <= watches - 1
+    waiter.release()
+
+
+@pytest.mark.parametrize("marker", ["__lock__", "__rlock__"], ids=["older client's exclusive node", "reader"])
+def test_a_write_that_leaves_the_node_grants_nothing(raw, marker):
+    """An older client writes acquired_at into its exclusive node during a long hold; a reader of ours does
+    too. The waiter behind must go on waiting until the node is deleted."""
+    handle = zk_lock(f"signal-write-{marker.strip('_')}")
+    head = contender(raw, handle.path, marker, OLD if marker == "__lock__" else payload())
+    waiter = HeldInThread(handle, wait_for_acquire=False)
+    wait_until(lambda: len(raw.get_children(handle.path)) == 2, timeout=5)
+    raw.set(head, OLD[:-1] + b',"acquired_at":2.0}')
+    assert still_waiting(waiter), "granted while the blocker still held"
+    raw.set(head, OLD[:-1] + b',"acquired_at":3.0}')  # a second write: the watch was set again
+    assert still_waiting(waiter)
+    raw.delete(head)
+    assert waiter.wait(10)
+    waiter.release()
+
+
+def test_a_promising_node_that_leaves_without_holding_sends_the_waiter_back_to_the_holder(raw):
+    """Holder, then a waiter that times out (its node deleted without a write), then ours: ours must walk back
+    to the holder and wait for it, not hold at the first delete."""
+    handle = zk_lock("signal-walk-back")
+    holder_node = contender(raw, handle.path, "__lock__", OLD)
+    leaver = contender(raw, handle.path, "__lock__", payload())
+    waiter = HeldInThread(handle, wait_for_acquire=False)
+    wait_until(lambda: len(raw.get_children(handle.path)) == 3, timeout=5)
+    raw.delete(leaver)
+    assert still_waiting(waiter), "granted while an earlier node still held"
+    raw.delete(holder_node)
+    assert waiter.wait(10)
+    waiter.release()
