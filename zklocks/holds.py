@@ -280,7 +280,7 @@ def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
     if waited and node_layout.holders_write:
         if node_layout.is_exclusive(getattr(contender, "marker", "")):
             # Our own node must change only at the release (holder.marks_release_only): the lock node says it.
-            client.set_async(contender.parent, holder.hold_record(contender.name or "", acquired_at))
+            _record_in_lock_node(client, contender.parent, holder.hold_record(contender.name or "", acquired_at))
         else:
             client.set_async(
                 contender.node,
@@ -292,6 +292,22 @@ def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
                 ),
             )
     rearm()
+
+
+def _record_in_lock_node(client, parent: str, record: bytes) -> None:
+    """Write a hold record into the lock node unless its data means something else (a semaphore's marker, a
+    foreign client's data): read it, then write only over nothing or an earlier record, at that version."""
+
+    def on_read(result) -> None:
+        try:
+            data, stat = result.get_nowait()
+        except Exception:
+            return  # gone, refused or disconnected: the record is for display only
+        if data and holder.parse_hold_record(data) is None:
+            return
+        client.set_async(parent, record, version=stat.version)
+
+    client.get_async(parent).rawlink(on_read)
 
 
 long_holds = LongHolds()

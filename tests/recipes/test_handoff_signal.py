@@ -94,3 +94,24 @@ def test_a_promising_node_that_leaves_without_holding_sends_the_waiter_back_to_t
     raw.delete(holder_node)
     assert waiter.wait(10)
     waiter.release()
+
+
+def test_a_long_hold_records_acquired_at_only_over_its_own_kind_of_record(raw):
+    """The record goes into the lock node's data: never over data that means something else there."""
+    for name, before in (("record-empty", b""), ("record-foreign", b'{"kind":"semaphore","max_leases":3}')):
+        handle = zk_lock(name)
+        raw.ensure_path(handle.path)
+        raw.set(handle.path, before)
+        head = contender(raw, handle.path, "__lock__", OLD)
+        waiter = HeldInThread(handle, wait_for_acquire=False)
+        wait_until(lambda handle=handle: len(raw.get_children(handle.path)) == 2, timeout=5)
+        raw.delete(head)
+        assert waiter.wait(10)
+        time.sleep(1.6)  # a long hold: the record is due
+        data = raw.get(handle.path)[0]
+        if before:
+            assert data == before
+        else:
+            record = json.loads(data)
+            assert record["holder"] == raw.get_children(handle.path)[0] and record["acquired_at"] > 1.0
+        waiter.release()

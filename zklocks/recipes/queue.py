@@ -179,13 +179,21 @@ class Contender(OwnNode):
         def on_data(watched) -> None:
             if watched.type == EventType.CHANGED:
                 held.append(True)
-                if not (exclusive and _promised(armed[-1])):
-                    arm().rawlink(on_rearmed)  # it may still be there: watch again, without waking up
-                    return
-                deleted.append(True)  # written and deleted in one transaction
+                # ``armed`` is empty if the event overtook the append in arm(): then we cannot tell, and look.
+                if exclusive and armed and _promised(armed[-1]):
+                    deleted.append(True)  # written and deleted in one transaction
+                elif _rearmed():
+                    return  # it may still be there: watch again, without waking up
             elif watched.type == EventType.DELETED:
                 deleted.append(True)
             self._woken(waker)
+
+        def _rearmed() -> bool:
+            try:
+                arm().rawlink(on_rearmed)  # on this callback thread: the next event comes after the append
+            except Exception:  # the client is closing: wake up and look again
+                return False
+            return True
 
         def on_rearmed(result) -> None:
             if result.exception is not None:
@@ -219,7 +227,7 @@ class Contender(OwnNode):
             return bool(deleted), bool(held), False
 
     def _woken(self, waker) -> None:
-        if not waker.is_set():  # both watches fire at a delete: one wake-up
+        if not waker.is_set():  # a session event may come on top of the watch's: one wake-up
             self.wakeups += 1
             waker.set()
 
