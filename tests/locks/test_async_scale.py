@@ -89,12 +89,26 @@ def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_qu
             await holder.acquire_async()
         threads_before = threading.active_count()
         nodes_before, watches_before = znodes(roomy_zk), watches(roomy_zk)
+        # Count the session's listings: each names up to every waiter, so one per waiter would cost O(n²).
+        client = holders[0]._hold().contender.session.client
+        listings = [0]
+        send_listing = client.get_children_async
+
+        def counted(*args, **kwargs):
+            listings[0] += 1
+            return send_listing(*args, **kwargs)
+
+        client.get_children_async = counted
         started = time.monotonic()
         tasks = [asyncio.create_task(waiter(i)) for i in range(waiters)]
         await until(lambda: znodes(roomy_zk) >= nodes_before + waiters, 120, "every waiter enqueued")
         # Every waiter watches its predecessor's data: one watch each, as the server counts them.
         await until(lambda: watches(roomy_zk) >= watches_before + waiters, 120, "every waiter watching")
         figures["enqueue_s"] = time.monotonic() - started
+        figures["listings"] = listings[0]
+        if locks == 1:
+            # Waiters that enqueue while a listing is in flight share the next one.
+            assert listings[0] <= 10 + waiters // 200, f"{listings[0]} listings for {waiters} waiters"
         figures["threads"] = threading.active_count() - threads_before
         assert threading.active_count() <= threads_before + steps.BLOCKING_THREADS
         assert all(not task.done() for task in tasks)
@@ -129,7 +143,7 @@ def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_qu
         f"\n{waiters} coroutines on {locks} lock(s): enqueued and watching in {figures['enqueue_s']:.1f} s, "
         f"{figures['threads']} more threads while they waited (the test's own polling thread), "
         f"{waiters // 10} cancelled in {figures['cancel_s'] * 1000:.0f} ms, release "
-        f"{figures['release_ms']:.2f} ms, {figures['handoffs_per_s']:.0f} handoffs/s"
+        f"{figures['release_ms']:.2f} ms, {figures['handoffs_per_s']:.0f} handoffs/s, {figures['listings']} listings"
     )
 
 

@@ -283,33 +283,44 @@ class LoopWaker:
 
 
 class _Batch:
-    """Contenders of one turn of the loop that share one listing of one lock node."""
+    """Contenders that share one listing of one lock node: each sent its create before the listing is sent."""
 
-    __slots__ = ("futures",)
+    __slots__ = ("futures", "step")
+
+    def __init__(self, step: Listing) -> None:
+        self.futures: list[asyncio.Future] = []
+        self.step = step
+
+
+class _Listings:
+    """Per event loop, per (session, lock node): the open batch (not sent yet) and whether a listing is in
+    flight. One listing at a time: contenders that arrive while one is answered join the next, sent when it
+    comes back, so a burst of creates costs a few listings, not one each (each of thousands of children)."""
+
+    __slots__ = ("open", "flying")
 
     def __init__(self) -> None:
-        self.futures: list[asyncio.Future] = []
+        self.open: dict[tuple[Session, str], _Batch] = {}
+        self.flying: set[tuple[Session, str]] = set()
 
 
-# Per event loop (weakly: a closed loop's id may be reused by the next one), the open batch of each
-# (session, lock node).
-_open_batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[Session, str], _Batch]] = (
-    weakref.WeakKeyDictionary()
-)
+# Per event loop (weakly: a closed loop's id may be reused by the next one).
+_open_batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Listings] = weakref.WeakKeyDictionary()
 
 
 async def _listing(step: Listing) -> list[str]:
-    """Join (or open) the batch of this turn of the loop for this session and lock node; the batch sends one
-    ``get_children`` once every contender of the turn has sent its create."""
+    """Join (or open) the next batch for this session and lock node; it is sent once every contender of this
+    turn of the loop has sent its create, or when the listing in flight comes back."""
     loop = asyncio.get_running_loop()
-    batches = _open_batches.get(loop)
-    if batches is None:
-        batches = _open_batches[loop] = {}
+    listings = _open_batches.get(loop)
+    if listings is None:
+        listings = _open_batches[loop] = _Listings()
     key = (step.session, step.parent)
-    batch = batches.get(key)
+    batch = listings.open.get(key)
     if batch is None:
-        batch = batches[key] = _Batch()
-        loop.call_soon(_send_listing, batches, key, batch, step)
+        batch = listings.open[key] = _Batch(step)
+        if key not in listings.flying:
+            loop.call_soon(_send_listing, listings, key)
     future = loop.create_future()
     batch.futures.append(future)
     try:
@@ -319,32 +330,42 @@ async def _listing(step: Listing) -> list[str]:
     return result
 
 
-def _send_listing(batches: dict, key: tuple[Session, str], batch: _Batch, step: Listing) -> None:
-    if batches.get(key) is batch:
-        del batches[key]
+def _send_listing(listings: _Listings, key: tuple[Session, str]) -> None:
+    batch = listings.open.pop(key, None)
+    if batch is None or key in listings.flying:
+        if batch is not None:
+            listings.open[key] = batch  # sent when the one in flight comes back
+        return
     futures = [f for f in batch.futures if not f.done()]
     if not futures:
         return
-    session = step.session
+    session = batch.step.session
     if session.dead:
         for f in futures:
             f.set_exception(SessionGone())
         return
-    async_result = session.client.get_children_async(step.parent)
+    listings.flying.add(key)
     loop = asyncio.get_running_loop()
 
     def settle(result) -> None:
+        listings.flying.discard(key)
         for f in futures:
             if not f.done():
                 f.set_result(result)
+        if key in listings.open:
+            _send_listing(listings, key)
 
     def on_done(result) -> None:
         try:
             loop.call_soon_threadsafe(settle, result)
         except RuntimeError:
-            pass
+            pass  # the loop is closed: nobody waits any more
 
-    async_result.rawlink(on_done)
+    try:
+        session.client.get_children_async(batch.step.parent).rawlink(on_done)
+    except BaseException:
+        listings.flying.discard(key)
+        raise
 
 
 async def _answer_shared(future: asyncio.Future, step: Listing) -> list[str]:
