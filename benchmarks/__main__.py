@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from benchmarks import workloads
-from benchmarks.servers import RedisServer, start_zookeeper
+from benchmarks.servers import RedisServer, exit_on_sigterm, start_zookeeper
 
 
 class Progress:
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-redis", action="store_true")
     p.add_argument("--quick", action="store_true", help="a short run (smoke test)")
     args = p.parse_args(argv)
+    exit_on_sigterm()
     if args.quick:
         args.rounds, args.seconds, args.handoff_seconds, args.handoff_rounds = 2, 0.3, 1.0, 1
         args.contenders, args.waiters = "1,2,8", "1,10,50"

@@ -16,6 +16,7 @@ import threading
 import time
 import tracemalloc
 
+from benchmarks.servers import exit_on_sigterm
 from benchmarks.workloads import configure_django
 
 
@@ -51,7 +52,12 @@ async def _crowd(port: int, waiters: int, locks: int, tag: str, trace: bool) -> 
         tracemalloc.start()
     started = time.monotonic()
     tasks = [asyncio.create_task(waiter(i)) for i in range(waiters)]
-    while await asyncio.to_thread(_watches, port) < base_watches + waiters:
+    # One watch per waiter, as the server counts them (per session and path): a holder's own watch of a long
+    # hold and the watch of its first waiter count once.
+    deadline = time.monotonic() + 300
+    while await asyncio.to_thread(_watches, port) < base_watches + waiters - locks:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{waiters} waiters on {locks} lock(s): not all enqueued and watching within 300 s")
         await asyncio.sleep(0.1)
     enqueued = time.monotonic() - started
     extra_threads = _threads() - threads
@@ -79,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.async_waiters", description=__doc__)
     p.add_argument("--waiters", type=int, default=10_000)
     args = p.parse_args(argv)
+    exit_on_sigterm()
     from zklocks.testing import ZkServer
 
     # A 20 s session (tick 1 s): a burst of 10,000 enqueues keeps one session's requests busy for seconds.

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import signal
+
 from zklocks.testing import ZkServer
 from zklocks.testing.redis import RedisServer
 
-__all__ = ["RedisServer", "start_zookeeper"]
+__all__ = ["RedisServer", "exit_on_sigterm", "start_zookeeper"]
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM (``timeout``'s signal) into SystemExit, so the ``finally`` that stops the servers runs."""
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def start_zookeeper() -> ZkServer:

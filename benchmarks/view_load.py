@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from benchmarks.servers import RedisServer, start_zookeeper
+from benchmarks.servers import RedisServer, exit_on_sigterm, start_zookeeper
 from zklocks.testing.runtime import stop_group
 from zklocks.testing.server import free_port
 
@@ -381,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--servers", default="sync,async", help="sync (gunicorn), async (uvicorn), or both")
     p.add_argument("--out", default="bench-results")
     args = p.parse_args(argv)
+    exit_on_sigterm()
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
 
