@@ -56,6 +56,9 @@ async def _crowd(port: int, waiters: int, locks: int, tag: str, trace: bool) -> 
     # hold and the watch of its first waiter count once.
     deadline = time.monotonic() + 300
     while await asyncio.to_thread(_watches, port) < base_watches + waiters - locks:
+        failed = next((t for t in tasks if t.done() and t.exception() is not None), None)
+        if failed is not None:
+            raise RuntimeError(f"a waiter failed while {waiters} enqueued") from failed.exception()
         if time.monotonic() > deadline:
             raise RuntimeError(f"{waiters} waiters on {locks} lock(s): not all enqueued and watching within 300 s")
         await asyncio.sleep(0.1)
@@ -94,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         configure_django(zk.hosts)
         from django.conf import settings
 
-        settings.ZKLOCKS["default"].update(SESSION_TIMEOUT=20.0, TICK_TIME=1.0)
+        # CONNECT_TIMEOUT 30 s: under tracemalloc (the memory pass) every answer is slow to read, and an answer
+        # behind thousands of others can take longer than the default bound for "ZooKeeper is unavailable".
+        settings.ZKLOCKS["default"].update(SESSION_TIMEOUT=20.0, TICK_TIME=1.0, CONNECT_TIMEOUT=30.0)
         rows = []
         for locks in (1, 100):
             rows.append(asyncio.run(_crowd(zk.port, args.waiters, locks, "run", trace=False)))
