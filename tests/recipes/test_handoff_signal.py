@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.support.helpers import raw_client, wait_until
+from tests.support.helpers import wait_until
 from tests.support.threads import HeldInThread
 from zklocks import zk_lock
 from zklocks.holder import payload
@@ -23,18 +23,10 @@ pytestmark = pytest.mark.zk
 OLD = json.dumps({"v": 1, "host": "old", "pid": 1, "thread": "MainThread", "queued_at": 1.0}).encode()
 
 
-@pytest.fixture
-def raw(zk_server):
-    client = raw_client(zk_server.hosts)
-    yield client
-    client.stop()
-    client.close()
-
-
-def contender(raw, path: str, marker: str, data: bytes) -> str:
+def contender(kz, path: str, marker: str, data: bytes) -> str:
     """A node in the queue, created by hand in the kazoo layout."""
-    raw.ensure_path(path)
-    return raw.create(f"{path}/{uuid.uuid4().hex}{marker}", data, ephemeral=True, sequence=True)
+    kz.ensure_path(path)
+    return kz.create(f"{path}/{uuid.uuid4().hex}{marker}", data, ephemeral=True, sequence=True)
 
 
 def still_waiting(waiter: HeldInThread, seconds: float = 0.6) -> bool:
@@ -42,21 +34,21 @@ def still_waiting(waiter: HeldInThread, seconds: float = 0.6) -> bool:
     return waiter.acquired is None
 
 
-def release_transaction(raw, node: str) -> None:
-    transaction = raw.transaction()
+def release_transaction(kz, node: str) -> None:
+    transaction = kz.transaction()
     transaction.set_data(node, b"released")
     transaction.delete(node)
     transaction.commit()
 
 
-def test_the_release_transaction_of_a_promising_holder_grants_at_its_one_notification(raw, zk_server):
+def test_the_release_transaction_of_a_promising_holder_grants_at_its_one_notification(kz, zk_server):
     handle = zk_lock("signal-promise")
-    head = contender(raw, handle.path, "__lock__", payload())
+    head = contender(kz, handle.path, "__lock__", payload())
     waiter = HeldInThread(handle, wait_for_acquire=False)
-    wait_until(lambda: len(raw.get_children(handle.path)) == 2, timeout=5)
+    wait_until(lambda: len(kz.get_children(handle.path)) == 2, timeout=5)
     assert still_waiting(waiter)
     watches = int(mntr(zk_server.port)["zk_watch_count"])
-    release_transaction(raw, head)
+    release_transaction(kz, head)
     assert waiter.wait(10)
 
     # The waiter held at one watch; it set no new one (nothing re-read, nothing re-armed).
@@ -65,53 +57,53 @@ def test_the_release_transaction_of_a_promising_holder_grants_at_its_one_notific
 
 
 @pytest.mark.parametrize("marker", ["__lock__", "__rlock__"], ids=["older client's exclusive node", "reader"])
-def test_a_write_that_leaves_the_node_grants_nothing(raw, marker):
+def test_a_write_that_leaves_the_node_grants_nothing(kz, marker):
     """An older client writes acquired_at into its exclusive node during a long hold; a reader of ours does
     too. The waiter behind must go on waiting until the node is deleted."""
     handle = zk_lock(f"signal-write-{marker.strip('_')}")
-    head = contender(raw, handle.path, marker, OLD if marker == "__lock__" else payload())
+    head = contender(kz, handle.path, marker, OLD if marker == "__lock__" else payload())
     waiter = HeldInThread(handle, wait_for_acquire=False)
-    wait_until(lambda: len(raw.get_children(handle.path)) == 2, timeout=5)
-    raw.set(head, OLD[:-1] + b',"acquired_at":2.0}')
+    wait_until(lambda: len(kz.get_children(handle.path)) == 2, timeout=5)
+    kz.set(head, OLD[:-1] + b',"acquired_at":2.0}')
     assert still_waiting(waiter), "granted while the blocker still held"
-    raw.set(head, OLD[:-1] + b',"acquired_at":3.0}')  # a second write: the watch was set again
+    kz.set(head, OLD[:-1] + b',"acquired_at":3.0}')  # a second write: the watch was set again
     assert still_waiting(waiter)
-    raw.delete(head)
+    kz.delete(head)
     assert waiter.wait(10)
     waiter.release()
 
 
-def test_a_promising_node_that_leaves_without_holding_sends_the_waiter_back_to_the_holder(raw):
+def test_a_promising_node_that_leaves_without_holding_sends_the_waiter_back_to_the_holder(kz):
     """Holder, then a waiter that times out (its node deleted without a write), then ours: ours must walk back
     to the holder and wait for it, not hold at the first delete."""
     handle = zk_lock("signal-walk-back")
-    holder_node = contender(raw, handle.path, "__lock__", OLD)
-    leaver = contender(raw, handle.path, "__lock__", payload())
+    holder_node = contender(kz, handle.path, "__lock__", OLD)
+    leaver = contender(kz, handle.path, "__lock__", payload())
     waiter = HeldInThread(handle, wait_for_acquire=False)
-    wait_until(lambda: len(raw.get_children(handle.path)) == 3, timeout=5)
-    raw.delete(leaver)
+    wait_until(lambda: len(kz.get_children(handle.path)) == 3, timeout=5)
+    kz.delete(leaver)
     assert still_waiting(waiter), "granted while an earlier node still held"
-    raw.delete(holder_node)
+    kz.delete(holder_node)
     assert waiter.wait(10)
     waiter.release()
 
 
-def test_a_long_hold_records_acquired_at_only_over_its_own_kind_of_record(raw):
+def test_a_long_hold_records_acquired_at_only_over_its_own_kind_of_record(kz):
     """The record goes into the lock node's data: never over data that means something else there."""
     for name, before in (("record-empty", b""), ("record-foreign", b'{"kind":"semaphore","max_leases":3}')):
         handle = zk_lock(name)
-        raw.ensure_path(handle.path)
-        raw.set(handle.path, before)
-        head = contender(raw, handle.path, "__lock__", OLD)
+        kz.ensure_path(handle.path)
+        kz.set(handle.path, before)
+        head = contender(kz, handle.path, "__lock__", OLD)
         waiter = HeldInThread(handle, wait_for_acquire=False)
-        wait_until(lambda handle=handle: len(raw.get_children(handle.path)) == 2, timeout=5)
-        raw.delete(head)
+        wait_until(lambda handle=handle: len(kz.get_children(handle.path)) == 2, timeout=5)
+        kz.delete(head)
         assert waiter.wait(10)
         time.sleep(1.6)  # a long hold: the record is due
-        data = raw.get(handle.path)[0]
+        data = kz.get(handle.path)[0]
         if before:
             assert data == before
         else:
             record = json.loads(data)
-            assert record["holder"] == raw.get_children(handle.path)[0] and record["acquired_at"] > 1.0
+            assert record["holder"] == kz.get_children(handle.path)[0] and record["acquired_at"] > 1.0
         waiter.release()

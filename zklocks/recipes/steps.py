@@ -15,7 +15,6 @@ reading a list that grows with the queue.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextvars
 import os
 import threading
@@ -28,6 +27,7 @@ from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from ..session import Session
+from . import gate
 from .calls import Deadline, DeadlinePassed, SessionGone, call, outcome, translate, wait_result
 
 Steps = Generator["Step", Any, Any]
@@ -74,7 +74,7 @@ class Settle(Step):
 
 
 class Pace(Step):
-    """Before a burst of requests: the loop driver waits while the session has more than ``IN_FLIGHT``
+    """Before a burst of requests: the loop driver waits while the session has more than ``gate.IN_FLIGHT``
     requests unanswered. One connection answers in order, so the lease's own renewals (lease.py) never queue
     behind more than that many, however many coroutines start at once. A thread goes on at once."""
 
@@ -189,7 +189,7 @@ async def _perform_async(step: Step) -> Any:
         await _within(_future(step.result), step.limit)
         return None
     if isinstance(step, Pace):
-        return await _pace(step.session, step.deadline)
+        return await gate.pace(step.session, step.deadline)
     if isinstance(step, Blocking):
         if step.fast is not None:
             value = step.fast()
@@ -380,69 +380,6 @@ async def _answer_shared(future: asyncio.Future, step: Listing) -> list[str]:
     return outcome(future.result(), session)
 
 
-# Requests a session may have unanswered before the loop driver holds back the next burst (Pace): at a few
-# thousand answers a second, a lease renewal waits well under a second behind them.
-IN_FLIGHT = 500
-
-
-def _in_flight(session: Session) -> int:
-    client = session.client
-    return len(client._queue) + len(client._pending)  # sent and unanswered, or not sent yet
-
-
-class _Gate:
-    """The coroutines of one loop held back on one session, in their order of arrival: one task lets them go,
-    a few hundred at a time, as the session's requests are answered (and all of them at once on a loop turn,
-    so their listings are shared)."""
-
-    __slots__ = ("waiting", "running")
-
-    def __init__(self) -> None:
-        self.waiting: collections.deque[asyncio.Future] = collections.deque()
-        self.running = False
-
-    async def run(self, session: Session) -> None:
-        try:
-            while self.waiting:
-                room = IN_FLIGHT - _in_flight(session)
-                if session.dead:
-                    room = len(self.waiting)
-                if room <= 0:
-                    await asyncio.sleep(0.002)
-                    continue
-                for _ in range(max(1, room // 2)):  # a burst is about two requests
-                    while self.waiting and self.waiting[0].done():
-                        self.waiting.popleft()  # cancelled while held back
-                    if not self.waiting:
-                        break
-                    self.waiting.popleft().set_result(None)
-                await asyncio.sleep(0)
-        finally:
-            self.running = False
-
-
-_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Session, _Gate]] = weakref.WeakKeyDictionary()
-
-
-async def _pace(session: Session, deadline: Deadline) -> None:
-    loop = asyncio.get_running_loop()
-    gates = _gates.get(loop)
-    if gates is None:
-        gates = _gates[loop] = {}
-    gate = gates.get(session)
-    if gate is None:
-        gate = gates[session] = _Gate()
-    if not gate.waiting and _in_flight(session) <= IN_FLIGHT:
-        return
-    future = loop.create_future()
-    gate.waiting.append(future)
-    if not gate.running:
-        gate.running = True
-        loop.create_task(gate.run(session))
-    if not await _within(future, deadline.remaining()):
-        raise DeadlinePassed()  # held back past the caller's deadline (the gate skips our future later)
-
-
 # Threads for the rare blocking step of an async acquire (starting a session, waiting out an outage).
 BLOCKING_THREADS = 8
 _pool: ThreadPoolExecutor | None = None
@@ -462,7 +399,6 @@ def _reset_after_fork() -> None:
     _pool = None
     _pool_lock = threading.Lock()
     _open_batches.clear()
-    _gates.clear()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)

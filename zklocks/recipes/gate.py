@@ -1,0 +1,85 @@
+"""The request gate of the loop driver: a burst of coroutines on one session is let go in its order of arrival,
+a few hundred requests at a time, so the lease's own renewals never wait behind thousands of answers."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import os
+import weakref
+
+from ..session import Session
+from .calls import Deadline, DeadlinePassed
+
+# Requests a session may have unanswered before the loop driver holds back the next burst (Pace): at a few
+# thousand answers a second, a lease renewal waits well under a second behind them.
+IN_FLIGHT = 500
+
+
+def _in_flight(session: Session) -> int:
+    client = session.client
+    return len(client._queue) + len(client._pending)  # sent and unanswered, or not sent yet
+
+
+class _Gate:
+    """The coroutines of one loop held back on one session, in their order of arrival: one task lets them go,
+    a few hundred at a time, as the session's requests are answered (and all of them at once on a loop turn,
+    so their listings are shared)."""
+
+    __slots__ = ("waiting", "running")
+
+    def __init__(self) -> None:
+        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.running = False
+
+    async def run(self, session: Session) -> None:
+        try:
+            while self.waiting:
+                room = IN_FLIGHT - _in_flight(session)
+                if session.dead:
+                    room = len(self.waiting)
+                if room <= 0:
+                    await asyncio.sleep(0.002)
+                    continue
+                for _ in range(max(1, room // 2)):  # a burst is about two requests
+                    while self.waiting and self.waiting[0].done():
+                        self.waiting.popleft()  # cancelled while held back
+                    if not self.waiting:
+                        break
+                    self.waiting.popleft().set_result(None)
+                await asyncio.sleep(0)
+        finally:
+            self.running = False
+
+
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Session, _Gate]] = weakref.WeakKeyDictionary()
+
+
+async def pace(session: Session, deadline: Deadline) -> None:
+    """Wait for our turn while the session has more than IN_FLIGHT requests unanswered (steps.Pace)."""
+    loop = asyncio.get_running_loop()
+    gates = _gates.get(loop)
+    if gates is None:
+        gates = _gates[loop] = {}
+    gate = gates.get(session)
+    if gate is None:
+        gate = gates[session] = _Gate()
+    if not gate.waiting and _in_flight(session) <= IN_FLIGHT:
+        return
+    future = loop.create_future()
+    gate.waiting.append(future)
+    if not gate.running:
+        gate.running = True
+        loop.create_task(gate.run(session))
+    try:
+        async with asyncio.timeout(deadline.remaining()):
+            await future
+    except TimeoutError:
+        raise DeadlinePassed() from None  # held back past the caller's deadline (the gate skips our future later)
+
+
+def _reset_after_fork() -> None:
+    _gates.clear()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
