@@ -331,10 +331,10 @@ async def _listing(step: Listing) -> list[str]:
 
 
 def _send_listing(listings: _Listings, key: tuple[Session, str]) -> None:
+    if key in listings.flying:
+        return  # the open batch is sent when the one in flight comes back
     batch = listings.open.pop(key, None)
-    if batch is None or key in listings.flying:
-        if batch is not None:
-            listings.open[key] = batch  # sent when the one in flight comes back
+    if batch is None:
         return
     futures = [f for f in batch.futures if not f.done()]
     if not futures:
