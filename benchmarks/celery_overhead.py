@@ -137,10 +137,9 @@ class _WaitedCreate:
     """
 
     def __init__(self, hosts: str) -> None:
-        from kazoo.client import KazooClient
+        from .workloads import floor_client
 
-        self.client = KazooClient(hosts=hosts, timeout=10.0)
-        self.client.start(timeout=20)
+        self.client = floor_client(hosts)
         self.client.ensure_path("/zklocks-bench-floor")
 
     def once(self) -> float:

@@ -55,10 +55,17 @@ def rate(fn: Callable[[], object], seconds: float) -> float:
             return n / (now - started)
 
 
-def kazoo_client(hosts: str) -> KazooClient:
-    client = KazooClient(hosts=hosts, timeout=10.0)
+def kazoo_client(hosts: str, **options) -> KazooClient:
+    client = KazooClient(hosts=hosts, timeout=10.0, **options)
     client.start(timeout=20)
     return client
+
+
+def floor_client(hosts: str) -> KazooClient:
+    """Raw kazoo on the I/O handler every zklocks session uses: a floor is what our own client could do at best."""
+    from zklocks.iohandler import PollingHandler
+
+    return kazoo_client(hosts, handler=PollingHandler())
 
 
 # -- uncontended cycles and failed try-locks --
@@ -89,12 +96,13 @@ def uncontended(hosts: str, redis_port: int | None, rounds: int, seconds: float,
         rl.release()
 
     # The floor: what any lock on one ephemeral node costs, a synchronous create and delete with raw kazoo.
+    fz = floor_client(hosts)
     bare = lock_path("bench:uncontended-floor") + "/n"
-    kz.ensure_path(bare.rsplit("/", 1)[0])
+    fz.ensure_path(bare.rsplit("/", 1)[0])
 
     def f():
-        kz.create(bare, ephemeral=True)
-        kz.delete(bare)
+        fz.create(bare, ephemeral=True)
+        fz.delete(bare)
 
     out: dict[str, list[float]] = {"zklocks": [], "kazoo": [], "redis": [], "floor": []}
     for _ in range(rounds):
@@ -104,8 +112,9 @@ def uncontended(hosts: str, redis_port: int | None, rounds: int, seconds: float,
         if rl is not None:
             out["redis"].append(rate(r, seconds))
         tick()
-    kz.stop()
-    kz.close()
+    for c in (kz, fz):
+        c.stop()
+        c.close()
     return out
 
 
@@ -199,7 +208,7 @@ def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter, rea
             lock.acquire()
             lock.release()
     elif kind == "floor":
-        cycle = _floor_cycle(kazoo_client(hosts), name)
+        cycle = _floor_cycle(floor_client(hosts), name)
     else:
         from zklocks import lock_path
 

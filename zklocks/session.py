@@ -28,6 +28,7 @@ from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from . import clock, conf, dispatch, lease, observe
 from .exceptions import ZkAuthError, ZkUnavailable
+from .iohandler import PollingHandler
 from .kazoolog import KazooLog
 
 log = logging.getLogger("zklocks")
@@ -88,6 +89,7 @@ class Session:
         }
         self.kazoo_log = KazooLog()  # kazoo's per-retry warnings at DEBUG; the causes for ZkUnavailable
         options.setdefault("logger", self.kazoo_log)
+        options.setdefault("handler", PollingHandler())
         self.client = KazooClient(
             hosts=cfg.hosts,
             timeout=cfg.session_timeout,

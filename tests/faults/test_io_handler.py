@@ -1,0 +1,96 @@
+"""The I/O handler of zklocks sessions: select()'s contract over poll(2), on real sockets and a real server."""
+
+import os
+import resource
+import socket
+import time
+
+import pytest
+
+from tests.support.helpers import zk_settings
+from zklocks import zk_lock
+from zklocks.connections import close_all, connections
+from zklocks.iohandler import PollingHandler, poll_select
+
+
+@pytest.fixture
+def pair():
+    a, b = socket.socketpair()
+    yield a, b
+    a.close()
+    b.close()
+
+
+def test_nothing_to_read_times_out_empty(pair):
+    a, _ = pair
+    started = time.monotonic()
+    assert poll_select([a], [], [], 0.05) == ([], [], [])
+    assert time.monotonic() - started >= 0.04
+
+
+def test_reports_what_is_ready_and_only_that(pair):
+    a, b = pair
+    assert poll_select([a, b], [a], [], 0) == ([], [a], [])
+    b.sendall(b"x")
+    readable, writable, _ = poll_select([a, b], [], [], 1.0)
+    assert readable == [a]
+    assert writable == []
+
+
+def test_a_closed_peer_is_readable_so_the_read_sees_it(pair):
+    a, b = pair
+    b.close()
+    readable, _, _ = poll_select([a], [], [], 1.0)
+    assert readable == [a]
+    assert a.recv(1) == b""
+
+
+def test_bad_arguments_raise_as_selectors_would(pair):
+    a, _ = pair
+    with pytest.raises(ValueError):
+        poll_select([a], [], [], -1)
+    with pytest.raises(TypeError):
+        poll_select([a], [], [], "1")
+    closed = socket.socket()
+    closed.close()
+    with pytest.raises((TypeError, ValueError)):
+        poll_select([closed], [], [], 0)
+
+
+@pytest.mark.zk
+def test_sessions_use_it_and_OPTIONS_may_name_another(zk_server):
+    from kazoo.handlers.threading import SequentialThreadingHandler
+
+    with zk_settings(zk_server.hosts, "/io"):
+        with zk_lock("io"):
+            assert isinstance(connections["default"].session().client.handler, PollingHandler)
+        close_all()
+    with zk_settings(zk_server.hosts, "/io", OPTIONS={"handler": SequentialThreadingHandler()}):
+        with zk_lock("io"):
+            assert type(connections["default"].session().client.handler) is SequentialThreadingHandler
+        close_all()
+
+
+@pytest.mark.zk
+def test_a_session_on_a_descriptor_above_1024_locks_and_releases(zk_server):
+    """select(2) cannot watch descriptors from 1024 up; a busy process has such descriptors."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.fail(f"this test needs a descriptor limit of 1200 or more (hard limit {hard})")
+    if soft != resource.RLIM_INFINITY and soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1200, hard))
+    filler = []
+    try:
+        while not filler or filler[-1] < 1100:
+            filler.append(os.open(os.devnull, os.O_RDONLY))
+        with zk_settings(zk_server.hosts, "/io"):
+            with zk_lock("high-fd") as held:
+                assert connections["default"].session().client._connection._socket.fileno() > 1024
+                assert held.token is not None
+            with zk_lock("high-fd"):
+                pass
+            close_all()
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
