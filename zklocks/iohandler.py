@@ -1,16 +1,21 @@
-"""kazoo's threading handler with a cheaper ``select``.
+"""A cheaper path through kazoo's connection thread.
 
-kazoo's connection thread calls ``handler.select`` several times per request: before each write and before each of
-the two reads of an answer. The stock handler builds a new ``selectors.DefaultSelector`` for every call, which on
-Linux is an epoll instance: four or five system calls and a few Python objects, each time. Under contention that
-is a large share of a handoff's client CPU. This handler answers the same question with one ``poll(2)`` call.
-Like kazoo's own, it has no limit on descriptor numbers (``select(2)`` stops at 1024).
+kazoo's connection thread calls ``handler.select`` several times per message: before each write, in its loop, and
+before each of the two reads of an answer (length, then body). The stock handler builds a new
+``selectors.DefaultSelector`` for every call, which on Linux is an epoll instance: four or five system calls and a
+few Python objects, each time. Under contention that is a large share of a handoff's client CPU.
+
+- ``PollingHandler`` answers the same question with one ``poll(2)`` call. Like kazoo's own, it has no limit on
+  descriptor numbers (``select(2)`` stops at 1024).
+- ``read_without_select`` lets the reads of an answer try the (non-blocking) socket first: the loop has just seen it
+  readable, and the body usually arrives with its length. Only a read that finds nothing waits in a select.
 """
 
 from __future__ import annotations
 
 import math
 import select as _select
+import socket
 from typing import Any
 
 from kazoo.handlers.threading import SequentialThreadingHandler
@@ -31,21 +36,18 @@ def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: f
             raise TypeError("timeout must be a number")
         if timeout < 0:
             raise ValueError("timeout must be non-negative")
-    wanted: dict[int, int] = {}
-    for fileobj in rlist:
-        fd = fileobj_to_fd(fileobj)
-        wanted[fd] = wanted.get(fd, 0) | _READ
-    for fileobj in wlist:
-        fd = fileobj_to_fd(fileobj)
-        wanted[fd] = wanted.get(fd, 0) | _WRITE
+    rfds = [fileobj_to_fd(f) for f in rlist]
+    wfds = [fileobj_to_fd(f) for f in wlist]
     poller = _select.poll()
-    for fd, mask in wanted.items():
-        poller.register(fd, mask)
+    for fd in rfds:
+        poller.register(fd, _READ)
+    for fd in wfds:
+        poller.register(fd, _WRITE | _READ if fd in rfds else _WRITE)  # a second register replaces the mask
     ready = dict(poller.poll(None if timeout is None else math.ceil(timeout * 1000)))
     if not ready:
         return [], [], []
-    readable = [f for f in rlist if ready.get(fileobj_to_fd(f), 0) & ~_WRITE]
-    writable = [f for f in wlist if ready.get(fileobj_to_fd(f), 0) & ~_READ]
+    readable = [f for f, fd in zip(rlist, rfds, strict=True) if ready.get(fd, 0) & ~_WRITE]
+    writable = [f for f, fd in zip(wlist, wfds, strict=True) if ready.get(fd, 0) & ~_READ]
     return readable, writable, []
 
 
@@ -56,3 +58,28 @@ class PollingHandler(SequentialThreadingHandler):
 
     def select(self, *args: Any, **kwargs: Any):
         return poll_select(*args, **kwargs)
+
+
+def read_without_select(conn: Any) -> None:
+    """Wrap the ``_read`` of kazoo's ``ConnectionHandler`` ``conn`` (see the module's docstring).
+
+    Only plain sockets take the short path. A read that finds no data, a closed peer or an error goes through
+    kazoo's own read, which waits, or reports the dropped connection as kazoo always does.
+    """
+    kazoo_read = conn._read
+
+    def _read(length: int, timeout: float) -> bytes:
+        sock = conn._socket
+        if type(sock) is not socket.socket:  # TLS (its own framing) or another handler's socket
+            return kazoo_read(length, timeout)
+        try:
+            chunk = sock.recv(length)  # kazoo's sockets are non-blocking
+        except OSError:
+            return kazoo_read(length, timeout)
+        if len(chunk) == length:
+            return chunk
+        if not chunk:
+            return kazoo_read(length, timeout)
+        return chunk + kazoo_read(length - len(chunk), timeout)
+
+    conn._read = _read

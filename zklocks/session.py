@@ -28,7 +28,7 @@ from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from . import clock, conf, dispatch, lease, observe
 from .exceptions import ZkAuthError, ZkUnavailable
-from .iohandler import PollingHandler
+from .iohandler import PollingHandler, read_without_select
 from .kazoolog import KazooLog
 
 log = logging.getLogger("zklocks")
@@ -99,6 +99,8 @@ class Session:
             **options,
         )
         self._instrument(self.client._connection)
+        if isinstance(self.client.handler, PollingHandler):
+            read_without_select(self.client._connection)
         self.client.add_listener(self._on_state)
 
     # -- lease evidence (runs on kazoo's connection thread: record only, never block) --

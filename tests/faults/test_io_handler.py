@@ -94,3 +94,51 @@ def test_a_session_on_a_descriptor_above_1024_locks_and_releases(zk_server):
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.fixture
+def connection(pair):
+    """kazoo's own ConnectionHandler, unstarted, reading from one end of a socket pair with the short path."""
+    from kazoo.client import KazooClient
+
+    from zklocks.iohandler import read_without_select
+
+    client = KazooClient(hosts="127.0.0.1:1", handler=PollingHandler())
+    conn = client._connection
+    a, b = pair
+    a.setblocking(False)
+    conn._socket = a
+    read_without_select(conn)
+    return conn, b
+
+
+def test_an_answer_already_there_is_read_whole(connection):
+    conn, peer = connection
+    peer.sendall(b"\x00\x00\x00\x05hello")
+    assert conn._read(4, 1.0) == b"\x00\x00\x00\x05"
+    assert conn._read(5, 1.0) == b"hello"
+
+
+def test_an_answer_that_arrives_in_parts_is_waited_for(connection):
+    import threading
+
+    conn, peer = connection
+    peer.sendall(b"he")
+    later = threading.Timer(0.1, peer.sendall, args=(b"llo",))
+    later.start()
+    try:
+        assert conn._read(5, 2.0) == b"hello"
+    finally:
+        later.join()
+
+
+def test_a_closed_peer_or_silence_is_reported_as_kazoo_does(connection):
+    from kazoo.exceptions import ConnectionDropped
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    conn, peer = connection
+    with pytest.raises(KazooTimeoutError):
+        conn._read(4, 0.05)
+    peer.close()
+    with pytest.raises(ConnectionDropped):
+        conn._read(4, 1.0)
