@@ -1,4 +1,4 @@
-"""python -m benchmarks.view_load — the demo's reservation view under load, four ways, on PostgreSQL.
+"""python -m benchmarks.view_load — the demo's reservation view under load, four ways and a floor, on PostgreSQL.
 
     python -m benchmarks.view_load [--seconds 8] [--connections 16] [--out bench-results]
 
@@ -7,7 +7,9 @@ initdb in a temporary directory, on a free port, fsync on), then serves benchmar
 (4 sync workers), then uvicorn (4 workers, async views), and drives each with ``wrk`` (Debian's ``wrk``):
 POST /reserve of one unit, on one hot SKU and on SKUs picked at random among 1,000. For each it reports
 requests/s, p50/p99 latency and the oversold units: units reserved that the stock was never decremented by
-(two buyers read the same stock and both wrote it minus one). Every server it started is stopped at the end.
+(two buyers read the same stock and both wrote it minus one). Under gunicorn it also runs the ZooKeeper floor:
+the same view inside a bare ephemeral-node lock (a create and a delete with raw kazoo), which is what any lock on
+ZooKeeper costs a request at least. Every server it started is stopped at the end.
 """
 
 from __future__ import annotations
@@ -36,9 +38,12 @@ from zklocks.testing.runtime import stop_group
 from zklocks.testing.server import free_port
 
 MODES = ("none", "zk", "sfu", "redis")
+# The ZooKeeper floor (a bare create + delete around the transaction, raw kazoo) runs in the sync server only.
+SERVER_MODES = {"sync": ("none", "zk", "floor", "sfu", "redis"), "async": MODES}
 MODE_NAMES = {
     "none": "no lock",
     "zk": "zk_lock (release_on_commit)",
+    "floor": "ZooKeeper floor (create + delete)",
     "sfu": "select_for_update",
     "redis": "redis-py Lock",
 }
@@ -326,13 +331,13 @@ def run(seconds: float = 8.0, connections: int = 16, servers: tuple[str, ...] = 
         for kind in servers:
             port = free_port()
             web = start_web(kind, port, env, workdir)
-            for mode in MODES:  # warm every worker's connections (ZooKeeper, Redis, PostgreSQL)
+            for mode in SERVER_MODES[kind]:  # warm every worker's connections (ZooKeeper, Redis, PostgreSQL)
                 run_wrk(port, kind, mode, 1000, 1, connections, script)
             # A shop's lock nodes exist after its first sales (empty ones are only reaped after a while): touch each
             # SKU's once, so that the figures do not count the first acquire's creation of the lock node.
             touch_every_sku(f"http://127.0.0.1:{port}/{kind}/zk")
             for skus in SPREADS:
-                for mode in MODES:
+                for mode in SERVER_MODES[kind]:
                     if progress:
                         progress(f"{kind} {MODE_NAMES[mode]}, {skus} SKU(s)")
                     settle(pg)

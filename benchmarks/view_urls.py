@@ -3,12 +3,16 @@
 ``/sync/zk/<sku>/`` is the demo's own view (``demo_project.shop.views.reserve``: ``zk_lock`` with
 ``release_on_commit`` inside the request's transaction). The others do the same read-check-write of the stock
 row without a lock (it oversells: two requests read the same stock and both write it minus one), with
-``select_for_update`` (the row lock of PostgreSQL), and with redis-py's ``Lock`` (taken outside the
-transaction, released after the commit). The async views do the same: the lock is awaited in the event loop and
-the transaction runs in one ``sync_to_async`` call inside it.
+``select_for_update`` (the row lock of PostgreSQL), with redis-py's ``Lock`` (taken outside the transaction,
+released after the commit), and with the ZooKeeper floor: the least any lock on ZooKeeper costs a request, one
+ephemeral node created and deleted with raw kazoo calls (see ``sync_floor``). The async views do the same: the
+lock is awaited in the event loop and the transaction runs in one ``sync_to_async`` call inside it.
 """
 
 from __future__ import annotations
+
+import os
+import threading
 
 import redis
 import redis.asyncio
@@ -18,10 +22,13 @@ from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
 
 from demo_project.shop.models import Product, Reservation
 from demo_project.shop.views import reserve as demo_reserve
 from zklocks import zk_lock
+from zklocks.iohandler import PollingHandler
 
 _redis = redis.Redis.from_url(settings.REDIS_URL)
 _aredis = None
@@ -73,6 +80,46 @@ def sync_redis(request, sku):
         return _in_transaction(sku, _quantity(request))
 
 
+FLOOR_ROOT = "/zklocks-view-bench-floor"
+_floor: tuple[int, KazooClient] | None = None
+
+
+def _floor_client() -> KazooClient:
+    """One raw kazoo client per worker process, on the I/O handler zklocks sessions use."""
+    global _floor
+    if _floor is None or _floor[0] != os.getpid():
+        client = KazooClient(hosts=settings.ZKLOCKS["default"]["HOSTS"], timeout=10.0, handler=PollingHandler())
+        client.start(timeout=20)
+        client.ensure_path(FLOOR_ROOT)
+        _floor = (os.getpid(), client)
+    return _floor[1]
+
+
+@csrf_exempt
+@transaction.non_atomic_requests
+def sync_floor(request, sku):
+    """The ZooKeeper floor: a lock that is one ephemeral node, a create to take it and a delete to free it.
+
+    Busy, it watches the node and tries again when it goes (every waiter wakes: fine for a floor, not for a
+    library). It has no queue, no fencing check, no lost-lock detection, no observers: nothing but the two
+    writes that any lock on ZooKeeper pays. The transaction commits before the delete, as with release_on_commit.
+    """
+    client = _floor_client()
+    node = f"{FLOOR_ROOT}/{sku}"
+    while True:
+        try:
+            client.create(node, ephemeral=True)
+            break
+        except NodeExistsError:
+            gone = threading.Event()
+            if client.exists(node, watch=lambda event, gone=gone: gone.set()):
+                gone.wait(30)
+    try:
+        return _in_transaction(sku, _quantity(request))
+    finally:
+        client.delete(node)
+
+
 # -- async views (ATOMIC_REQUESTS does not apply to them: the transaction is inside the lock) --
 
 
@@ -110,6 +157,7 @@ urlpatterns = [
     path("sync/zk/<slug:sku>/", demo_reserve),
     path("sync/sfu/<slug:sku>/", sync_sfu),
     path("sync/redis/<slug:sku>/", sync_redis),
+    path("sync/floor/<slug:sku>/", sync_floor),
     path("async/none/<slug:sku>/", async_none),
     path("async/zk/<slug:sku>/", async_zk),
     path("async/sfu/<slug:sku>/", async_sfu),
