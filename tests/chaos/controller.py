@@ -22,6 +22,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from tests.chaos.checker import Fault, Report, check, read_events
+from tests.support.ensemble import EnsembleStartError, describe, ensemble_ready, server_logging, server_ports
 from tests.support.helpers import ROOT, tree
 from zklocks.names import encode_name
 from zklocks.reaper import sweep
@@ -104,7 +105,7 @@ class ChaosRun:
     # -- set-up and tear-down --
 
     def start(self) -> None:
-        self.proxies = [TcpProxy("127.0.0.1", s.port).start() for s in self.ensemble.servers]
+        self.proxies = [self.proxy_to(s) for s in self.ensemble.servers]
         self.zk = KazooClient(
             hosts=self.ensemble.hosts, timeout=4.0, connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5}
         )
@@ -116,6 +117,17 @@ class ChaosRun:
             self.spawn(proxied=i == 0, pin=i - 1 if 1 <= i <= n_servers else None)
         self.wait_sessions(timeout=60)
         self.wait_progress(time.monotonic(), timeout=60)
+
+    def proxy_to(self, server) -> TcpProxy:
+        """A client proxy to ``server``, on a port that is none of the ensemble's: a follower binds its quorum
+        port only once it is elected, and a proxy listening there would make that election fail."""
+        taken = {port for s in self.ensemble.servers for port in server_ports(s).values()}
+        for _ in range(20):
+            proxy = TcpProxy("127.0.0.1", server.port)
+            if proxy.port not in taken:
+                return proxy.start()
+            proxy.stop()
+        raise RuntimeError(f"no port for a proxy outside the ensemble's {sorted(taken)}")
 
     def spawn(self, proxied: bool, pin: int | None = None) -> Worker:
         hosts = ",".join(p.hosts for p in self.proxies) if proxied else self.ensemble.hosts
@@ -246,7 +258,20 @@ class ChaosRun:
 
     # -- faults --
 
+    def wait_ensemble(self, timeout: float = 60.0) -> None:
+        """Every server of the ensemble runs and serves on its own ports, one leading. Each fault assumes it: with
+        a server gone, killing one more leaves no quorum, and the run would report a stall that is no lock's."""
+        deadline = time.monotonic() + timeout
+        try:
+            while not ensemble_ready(self.ensemble):
+                if time.monotonic() > deadline:
+                    raise EnsembleStartError(f"no leader with {len(self.ensemble.servers) - 1} followers")
+                time.sleep(0.1)
+        except EnsembleStartError as exc:
+            raise RuntimeError(f"the ensemble is not whole before a fault: {exc}\n{describe(self.ensemble)}") from None
+
     def inject(self, kind: str) -> None:
+        self.wait_ensemble()
         sessions = self.wait_sessions()
         self.session_samples.append(sessions)
         fault = getattr(self, "fault_" + kind.replace("-", "_"))()
@@ -265,7 +290,8 @@ class ChaosRun:
         for s in self.ensemble.servers:
             if s.proc is None or s.proc.poll() is not None:
                 s.proc = None
-                s.start()
+                with server_logging():
+                    s.start()
         self.ensemble.wait_quorum()
         time.sleep(self.settle)  # steady contention between faults
 
@@ -334,7 +360,8 @@ class ChaosRun:
 
     def fault_restart_ensemble(self) -> Fault:
         started = time.monotonic()
-        self.ensemble.restart_all()
+        with server_logging():
+            self.ensemble.restart_all()
         self.ensemble.wait_quorum()
         ended = time.monotonic()
         return Fault("restart-ensemble", started, ended, {"down": round(ended - started, 2)})

@@ -12,7 +12,7 @@ import pytest
 
 from tests.chaos.checker import Fault, Hold, Report, check, check_exclusion, check_progress
 from tests.chaos.controller import MIN_SESSIONS, SHORT_PLAN, ChaosRun
-from zklocks.testing import ZkEnsemble
+from tests.support.ensemble import start_ensemble
 
 pytestmark = pytest.mark.chaos
 
@@ -133,19 +133,20 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
 
     seed = int(os.environ.get("ZKLOCKS_CHAOS_SEED") or random.randrange(1 << 30))
     faults = plan(long, seed)
-    ensemble = ZkEnsemble(3, tick_time=200, server_links=True)
-    # The short form lets contention run a while between faults, so each run checks thousands of holds.
-    run = ChaosRun(
-        ensemble,
-        tmp_path / "chaos",
-        settle=1.0 if long else 4.0,
-        seed=seed,
-        log=log,
-        sigstop_targets=("holder", "leader", "follower") if long else ("holder",),
-    )
+    # Every server on ports of its own, leading or following, or the start is tried again with fresh ports
+    # (tests/support/ensemble.py); the controller checks it again before each fault.
+    ensemble = start_ensemble(3, tick_time=200, server_links=True)
+    run = None
     try:
-        ensemble.start()
-        ensemble.wait_quorum()
+        # The short form lets contention run a while between faults, so each run checks thousands of holds.
+        run = ChaosRun(
+            ensemble,
+            tmp_path / "chaos",
+            settle=1.0 if long else 4.0,
+            seed=seed,
+            log=log,
+            sigstop_targets=("holder", "leader", "follower") if long else ("holder",),
+        )
         log(
             f"\nchaos ({'long' if long else 'short'} form): 3-node ensemble, {run.n_workers} processes x "
             f"{run.threads} sessions, locks {run.names}, session timeout {run.session_timeout}s, "
@@ -155,7 +156,8 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
         run.run(faults)
         run.finish()
     finally:
-        run.cleanup()
+        if run is not None:
+            run.cleanup()
         ensemble.cleanup()
     report = run.report()
     counts = run.idle_counts()

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 import pytest
 from django.test import override_settings
 
+from tests.support.ensemble import describe, start_ensemble
 from tests.support.helpers import raw_client, wait_until
 from zklocks import zk_lock
 from zklocks.connections import close_all
 from zklocks.exceptions import ZkLocksError, ZkUnavailable
 from zklocks.locks import lock_path
-from zklocks.testing import ZkEnsemble
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -46,12 +46,15 @@ WORST_LOST: dict[str, float] = {}  # fault -> smallest margin after a holder tha
 
 @pytest.fixture(scope="module")
 def ens():
-    ensemble = ZkEnsemble(3, tick_time=TICK, server_links=True)
+    # Ports picked afresh and the start tried again if a server lost one of its ports; the servers' logs are
+    # printed if it still fails (tests/support/ensemble.py).
+    ensemble = start_ensemble(3, tick_time=TICK, server_links=True)
     try:
-        ensemble.start()
-        ensemble.wait_quorum()
         yield ensemble
     finally:
+        if any(s.proc is None or s.proc.poll() is not None for s in ensemble.servers):
+            # No test here stops a server: one that is gone died on its own. Its log goes with the data dir.
+            print("\nserver partitions: a server of the ensemble died\n" + describe(ensemble))
         ensemble.cleanup()
         if WORST:
             print(
@@ -69,11 +72,19 @@ def serving(ens) -> bool:
     return modes.count("leader") == 1 and modes.count("follower") == len(modes) - 1
 
 
+def wait_serving(ens, timeout: float = 60.0) -> None:
+    """A leader and two followers again; on failure, every server's state and the tail of its log."""
+    try:
+        wait_until(lambda: serving(ens), timeout=timeout, interval=0.1)
+    except AssertionError:
+        raise AssertionError(f"the ensemble does not serve after {timeout:.0f}s:\n{describe(ens)}") from None
+
+
 @pytest.fixture
 def aliases(ens):
     """One alias per server (s0, s1, s2), each with HOSTS = that server only, on one fresh namespace."""
     ens.heal_all()
-    wait_until(lambda: serving(ens), timeout=60, interval=0.1)
+    wait_serving(ens)
     common = {
         "NAMESPACE": f"/server-partitions/{uuid.uuid4().hex[:8]}",
         "SESSION_TIMEOUT": SESSION,
@@ -213,7 +224,7 @@ def run_fault(ens, aliases, fault: str, holders: list[tuple[int, str]], inject, 
             c.release.set()
         if keep_cut:
             ens.heal_all()
-        wait_until(lambda: serving(ens), timeout=60, interval=0.1)
+        wait_serving(ens)
         for c in first + waiters:
             assert c.done.wait(60), f"{c.alias} {c.name} did not finish"
         # Every contender has returned, sessions still open: no node may be left.
@@ -277,7 +288,7 @@ def test_server_links_carry_the_ensemble_and_a_cut_follower_stops_serving(ens, a
     assert time.monotonic() - cut >= SYNC_LIMIT_S * 0.8
     assert ens.servers[leader].mode() == "leader" and ens.servers[other].mode() == "follower"
     ens.heal(f, leader)
-    wait_until(lambda: serving(ens), timeout=30, interval=0.1)
+    wait_serving(ens, timeout=30)
 
 
 def test_follower_cut_off_from_the_leader(ens, aliases, log):

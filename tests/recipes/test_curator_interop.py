@@ -4,13 +4,16 @@ is CLOCK_MONOTONIC on Linux); each recorded interval lies inside its hold, so an
 
 from __future__ import annotations
 
+import random
 import re
 import threading
 import time
+import uuid
 from itertools import pairwise
 
 import pytest
 from django.core.checks import run_checks
+from kazoo.exceptions import NoNodeError
 
 from tests.support.helpers import raw_client, read_records, tree, wait_until
 from zklocks import conf, inspect, lock_path, zk_leader, zk_lock, zk_rw_lock, zk_semaphore
@@ -66,15 +69,187 @@ def python_contenders(log, handles, seconds=SECONDS, hold=0.005):
         f.write("".join(line + "\n" for line in lines))
 
 
-def run_mixed(tmp_path, hosts, name, recipe, handles, *, java_threads=3, max_leases=1):
-    log = tmp_path / "holds.jsonl"
+def run_mixed(tmp_path, hosts, name, recipe, handles, *, java_threads=3, max_leases=1, first=None, java_extra=0.0):
+    """Curator contenders in a JVM and zklocks contenders in threads on one lock, SECONDS each. ``first(java, log)``
+    runs once the JVM contends and before the zklocks threads start; the JVM contends ``java_extra`` seconds
+    longer to make up for it. Each side has a log file of its own: the JVM writes its file through a buffer, in
+    pieces that need not end with a line, until it exits."""
+    log = tmp_path / "python.jsonl"
+    java_log = tmp_path / "java.jsonl"
     java = CuratorContenders(
-        hosts, lock_path(name), recipe, log, threads=java_threads, seconds=SECONDS, max_leases=max_leases
+        hosts,
+        lock_path(name),
+        recipe,
+        java_log,
+        threads=java_threads,
+        seconds=SECONDS + java_extra,
+        max_leases=max_leases,
     )
     with java:
+        if first is not None:
+            first(java, log)
         python_contenders(log, handles)
         assert java.wait() == 0, java.output
-    return read_records(log)
+    return read_records(java_log) + read_records(log)
+
+
+class ReaderInThread:
+    """A zklocks reader in a thread of its own (a hold belongs to its thread): acquires at once, releases when
+    told; its hold as one JSON line, as python_contenders writes them."""
+
+    def __init__(self, name: str) -> None:
+        self.handle = zk_rw_lock(name).read
+        self.acquired = threading.Event()
+        self.release = threading.Event()
+        self.done = threading.Event()
+        self.line: str | None = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, name="python-meet", daemon=True).start()
+
+    def _run(self) -> None:
+        try:
+            asked = time.monotonic_ns()
+            assert self.handle.acquire(timeout=30), "the zklocks reader not acquired within 30 s"
+            start = time.monotonic_ns()
+            token = self.handle.token
+            self.acquired.set()
+            self.release.wait(60)
+            end = time.monotonic_ns()
+            self.handle.release()
+            self.line = (
+                f'{{"side": "python", "who": "python-meet", "kind": "r", "asked": {asked}, '
+                f'"start": {start}, "end": {end}, "token": {token}}}'
+            )
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        finally:
+            self.acquired.set()
+            self.done.set()
+
+    def finish(self) -> str | None:
+        self.release.set()
+        self.done.wait(40)
+        if self.error is not None:
+            raise self.error
+        return self.line
+
+
+MET = "a Curator reader read inside a zklocks reader's hold"
+
+
+def read_alongside_curator(kz, name, log, java, threads, *, within=20.0, settle=5.0, hold_at_most=5.0) -> str:
+    """Make a Curator reader read inside a zklocks reader's hold, while the JVM (``threads`` threads) is the only
+    other contender on ``name``. Returns how it went; the zklocks holds go to ``log``, as python_contenders'.
+
+    Gates are nodes of our own named as Curator names a writer's: every contender queued behind one waits until
+    it is deleted. A round:
+
+    1. gate G; wait until each JVM thread has a node behind G (the JVM can take nothing and queue nothing more).
+       If the first of them is a writer's, delete G, let the JVM run a moment, and start again;
+    2. a zklocks reader R queues behind the JVM's nodes, and gate B right behind R (nothing can come between);
+       delete G: the JVM's nodes are served in order, the readers at the head first, and each JVM thread queues
+       again behind B; R holds once the JVM's writers ahead of it are done;
+    3. once R holds, the first node behind B is a Curator reader's, with only B before it that is not a reader's;
+       delete B: that reader can hold now, and only now (B was there when it queued). Its recorded start is after
+       R's, and once its node is gone, its recorded end (taken before its release) is before R's end.
+
+    Step 3 is the claim under test: a Curator reader does not wait for a zklocks reader. If it did, its node stays,
+    R lets go after ``hold_at_most``, and no reader of either side reads inside the other's hold here."""
+    path = lock_path(name)
+    ours: set[str] = set()
+    changed = threading.Event()
+    rng = random.Random()
+
+    def seq(child: str) -> int:
+        return int(child[-11:]) if child[-11] == "-" else int(child[-10:])
+
+    def wake(_event) -> None:
+        changed.set()
+
+    def wait_for(predicate, timeout: float):
+        """predicate(children in queue order) until it returns something true, at most ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            changed.clear()
+            try:
+                children = sorted(kz.get_children(path, watch=wake), key=seq)
+            except NoNodeError:  # no one has queued yet
+                children = []
+            value = predicate(children)
+            if value or time.monotonic() > deadline:
+                return value
+            changed.wait(0.05)
+
+    def gate() -> str:
+        node = kz.create(f"{path}/_c_{uuid.uuid4()}-__WRIT__", ephemeral=True, sequence=True, makepath=True)
+        node = node.rsplit("/", 1)[1]
+        ours.add(node)
+        return node
+
+    def lift(node: str) -> None:
+        if node in ours:
+            try:
+                kz.delete(f"{path}/{node}")
+            except NoNodeError:
+                pass
+            ours.discard(node)
+
+    def jvm_behind(gate_node: str):
+        """The JVM's nodes, once every one of its threads queues behind ``gate_node``."""
+
+        def check(children):
+            jvm = [c for c in children if c not in ours]
+            return jvm if len(jvm) == threads and all(seq(c) > seq(gate_node) for c in jvm) else None
+
+        return wait_for(check, settle)
+
+    lines = []
+
+    def one_round() -> str | None:
+        g = gate()
+        b = None
+        reader = None
+        try:
+            jvm = jvm_behind(g)
+            if jvm is None or "__READ__" not in jvm[0]:
+                return None
+            reader = ReaderInThread(name)
+            own = wait_for(lambda children: [c for c in children if c not in ours and c not in jvm], settle)
+            assert own and len(own) == 1 and seq(own[0]) > seq(jvm[-1]), (own, jvm)
+            b = gate()
+            lift(g)
+            assert reader.acquired.wait(40) and reader.error is None, reader.error
+            behind = seq(b)
+            first = wait_for(lambda children: [c for c in children if seq(c) > behind][:1], settle)
+            if not first or "__READ__" not in first[0]:
+                return None
+            lift(b)
+            if wait_for(lambda children: first[0] not in children, hold_at_most):
+                return MET
+            return f"no Curator reader read within {hold_at_most}s while a zklocks reader held"
+        finally:
+            lift(g)
+            if b is not None:
+                lift(b)
+            if reader is not None:
+                line = reader.finish()
+                if line:
+                    lines.append(line)
+
+    outcome = None
+    give_up = time.monotonic() + within
+    try:
+        while time.monotonic() < give_up and java.proc.poll() is None:
+            outcome = one_round() or outcome
+            if outcome == MET:
+                return outcome
+            time.sleep(rng.uniform(0, 0.03))  # the next gate cuts the JVM's turns elsewhere
+        return outcome or "the JVM was done before a Curator reader queued first behind a gate"
+    finally:
+        for node in list(ours):
+            lift(node)
+        with open(log, "a") as f:
+            f.write("".join(line + "\n" for line in lines))
 
 
 def overlaps(records, compatible=lambda a, b: False):
@@ -158,10 +333,17 @@ def test_kazoo_layout_does_not_exclude_curator(zklocks_settings, zk_server, kz, 
 def test_read_write_lock_excludes_curator(curator_layout, zk_server, kz, tmp_path):
     name = "interop:rw"
     rw = [("w", lambda: zk_rw_lock(name).write), ("r", lambda: zk_rw_lock(name).read)]
-    records = run_mixed(tmp_path, zk_server.hosts, name, "rw", rw * 2, java_threads=4)
+    met = []
+
+    def meet(java, log):
+        # Readers of both sides read together at least once, whatever the timing (the short random holds of the
+        # mixed run below need not meet): queued so that a Curator reader may only hold inside a zklocks reader's.
+        met.append(read_alongside_curator(kz, name, log, java, threads=4))
+
+    records = run_mixed(tmp_path, zk_server.hosts, name, "rw", rw * 2, java_threads=4, first=meet, java_extra=3.0)
     assert overlaps(records, compatible=lambda a, b: a["kind"] == b["kind"] == "r") == []
     together = overlaps(records, compatible=lambda a, b: a["side"] == b["side"])
-    assert together, "readers of both sides never read together"
+    assert together, f"readers of both sides never read together ({met})"
     for side in ("java", "python"):
         for kind in "rw":
             assert any(r["side"] == side and r["kind"] == kind for r in records), (side, kind)
