@@ -21,7 +21,7 @@ from typing import Any
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import fileobj_to_fd
 
-_READ = _select.POLLIN | _select.POLLPRI
+_READ = _select.POLLIN  # as select(2): urgent data is no reason to wake
 _WRITE = _select.POLLOUT
 
 
@@ -46,6 +46,9 @@ def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: f
     ready = dict(poller.poll(None if timeout is None else math.ceil(timeout * 1000)))
     if not ready:
         return [], [], []
+    if any(events & _select.POLLNVAL for events in ready.values()):
+        # A descriptor closed behind the caller's back: kazoo's own select fails on it too (and does not spin).
+        raise ValueError("Invalid event mask or fd")
     readable = [f for f, fd in zip(rlist, rfds, strict=True) if ready.get(fd, 0) & ~_WRITE]
     writable = [f for f, fd in zip(wlist, wfds, strict=True) if ready.get(fd, 0) & ~_READ]
     return readable, writable, []
@@ -63,23 +66,24 @@ class PollingHandler(SequentialThreadingHandler):
 def read_without_select(conn: Any) -> None:
     """Wrap the ``_read`` of kazoo's ``ConnectionHandler`` ``conn`` (see the module's docstring).
 
-    Only plain sockets take the short path. A read that finds no data, a closed peer or an error goes through
-    kazoo's own read, which waits, or reports the dropped connection as kazoo always does.
+    Only plain sockets take the short path. A read that finds no data or a closed peer goes through kazoo's own
+    read, which waits or reports the dropped connection; a socket error is reported as kazoo's read reports it.
     """
     kazoo_read = conn._read
 
     def _read(length: int, timeout: float) -> bytes:
         sock = conn._socket
-        if type(sock) is not socket.socket:  # TLS (its own framing) or another handler's socket
+        if length <= 0 or type(sock) is not socket.socket:  # TLS has its own framing; a bad length is kazoo's
             return kazoo_read(length, timeout)
-        try:
-            chunk = sock.recv(length)  # kazoo's sockets are non-blocking
-        except OSError:
-            return kazoo_read(length, timeout)
+        with conn._socket_error_handling():  # a socket error is a dropped connection, in kazoo's words
+            try:
+                chunk = sock.recv(length)  # kazoo's sockets are non-blocking
+            except BlockingIOError:
+                return kazoo_read(length, timeout)
         if len(chunk) == length:
             return chunk
         if not chunk:
-            return kazoo_read(length, timeout)
+            return kazoo_read(length, timeout)  # closed by the peer: kazoo's read reports it
         return chunk + kazoo_read(length - len(chunk), timeout)
 
     conn._read = _read

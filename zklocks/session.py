@@ -89,7 +89,10 @@ class Session:
         }
         self.kazoo_log = KazooLog()  # kazoo's per-retry warnings at DEBUG; the causes for ZkUnavailable
         options.setdefault("logger", self.kazoo_log)
-        options.setdefault("handler", PollingHandler())
+        # One handler per session: kazoo stops a client's handler when the client stops or restarts, so a handler
+        # shared by several sessions would stop their callbacks too. OPTIONS may name a handler class for that.
+        handler = options.get("handler", PollingHandler)
+        options["handler"] = handler() if isinstance(handler, type) else handler
         self.client = KazooClient(
             hosts=cfg.hosts,
             timeout=cfg.session_timeout,

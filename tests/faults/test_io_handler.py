@@ -3,6 +3,7 @@
 import os
 import resource
 import socket
+import threading
 import time
 
 import pytest
@@ -57,6 +58,15 @@ def test_bad_arguments_raise_as_selectors_would(pair):
         poll_select([closed], [], [], 0)
 
 
+def test_a_descriptor_closed_behind_its_owner_fails_instead_of_reading_as_ready(pair):
+    """kazoo's loop would take it as readable forever (a busy loop): its own select fails on it, and so must ours."""
+    a, _ = pair
+    fd = a.detach()
+    os.close(fd)
+    with pytest.raises(ValueError):
+        poll_select([fd], [], [], 0)
+
+
 @pytest.mark.zk
 def test_sessions_use_it_and_OPTIONS_may_name_another(zk_server):
     from kazoo.handlers.threading import SequentialThreadingHandler
@@ -65,9 +75,17 @@ def test_sessions_use_it_and_OPTIONS_may_name_another(zk_server):
         with zk_lock("io"):
             assert isinstance(connections["default"].session().client.handler, PollingHandler)
         close_all()
-    with zk_settings(zk_server.hosts, "/io", OPTIONS={"handler": SequentialThreadingHandler()}):
+    with zk_settings(zk_server.hosts, "/io", OPTIONS={"handler": SequentialThreadingHandler}, POOL_SIZE=2):
         with zk_lock("io"):
-            assert type(connections["default"].session().client.handler) is SequentialThreadingHandler
+            pool = connections["default"]
+            other = threading.Thread(target=pool.session)  # the pool's second slot goes to another thread
+            other.start()
+            other.join(10)
+            sessions = pool.sessions()
+            assert len(sessions) == 2
+            assert all(type(s.client.handler) is SequentialThreadingHandler for s in sessions)
+            # a class makes one handler per session: kazoo stops a client's handler with the client
+            assert len({id(s.client.handler) for s in sessions}) == len(sessions)
         close_all()
 
 
@@ -120,8 +138,6 @@ def test_an_answer_already_there_is_read_whole(connection):
 
 
 def test_an_answer_that_arrives_in_parts_is_waited_for(connection):
-    import threading
-
     conn, peer = connection
     peer.sendall(b"he")
     later = threading.Timer(0.1, peer.sendall, args=(b"llo",))
@@ -130,6 +146,14 @@ def test_an_answer_that_arrives_in_parts_is_waited_for(connection):
         assert conn._read(5, 2.0) == b"hello"
     finally:
         later.join()
+
+
+def test_a_length_that_is_no_length_is_left_to_kazoos_read(connection):
+    conn, peer = connection
+    peer.sendall(b"x")
+    assert conn._read(0, 0.1) == b""
+    assert conn._read(-5, 0.1) == b""  # kazoo reads nothing; the caller's parse then fails as a bad answer
+    assert conn._read(1, 0.1) == b"x"
 
 
 def test_a_closed_peer_or_silence_is_reported_as_kazoo_does(connection):
