@@ -29,6 +29,8 @@ import struct
 import threading
 import time
 
+from .ports import listening_socket
+
 ELECTION_HEADER = struct.Struct(">qqi")  # protocol version (negative), server id, length of the address
 QUORUM_CONNECT_WINDOW = 3.0  # seconds a quorum proxy keeps trying to reach a leader that does not listen yet
 
@@ -89,10 +91,7 @@ class PeerProxy:
         self.target = ("127.0.0.1", target_port)
         self.election = election
         self.reverse_port: int | None = None  # election: the port of P(dst->src), announced instead of src's
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", 0))
-        self._listener.listen(64)
+        self._listener = listening_socket(0, 64)  # never on a port of this process's servers
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -251,6 +250,16 @@ class ServerLinks:
             p.reverse_port = self.election[j, i].port
         for p in self.links.proxies:
             p.start()
+
+    def retarget(self, quorum_ports: list[int], election_ports: list[int]) -> None:
+        """The servers moved to new quorum and election ports (a start tried again): the proxies forward there,
+        on the same listening ports."""
+        self.quorum_ports = list(quorum_ports)
+        self.election_ports = list(election_ports)
+        for (_, j), p in self.quorum.items():
+            p.target = ("127.0.0.1", self.quorum_ports[j])
+        for (_, j), p in self.election.items():
+            p.target = ("127.0.0.1", self.election_ports[j])
 
     def peers_for(self, i: int) -> str:
         lines = []

@@ -19,14 +19,14 @@ import socket
 import threading
 import time
 
+from .ports import listening_socket
+
 
 class TcpProxy:
     def __init__(self, target_host: str, target_port: int, listen_port: int = 0) -> None:
         self.target = (target_host, target_port)
-        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._listener.bind(("127.0.0.1", listen_port))
-        self._listener.listen(128)
+        # With listen_port 0: never on a port of this process's ZooKeeper servers (zklocks.testing.ports).
+        self._listener = listening_socket(listen_port, 128)
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
