@@ -9,7 +9,7 @@ The names load on first use, so that ``python -m zklocks.testing.server`` runs t
 
 from typing import Any
 
-__all__ = ["ZkServer", "ZkEnsemble", "expire_session", "four_letter", "free_port", "mntr"]
+__all__ = ["ZkServer", "ZkEnsemble", "ZkStartError", "expire_session", "four_letter", "free_port", "mntr"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,6 @@
-"""Where Debian's ZooKeeper and the JVM are (overridable with ZKLOCKS_ZK_CLASSPATH, ZKLOCKS_JAVA, ZKLOCKS_JAVAC,
-ZKLOCKS_CURATOR_CLASSPATH), and the one way the test harness compiles its small Java programs."""
+"""Where Debian's ZooKeeper and the JVM are (overridable with ZKLOCKS_ZK_CLASSPATH, ZKLOCKS_ZK_LOG_CLASSPATH,
+ZKLOCKS_JAVA, ZKLOCKS_JAVAC, ZKLOCKS_CURATOR_CLASSPATH), and the one way the test harness compiles its small
+Java programs."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from pathlib import Path
 
 # Without netty-codec the server accepts connections and then drops them.
 CLASSPATH = os.environ.get("ZKLOCKS_ZK_CLASSPATH", "/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar")
+# Debian's zookeeper.jar brings slf4j-api only: without a binding the servers log nothing. With these two (log4j
+# 1.2 and its SLF4J binding) each server writes the server.log its log4j.properties asks for. They are used
+# only when every one exists; an empty ZKLOCKS_ZK_LOG_CLASSPATH leaves them out.
+LOG_CLASSPATH = os.environ.get(
+    "ZKLOCKS_ZK_LOG_CLASSPATH", "/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar"
+)
 JAVA = os.environ.get("ZKLOCKS_JAVA", "java")
 JAVAC = os.environ.get("ZKLOCKS_JAVAC", "javac")
 # Debian's Apache Curator (libcurator-recipes-java) and what it needs at run time.

@@ -2,6 +2,15 @@
 
 Uses Debian's ZooKeeper package (``apt-get install zookeeper``). Every server runs in its own process group
 with its own data directory and free ports, and ``stop()`` always kills what ``start()`` began.
+
+A start is over when every server serves (Mode leader and followers, or standalone) *and its own process*
+listens on its client port (and a member on its election port, a leader on its quorum port): another process
+could answer on a port the server failed to bind, and a server that lost its election port takes part in an
+election and exits seconds later. Ports are held from the moment they are picked until the servers spawn
+(:mod:`zklocks.testing.ports`); a first start that fails all the same (a server exited, or another socket has
+one of its ports) is killed and tried again on fresh ports, within the start's timeout. A failed start raises
+:class:`ZkStartError` with each server's state and the tail of its log, and prints the same on stderr, before
+``cleanup()`` removes the logs.
 """
 
 from __future__ import annotations
@@ -11,16 +20,35 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from .runtime import CLASSPATH, JAVA
+from . import ports as _ports
+from .runtime import CLASSPATH, JAVA, LOG_CLASSPATH
 
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+START_ATTEMPTS = 3  # a first start that lost a port is tried again on fresh ports, this many tries in all
+SERVING_MODES = ("leader", "follower", "standalone")
+
+
+class ZkStartError(RuntimeError):
+    """A server or an ensemble did not start; the message says what each server was doing, logs included."""
+
+
+def server_classpath() -> str:
+    """The servers' class path: ``CLASSPATH`` and, when all of its jars exist, ``LOG_CLASSPATH`` (an SLF4J
+    binding, so that the servers write their server.log)."""
+    jars = [j for j in LOG_CLASSPATH.split(":") if j]
+    if jars and all(os.path.exists(j) for j in jars):
+        return ":".join([CLASSPATH, *(j for j in jars if j not in CLASSPATH.split(":"))])
+    return CLASSPATH
 
 
 def free_port() -> int:
+    """A port that is free now (bind to port 0, close). Fine for "nothing listens there"; the servers' own ports
+    come from :class:`zklocks.testing.ports.Reservation`, held until the server binds them."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -51,8 +79,55 @@ def mntr(port: int) -> dict[str, str]:
     return out
 
 
+def _listeners() -> dict[int, set[str]] | None:
+    """Port -> inodes of the TCP sockets listening on it (any address, IPv4 and IPv6), or None without /proc."""
+    out: dict[int, set[str]] = {}
+    found = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found = True
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A":  # LISTEN
+                out.setdefault(int(fields[1].rsplit(":", 1)[1], 16), set()).add(fields[9])
+    return out if found else None
+
+
+def _socket_inodes(pid: int) -> set[str] | None:
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return None
+    out = set()
+    for name in names:
+        try:
+            target = os.readlink(f"{fd_dir}/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
+
+
+def _owner(listeners: dict[int, set[str]] | None, mine: set[str] | None, port: int) -> str:
+    if listeners is None or mine is None:
+        return "unknown"
+    inodes = listeners.get(port)
+    if not inodes:
+        return "none"
+    return "own" if inodes & mine else "other"
+
+
 class ZkServer:
-    """One ZooKeeper server process (standalone, or a member of a :class:`ZkEnsemble`)."""
+    """One ZooKeeper server process (standalone, or a member of a :class:`ZkEnsemble`).
+
+    ``port`` fixes the client port; by default one is picked and held until the server spawns, and a first
+    start that fails (the server exited, or another socket has its port) is tried again on a fresh one.
+    """
 
     def __init__(
         self,
@@ -62,6 +137,7 @@ class ZkServer:
         workdir: str | None = None,
         myid: int | None = None,
         extra: dict[str, str] | None = None,
+        port: int | None = None,
     ) -> None:
         self.tick_time = tick_time
         self.force_sync = force_sync
@@ -69,13 +145,34 @@ class ZkServer:
         self.extra = dict(extra or {})
         self._own_dir = workdir is None
         self.dir = Path(workdir or tempfile.mkdtemp(prefix="zklocks-zk-"))
-        self.port = free_port()
+        self._reservation: _ports.Reservation | None = None
+        if port is None:
+            self._reservation = _ports.Reservation(1)
+            port = self._reservation.ports[0]
+        self.port = port
+        # A member's own quorum and election ports (its own server.N line); set by ZkEnsemble.
+        self.quorum_port: int | None = None
+        self.election_port: int | None = None
         self.proc: subprocess.Popen | None = None
         self.peers: str = ""  # server.N lines, for ensembles
+        self._served = False  # once it served, clients know its port: a start never moves it again
 
     @property
     def hosts(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def name(self) -> str:
+        return f"server {self.myid}" if self.myid is not None else f"ZooKeeper on port {self.port}"
+
+    def ports(self) -> dict[str, int]:
+        """Its own ports: ``client``, and for a member ``quorum`` and ``election``."""
+        out = {"client": self.port}
+        if self.quorum_port is not None:
+            out["quorum"] = self.quorum_port
+        if self.election_port is not None:
+            out["election"] = self.election_port
+        return out
 
     def seed(self, cversions: dict[str, int]) -> ZkServer:
         """Before the first start: give the data dir a snapshot in which each path exists with that child
@@ -118,6 +215,10 @@ class ZkServer:
         )
         return cfg
 
+    def _release_ports(self) -> None:
+        if self._reservation is not None:
+            self._reservation.release()
+
     def spawn(self) -> None:
         """Start the JVM without waiting for it to serve."""
         if self.proc is not None and self.proc.poll() is None:
@@ -125,7 +226,11 @@ class ZkServer:
         cfg = self.write_config()
         if shutil.which(JAVA) is None or not Path(CLASSPATH.split(":")[0]).exists():
             raise RuntimeError("ZooKeeper is not installed: run `apt-get install -y zookeeper` (make test does)")
+        self._release_ports()
         log = open(self.dir / "stdout.log", "ab")
+        own = ", ".join(f"{what} {port}" for what, port in self.ports().items())
+        log.write(f"--- {time.strftime('%H:%M:%S')} starting {self.name}: {own}\n".encode())
+        log.flush()
         self.proc = subprocess.Popen(
             [
                 JAVA,
@@ -135,7 +240,7 @@ class ZkServer:
                 f"-Dlog4j.configuration=file:{self.dir}/log4j.properties",
                 "-Dzookeeper.jmx.log4j.disable=true",
                 "-cp",
-                CLASSPATH,
+                server_classpath(),
                 MAIN,
                 str(cfg),
             ],
@@ -152,19 +257,99 @@ class ZkServer:
                 return line.split(":", 1)[1].strip()
         return None
 
+    def listener(self, port: int) -> str:
+        """Who listens on ``port``: "own" (this server's process), "other", "none", or "unknown" (no /proc)."""
+        listeners = _listeners()  # before the process's own sockets: one it binds meanwhile is not "other"
+        mine = _socket_inodes(self.proc.pid) if self.proc is not None and self.proc.poll() is None else None
+        return _owner(listeners, mine, port)
+
+    def serving_mode(self) -> str | None:
+        """The server's Mode once it serves on its own ports (its client port; a member's election port, a
+        leader's quorum port too), else None. ZkStartError when it never will: its process exited, or another
+        socket listens on one of its ports (a follower's quorum port too: it would fail each time it is
+        elected)."""
+        if self.proc is None:
+            raise ZkStartError(f"{self.name} is not running")
+        code = self.proc.poll()
+        if code is not None:
+            raise ZkStartError(f"{self.name} exited with {code}")
+        listeners, mine = _listeners(), _socket_inodes(self.proc.pid)
+        owners = {what: _owner(listeners, mine, port) for what, port in self.ports().items()}
+        for what, owner in owners.items():
+            if owner == "other":
+                raise ZkStartError(f"another socket listens on {self.name}'s {what} port {self.ports()[what]}")
+        mode = self.mode()
+        if mode not in SERVING_MODES:
+            return None
+        needed = ["client"]
+        if mode in ("leader", "follower") and "election" in owners:
+            needed.append("election")
+        if mode == "leader" and "quorum" in owners:
+            needed.append("quorum")
+        if all(owners[what] in ("own", "unknown") for what in needed):
+            return mode
+        return None  # not bound yet, or given up: then the process exits and the next look says so
+
+    def ready(self) -> bool:
+        """True once it serves on its own ports; ZkStartError when it never will (see :meth:`serving_mode`)."""
+        return self.serving_mode() is not None
+
+    def log_tail(self, lines: int = 25) -> str:
+        """The last ``lines`` lines of its server.log and stdout.log, Java stack frames left out."""
+        out = []
+        for name in ("server.log", "stdout.log"):
+            try:
+                text = (self.dir / name).read_text(errors="replace")
+            except OSError:
+                continue
+            kept = [line for line in text.splitlines() if line.strip() and not line.startswith("\tat ")]
+            if kept:
+                out.append(f"  --- {self.dir / name} (last {min(lines, len(kept))} of {len(kept)} lines)")
+                out += ["  " + line for line in kept[-lines:]]
+        return "\n".join(out) if out else f"  (no log in {self.dir})"
+
+    def describe(self, *, logs: bool = True, lines: int = 25) -> str:
+        """Its process state, mode, who listens on each of its ports, and (``logs``) the tail of its logs."""
+        code = None if self.proc is None else self.proc.poll()
+        state = "not started" if self.proc is None else "running" if code is None else f"exited with {code}"
+        mode = self.mode() if self.proc is not None and code is None else None
+        owners = ", ".join(f"{what} {port}: {self.listener(port)}" for what, port in self.ports().items())
+        pid = self.proc.pid if self.proc is not None else "-"
+        text = f"{self.name} (pid {pid}, {state}, mode {mode}): {owners}"
+        return text + "\n" + self.log_tail(lines) if logs else text
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until it serves on its own ports; ZkStartError (with its state and log) if it does not within
+        ``timeout`` or never will. The process is left as it is."""
+        _wait(self.ready, self.describe, f"{self.name} did not serve within {timeout:.0f}s", timeout)
+
     def wait_serving(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"ZooKeeper exited with {self.proc.returncode}; see {self.dir}/stdout.log")
-            if self.mode():
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"ZooKeeper on port {self.port} did not start within {timeout}s")
+        self.wait_ready(timeout)
+
+    def _movable(self) -> bool:
+        """Whether a failed start may move it to a fresh port: a standalone server on a port it picked (not one
+        given, or set on ``.port``) that never served."""
+        held = self._reservation is not None and self.port in self._reservation.ports
+        return held and not self._served and self.myid is None
+
+    def _repick(self) -> None:
+        assert self._reservation is not None
+        old = self._reservation
+        self._reservation = _ports.Reservation(1, avoid=old.ports)
+        old.unclaim()
+        self.port = self._reservation.ports[0]
 
     def start(self, timeout: float = 60.0) -> ZkServer:
-        self.spawn()
-        self.wait_serving(timeout)
+        """Spawn and wait until it serves on its own ports. A first start on picked ports that fails is killed
+        and tried again on a fresh port, all within ``timeout``; ZkStartError (what each try saw, logs
+        included, also printed on stderr) when none succeeds, with the server stopped."""
+
+        def attempt(deadline: float) -> None:
+            self.spawn()
+            _wait(self.ready, None, f"{self.name} did not serve", deadline - time.monotonic())
+
+        _attempts(self, attempt, self.kill, self._repick, self._movable, self.describe, timeout)
+        self._served = True
         return self
 
     def _signal(self, sig: int) -> None:
@@ -182,7 +367,7 @@ class ZkServer:
         self._signal(signal.SIGCONT)
 
     def kill(self) -> None:
-        """kill -9, and wait for the process to be gone."""
+        """kill -9 (its whole process group), and wait for the process to be gone."""
         if self.proc is None:
             return
         self._signal(signal.SIGCONT)
@@ -210,14 +395,62 @@ class ZkServer:
 
     def cleanup(self) -> None:
         self.stop()
+        if self._reservation is not None:
+            self._reservation.unclaim()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> ZkServer:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
+
+
+def _wait(ready, describe, message: str, timeout: float) -> None:
+    """Poll ``ready()`` every 0.1 s until it is true; ZkStartError on a timeout, or from ``ready()`` itself."""
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            if time.monotonic() > deadline:
+                raise ZkStartError(message)
+            time.sleep(0.1)
+    except ZkStartError as exc:
+        if describe is None:
+            raise
+        raise ZkStartError(f"{exc}\n{describe()}") from None
+
+
+def _attempts(what, attempt, kill, repick, movable, describe, timeout: float) -> None:
+    """Run ``attempt(deadline)`` until it succeeds: up to START_ATTEMPTS tries while ``movable()`` (the ports may
+    change), each but the last bounded by half of ``timeout``, all of them within ``timeout``. After a failed
+    try: its state and logs printed on stderr, ``kill()``, ``repick()``. ZkStartError with every try's report."""
+    began = time.monotonic()
+    deadline = began + timeout
+    failures: list[str] = []
+    for n in range(1, START_ATTEMPTS + 1):
+        tried = time.monotonic()
+        last = n == START_ATTEMPTS or not movable() or deadline - tried < 5.0
+        try:
+            attempt(deadline if last else min(deadline, tried + timeout / 2))
+            return
+        except ZkStartError as exc:
+            report = f"try {n} ({time.monotonic() - tried:.1f}s): {exc}\n{describe()}"
+            failures.append(report)
+            again = "; trying again on fresh ports" if not last else ""
+            print(f"\nzklocks.testing: {what.name} did not start, {report}{again}", file=sys.stderr, flush=True)
+            kill()
+            if last:
+                break
+            repick()
+        except BaseException:
+            kill()  # e.g. one server of an ensemble could not be spawned: stop the others
+            raise
+    raise ZkStartError(f"{what.name} did not start within {time.monotonic() - began:.0f}s:\n" + "\n".join(failures))
 
 
 class ZkEnsemble:
@@ -227,31 +460,71 @@ class ZkEnsemble:
     (:mod:`zklocks.testing.links`), and a test can partition them: ``cut(i, j)``, ``heal(i, j)``,
     ``isolate(i)``, ``split([[0], [1, 2]])``, ``heal_all()``. Servers are given by index (0-based) or as
     :class:`ZkServer`. Clients keep their direct connections to every server.
+
+    Its ports (each member's client, quorum and election port) are picked together and held until the servers
+    spawn; ``start()`` is over when one server leads, the others follow, and each listens on its own ports.
+    A first start that fails is killed and tried again on fresh ports (``hosts`` is final once it returns).
     """
 
     def __init__(
         self, size: int = 3, *, tick_time: int = 200, force_sync: bool = False, server_links: bool = False
     ) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="zklocks-ensemble-"))
+        self._reservation = _ports.Reservation(3 * size)
         self.servers = [
-            ZkServer(tick_time=tick_time, force_sync=force_sync, workdir=str(self.dir / f"s{i}"), myid=i)
+            ZkServer(
+                tick_time=tick_time,
+                force_sync=force_sync,
+                workdir=str(self.dir / f"s{i}"),
+                myid=i,
+                port=self._reservation.ports[i - 1],
+            )
             for i in range(1, size + 1)
         ]
+        self._assign_ports()
+        self._served = False
         self.links = None
         if server_links:
             from .links import ServerLinks
 
+            # The proxies bind their own ports while the servers' ports are held: none can take one of them.
             self.links = ServerLinks(
                 [s.myid for s in self.servers if s.myid is not None],
-                [free_port() for _ in self.servers],
-                [free_port() for _ in self.servers],
+                [s.quorum_port for s in self.servers if s.quorum_port is not None],
+                [s.election_port for s in self.servers if s.election_port is not None],
             )
+        self._set_peers()
+
+    def _assign_ports(self) -> None:
+        n = len(self.servers)
+        picked = self._reservation.ports
+        for i, s in enumerate(self.servers):
+            s.port, s.quorum_port, s.election_port = picked[i], picked[n + i], picked[2 * n + i]
+
+    def _set_peers(self) -> None:
+        if self.links is not None:
             for i, s in enumerate(self.servers):
                 s.peers = self.links.peers_for(i)
             return
-        peers = "\n".join(f"server.{s.myid}=127.0.0.1:{free_port()}:{free_port()}" for s in self.servers)
+        peers = "\n".join(f"server.{s.myid}=127.0.0.1:{s.quorum_port}:{s.election_port}" for s in self.servers)
         for s in self.servers:
             s.peers = peers
+
+    def _repick(self) -> None:
+        old = self._reservation
+        self._reservation = _ports.Reservation(3 * len(self.servers), avoid=old.ports)
+        old.unclaim()
+        self._assign_ports()
+        if self.links is not None:
+            self.links.retarget(
+                [s.quorum_port for s in self.servers if s.quorum_port is not None],
+                [s.election_port for s in self.servers if s.election_port is not None],
+            )
+        self._set_peers()
+
+    @property
+    def name(self) -> str:
+        return f"the {len(self.servers)}-server ensemble"
 
     # -- partitions between servers (server_links=True) --
 
@@ -294,11 +567,53 @@ class ZkEnsemble:
     def hosts(self) -> str:
         return ",".join(s.hosts for s in self.servers)
 
+    # -- starting, and knowing it is whole --
+
+    def ready(self) -> bool:
+        """True once one server leads and the others follow, each on its own ports (see
+        :meth:`ZkServer.serving_mode`); ZkStartError when it never will (a server exited, or another socket
+        listens on one of a server's ports)."""
+        modes = [s.serving_mode() for s in self.servers]
+        if None in modes:
+            return False
+        if len(modes) == 1:
+            return True
+        return modes.count("leader") == 1 and modes.count("follower") == len(modes) - 1
+
+    def describe(self, *, logs: bool = True, lines: int = 25) -> str:
+        """Each server's state, mode and port owners, and (``logs``) the tail of its logs."""
+        return "\n".join(s.describe(logs=logs, lines=lines) for s in self.servers)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Wait until :meth:`ready`; ZkStartError with every server's state and logs if it is not within
+        ``timeout``, or never can be. The processes are left as they are."""
+        n = len(self.servers)
+        message = f"no leader with {n - 1} followers, each on its own ports, within {timeout:.0f}s"
+        _wait(self.ready, self.describe, message, timeout)
+
+    def _kill_all(self) -> None:
+        for s in self.servers:
+            s.kill()
+
+    def _movable(self) -> bool:
+        return not self._served
+
     def start(self, timeout: float = 90.0) -> ZkEnsemble:
+        """Spawn the servers that do not run and wait until :meth:`ready`. The first start is tried again on
+        fresh ports if it fails (all within ``timeout``); ZkStartError (every server's state and logs, also
+        printed on stderr) when it does not succeed, with the servers killed."""
+
+        def attempt(deadline: float) -> None:
+            self._reservation.release()
+            for s in self.servers:
+                s.spawn()
+            n = len(self.servers)
+            _wait(self.ready, None, f"no leader with {n - 1} followers on their own ports", deadline - time.monotonic())
+
+        _attempts(self, attempt, self._kill_all, self._repick, self._movable, self.describe, timeout)
+        self._served = True
         for s in self.servers:
-            s.spawn()
-        for s in self.servers:
-            s.wait_serving(timeout)
+            s._served = True
         return self
 
     def leader(self) -> ZkServer | None:
@@ -329,10 +644,15 @@ class ZkEnsemble:
             s.stop()
         if self.links is not None:
             self.links.stop()
+        self._reservation.unclaim()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> ZkEnsemble:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
@@ -356,7 +676,6 @@ def expire_session(hosts: str, client_id: tuple[int, bytes], timeout: float = 10
 def main(argv: list[str] | None = None) -> int:
     """``python -m zklocks.testing.server``: a standalone ZooKeeper for development, until Ctrl-C."""
     import argparse
-    import sys
 
     parser = argparse.ArgumentParser(
         prog="python -m zklocks.testing.server",
@@ -372,15 +691,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--data-dir", help="keep the data in this directory (default: a temporary one, removed)")
     args = parser.parse_args(argv)
-    port = args.port or free_port()
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            print(f"port {port} is busy (another ZooKeeper?): give --port 0 for a free one", file=sys.stderr)
-            return 2
-    server = ZkServer(tick_time=args.tick_time, workdir=args.data_dir)
-    server.port = port
+    if args.port:
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", args.port))
+            except OSError:
+                print(f"port {args.port} is busy (another ZooKeeper?): give --port 0 for a free one", file=sys.stderr)
+                return 2
+    server = ZkServer(tick_time=args.tick_time, workdir=args.data_dir, port=args.port or None)
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt
