@@ -163,7 +163,7 @@ class ZkServer:
 
     @property
     def name(self) -> str:
-        return f"server {self.myid}" if self.myid is not None else f"ZooKeeper on port {self.port}"
+        return f"server {self.myid}" if self.myid is not None else "the standalone server"
 
     def ports(self) -> dict[str, int]:
         """Its own ports: ``client``, and for a member ``quorum`` and ``election``."""
@@ -260,8 +260,9 @@ class ZkServer:
     def listener(self, port: int) -> str:
         """Who listens on ``port``: "own" (this server's process), "other", "none", or "unknown" (no /proc)."""
         listeners = _listeners()  # before the process's own sockets: one it binds meanwhile is not "other"
-        mine = _socket_inodes(self.proc.pid) if self.proc is not None and self.proc.poll() is None else None
-        return _owner(listeners, mine, port)
+        if self.proc is None or self.proc.poll() is not None:
+            return _owner(listeners, set(), port)  # no process of its own: any listener is another's
+        return _owner(listeners, _socket_inodes(self.proc.pid), port)
 
     def serving_mode(self) -> str | None:
         """The server's Mode once it serves on its own ports (its client port; a member's election port, a
@@ -277,7 +278,7 @@ class ZkServer:
         owners = {what: _owner(listeners, mine, port) for what, port in self.ports().items()}
         for what, owner in owners.items():
             if owner == "other":
-                raise ZkStartError(f"another socket listens on {self.name}'s {what} port {self.ports()[what]}")
+                raise ZkStartError(f"another socket listens on the {what} port {self.ports()[what]} of {self.name}")
         mode = self.mode()
         if mode not in SERVING_MODES:
             return None
@@ -346,7 +347,7 @@ class ZkServer:
 
         def attempt(deadline: float) -> None:
             self.spawn()
-            _wait(self.ready, None, f"{self.name} did not serve", deadline - time.monotonic())
+            _wait(self.ready, None, f"{self.name} did not serve on its own ports in time", deadline - time.monotonic())
 
         _attempts(self, attempt, self.kill, self._repick, self._movable, self.describe, timeout)
         self._served = True
@@ -441,8 +442,8 @@ def _attempts(what, attempt, kill, repick, movable, describe, timeout: float) ->
         except ZkStartError as exc:
             report = f"try {n} ({time.monotonic() - tried:.1f}s): {exc}\n{describe()}"
             failures.append(report)
-            again = "; trying again on fresh ports" if not last else ""
-            print(f"\nzklocks.testing: {what.name} did not start, {report}{again}", file=sys.stderr, flush=True)
+            again = " (trying again on fresh ports)" if not last else ""
+            print(f"\nzklocks.testing: {what.name} did not start{again}, {report}", file=sys.stderr, flush=True)
             kill()
             if last:
                 break
@@ -608,7 +609,12 @@ class ZkEnsemble:
             for s in self.servers:
                 s.spawn()
             n = len(self.servers)
-            _wait(self.ready, None, f"no leader with {n - 1} followers on their own ports", deadline - time.monotonic())
+            _wait(
+                self.ready,
+                None,
+                f"no leader with {n - 1} followers on their own ports in time",
+                deadline - time.monotonic(),
+            )
 
         _attempts(self, attempt, self._kill_all, self._repick, self._movable, self.describe, timeout)
         self._served = True
