@@ -22,11 +22,10 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from tests.chaos.checker import Fault, Report, check, read_events
-from tests.support.ensemble import EnsembleStartError, describe, ensemble_ready, server_logging, server_ports
 from tests.support.helpers import ROOT, tree
 from zklocks.names import encode_name
 from zklocks.reaper import sweep
-from zklocks.testing import ZkEnsemble, expire_session
+from zklocks.testing import ZkEnsemble, ZkStartError, expire_session
 from zklocks.testing.proxy import TcpProxy
 from zklocks.testing.server import four_letter
 
@@ -121,13 +120,12 @@ class ChaosRun:
     def proxy_to(self, server) -> TcpProxy:
         """A client proxy to ``server``, on a port that is none of the ensemble's: a follower binds its quorum
         port only once it is elected, and a proxy listening there would make that election fail."""
-        taken = {port for s in self.ensemble.servers for port in server_ports(s).values()}
-        for _ in range(20):
-            proxy = TcpProxy("127.0.0.1", server.port)
-            if proxy.port not in taken:
-                return proxy.start()
+        taken = {port for s in self.ensemble.servers for port in s.ports().values()}
+        proxy = TcpProxy("127.0.0.1", server.port)  # it stays off them itself (zklocks.testing.ports)
+        if proxy.port in taken:
             proxy.stop()
-        raise RuntimeError(f"no port for a proxy outside the ensemble's {sorted(taken)}")
+            raise RuntimeError(f"a proxy got port {proxy.port}, one of the ensemble's {sorted(taken)}")
+        return proxy.start()
 
     def spawn(self, proxied: bool, pin: int | None = None) -> Worker:
         hosts = ",".join(p.hosts for p in self.proxies) if proxied else self.ensemble.hosts
@@ -261,14 +259,10 @@ class ChaosRun:
     def wait_ensemble(self, timeout: float = 60.0) -> None:
         """Every server of the ensemble runs and serves on its own ports, one leading. Each fault assumes it: with
         a server gone, killing one more leaves no quorum, and the run would report a stall that is no lock's."""
-        deadline = time.monotonic() + timeout
         try:
-            while not ensemble_ready(self.ensemble):
-                if time.monotonic() > deadline:
-                    raise EnsembleStartError(f"no leader with {len(self.ensemble.servers) - 1} followers")
-                time.sleep(0.1)
-        except EnsembleStartError as exc:
-            raise RuntimeError(f"the ensemble is not whole before a fault: {exc}\n{describe(self.ensemble)}") from None
+            self.ensemble.wait_ready(timeout)
+        except ZkStartError as exc:
+            raise RuntimeError(f"the ensemble is not whole before a fault: {exc}") from None
 
     def inject(self, kind: str) -> None:
         self.wait_ensemble()
@@ -290,8 +284,7 @@ class ChaosRun:
         for s in self.ensemble.servers:
             if s.proc is None or s.proc.poll() is not None:
                 s.proc = None
-                with server_logging():
-                    s.start()
+                s.start()
         self.ensemble.wait_quorum()
         time.sleep(self.settle)  # steady contention between faults
 
@@ -360,8 +353,7 @@ class ChaosRun:
 
     def fault_restart_ensemble(self) -> Fault:
         started = time.monotonic()
-        with server_logging():
-            self.ensemble.restart_all()
+        self.ensemble.restart_all()
         self.ensemble.wait_quorum()
         ended = time.monotonic()
         return Fault("restart-ensemble", started, ended, {"down": round(ended - started, 2)})

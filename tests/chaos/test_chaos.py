@@ -12,7 +12,7 @@ import pytest
 
 from tests.chaos.checker import Fault, Hold, Report, check, check_exclusion, check_progress
 from tests.chaos.controller import MIN_SESSIONS, SHORT_PLAN, ChaosRun
-from tests.support.ensemble import start_ensemble
+from zklocks.testing import ZkEnsemble
 
 pytestmark = pytest.mark.chaos
 
@@ -133,11 +133,12 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
 
     seed = int(os.environ.get("ZKLOCKS_CHAOS_SEED") or random.randrange(1 << 30))
     faults = plan(long, seed)
-    # Every server on ports of its own, leading or following, or the start is tried again with fresh ports
-    # (tests/support/ensemble.py); the controller checks it again before each fault.
-    ensemble = start_ensemble(3, tick_time=200, server_links=True)
+    # start() returns once each server leads or follows on its own ports, trying again on fresh ports if a server
+    # lost one (zklocks.testing.server); the controller checks it again before each fault.
+    ensemble = ZkEnsemble(3, tick_time=200, server_links=True)
     run = None
     try:
+        ensemble.start()
         # The short form lets contention run a while between faults, so each run checks thousands of holds.
         run = ChaosRun(
             ensemble,

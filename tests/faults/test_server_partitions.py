@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 import pytest
 from django.test import override_settings
 
-from tests.support.ensemble import describe, start_ensemble
 from tests.support.helpers import raw_client, wait_until
 from zklocks import zk_lock
 from zklocks.connections import close_all
 from zklocks.exceptions import ZkLocksError, ZkUnavailable
 from zklocks.locks import lock_path
+from zklocks.testing import ZkEnsemble
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -46,15 +46,20 @@ WORST_LOST: dict[str, float] = {}  # fault -> smallest margin after a holder tha
 
 @pytest.fixture(scope="module")
 def ens():
-    # Ports picked afresh and the start tried again if a server lost one of its ports; the servers' logs are
-    # printed if it still fails (tests/support/ensemble.py).
-    ensemble = start_ensemble(3, tick_time=TICK, server_links=True)
+    # start() returns once each server leads or follows on its own ports; a start that lost a port is tried again
+    # on fresh ports, and the servers' logs are printed if it still fails (zklocks.testing.server).
+    ensemble = ZkEnsemble(3, tick_time=TICK, server_links=True)
+    try:
+        ensemble.start()
+    except BaseException:
+        ensemble.cleanup()
+        raise
     try:
         yield ensemble
     finally:
         if any(s.proc is None or s.proc.poll() is not None for s in ensemble.servers):
             # No test here stops a server: one that is gone died on its own. Its log goes with the data dir.
-            print("\nserver partitions: a server of the ensemble died\n" + describe(ensemble))
+            print("\nserver partitions: a server of the ensemble died\n" + ensemble.describe())
         ensemble.cleanup()
         if WORST:
             print(
@@ -77,7 +82,7 @@ def wait_serving(ens, timeout: float = 60.0) -> None:
     try:
         wait_until(lambda: serving(ens), timeout=timeout, interval=0.1)
     except AssertionError:
-        raise AssertionError(f"the ensemble does not serve after {timeout:.0f}s:\n{describe(ens)}") from None
+        raise AssertionError(f"the ensemble does not serve after {timeout:.0f}s:\n{ens.describe()}") from None
 
 
 @pytest.fixture
