@@ -64,11 +64,14 @@ class PollingHandler(SequentialThreadingHandler):
 
 
 def read_without_select(conn: Any) -> None:
-    """Wrap the ``_read`` of kazoo's ``ConnectionHandler`` ``conn`` (see the module's docstring).
+    """Wrap the ``_read`` of kazoo's ``ConnectionHandler`` ``conn``, if it runs on a PollingHandler (see the
+    module's docstring).
 
     Only plain sockets take the short path. A read that finds no data or a closed peer goes through kazoo's own
     read, which waits or reports the dropped connection; a socket error is reported as kazoo's read reports it.
     """
+    if not isinstance(conn.handler, PollingHandler):
+        return  # another handler's sockets (gevent, eventlet) are not ours to read
     kazoo_read = conn._read
 
     def _read(length: int, timeout: float) -> bytes:

@@ -89,9 +89,7 @@ class Session:
         }
         self.kazoo_log = KazooLog()  # kazoo's per-retry warnings at DEBUG; the causes for ZkUnavailable
         options.setdefault("logger", self.kazoo_log)
-        # One handler per session: kazoo stops a client's handler when the client stops or restarts, so a handler
-        # shared by several sessions would stop their callbacks too. OPTIONS may name a handler class for that.
-        handler = options.get("handler", PollingHandler)
+        handler = options.get("handler", PollingHandler)  # a class: one per session (kazoo stops it with the client)
         options["handler"] = handler() if isinstance(handler, type) else handler
         self.client = KazooClient(
             hosts=cfg.hosts,
@@ -102,8 +100,7 @@ class Session:
             **options,
         )
         self._instrument(self.client._connection)
-        if isinstance(self.client.handler, PollingHandler):
-            read_without_select(self.client._connection)
+        read_without_select(self.client._connection)  # with zklocks' handler only
         self.client.add_listener(self._on_state)
 
     # -- lease evidence (runs on kazoo's connection thread: record only, never block) --

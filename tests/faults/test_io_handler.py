@@ -73,7 +73,9 @@ def test_sessions_use_it_and_OPTIONS_may_name_another(zk_server):
 
     with zk_settings(zk_server.hosts, "/io"):
         with zk_lock("io"):
-            assert isinstance(connections["default"].session().client.handler, PollingHandler)
+            client = connections["default"].session().client
+            assert isinstance(client.handler, PollingHandler)
+            assert "_read" in vars(client._connection)  # the short read path is installed
         close_all()
     with zk_settings(zk_server.hosts, "/io", OPTIONS={"handler": SequentialThreadingHandler}, POOL_SIZE=2):
         with zk_lock("io"):
@@ -84,6 +86,7 @@ def test_sessions_use_it_and_OPTIONS_may_name_another(zk_server):
             sessions = pool.sessions()
             assert len(sessions) == 2
             assert all(type(s.client.handler) is SequentialThreadingHandler for s in sessions)
+            assert not any("_read" in vars(s.client._connection) for s in sessions)  # kazoo's own reads
             # a class makes one handler per session: kazoo stops a client's handler with the client
             assert len({id(s.client.handler) for s in sessions}) == len(sessions)
         close_all()

@@ -25,7 +25,8 @@ import uuid
 
 import pytest
 
-from .server import ZkEnsemble, ZkServer, expire_session
+from .ensemble import ZkEnsemble
+from .server import ZkServer, expire_session
 
 
 @pytest.fixture(scope="session")

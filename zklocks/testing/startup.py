@@ -1,0 +1,104 @@
+"""How a test server's start is checked and tried again (see :mod:`zklocks.testing.server`).
+
+- Who listens on a port, from ``/proc``: a server that failed to bind its port must not pass for serving because
+  another process answers there.
+- ``_wait``: poll a readiness check within a deadline; ``_attempts``: try a start again on fresh ports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+START_ATTEMPTS = 3  # a first start that lost a port is tried again on fresh ports, this many tries in all
+
+
+class ZkStartError(RuntimeError):
+    """A server or an ensemble did not start; the message says what each server was doing, logs included."""
+
+
+def _listeners() -> dict[int, set[str]] | None:
+    """Port -> inodes of the TCP sockets listening on it (any address, IPv4 and IPv6), or None without /proc."""
+    out: dict[int, set[str]] = {}
+    found = False
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        found = True
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A":  # LISTEN
+                out.setdefault(int(fields[1].rsplit(":", 1)[1], 16), set()).add(fields[9])
+    return out if found else None
+
+
+def _socket_inodes(pid: int) -> set[str] | None:
+    fd_dir = f"/proc/{pid}/fd"
+    try:
+        names = os.listdir(fd_dir)
+    except OSError:
+        return None
+    out = set()
+    for name in names:
+        try:
+            target = os.readlink(f"{fd_dir}/{name}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(target[8:-1])
+    return out
+
+
+def _owner(listeners: dict[int, set[str]] | None, mine: set[str] | None, port: int) -> str:
+    if listeners is None or mine is None:
+        return "unknown"
+    inodes = listeners.get(port)
+    if not inodes:
+        return "none"
+    return "own" if inodes & mine else "other"
+
+
+def _wait(ready, describe, message: str, timeout: float) -> None:
+    """Poll ``ready()`` every 0.1 s until it is true; ZkStartError on a timeout, or from ``ready()`` itself."""
+    deadline = time.monotonic() + timeout
+    try:
+        while not ready():
+            if time.monotonic() > deadline:
+                raise ZkStartError(message)
+            time.sleep(0.1)
+    except ZkStartError as exc:
+        if describe is None:
+            raise
+        raise ZkStartError(f"{exc}\n{describe()}") from None
+
+
+def _attempts(what, attempt, kill, repick, movable, describe, timeout: float) -> None:
+    """Run ``attempt(deadline)`` until it succeeds: up to START_ATTEMPTS tries while ``movable()`` (the ports may
+    change), each but the last bounded by half of ``timeout``, all of them within ``timeout``. After a failed
+    try: its state and logs printed on stderr, ``kill()``, ``repick()``. ZkStartError with every try's report."""
+    began = time.monotonic()
+    deadline = began + timeout
+    failures: list[str] = []
+    for n in range(1, START_ATTEMPTS + 1):
+        tried = time.monotonic()
+        last = n == START_ATTEMPTS or not movable() or deadline - tried < 5.0
+        try:
+            attempt(deadline if last else min(deadline, tried + timeout / 2))
+            return
+        except ZkStartError as exc:
+            report = f"try {n} ({time.monotonic() - tried:.1f}s): {exc}\n{describe()}"
+            failures.append(report)
+            again = " (trying again on fresh ports)" if not last else ""
+            print(f"\nzklocks.testing: {what.name} did not start{again}, {report}", file=sys.stderr, flush=True)
+            kill()
+            if last:
+                break
+            repick()
+        except BaseException:
+            kill()  # e.g. one server of an ensemble could not be spawned: stop the others
+            raise
+    raise ZkStartError(f"{what.name} did not start within {time.monotonic() - began:.0f}s:\n" + "\n".join(failures))
