@@ -14,10 +14,10 @@ from pathlib import Path
 
 from . import ports as _ports
 from .server import ZkServer
-from .startup import _attempts, _wait
+from .startup import StartedInWith, _attempts, _wait
 
 
-class ZkEnsemble:
+class ZkEnsemble(StartedInWith):
     """A 3-node (or n-node) ensemble on loopback, each member in its own process group.
 
     With ``server_links=True`` the servers reach each other only through proxies the ensemble owns
@@ -215,13 +215,3 @@ class ZkEnsemble:
             self.links.stop()
         self._reservation.unclaim()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> ZkEnsemble:
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.cleanup()

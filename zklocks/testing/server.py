@@ -27,7 +27,7 @@ from pathlib import Path
 
 from . import ports as _ports
 from .runtime import CLASSPATH, JAVA, LOG_CLASSPATH
-from .startup import ZkStartError, _attempts, _listeners, _owner, _socket_inodes, _wait
+from .startup import StartedInWith, ZkStartError, _attempts, _listeners, _owner, _socket_inodes, _wait
 
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 SERVING_MODES = ("leader", "follower", "standalone")
@@ -75,7 +75,7 @@ def mntr(port: int) -> dict[str, str]:
     return out
 
 
-class ZkServer:
+class ZkServer(StartedInWith):
     """One ZooKeeper server process (standalone, or a member of a :class:`ZkEnsemble`).
 
     ``port`` fixes the client port; by default one is picked and held until the server spawns, and a first
@@ -353,16 +353,6 @@ class ZkServer:
             self._reservation.unclaim()
         if self._own_dir:
             shutil.rmtree(self.dir, ignore_errors=True)
-
-    def __enter__(self) -> ZkServer:
-        try:
-            return self.start()
-        except BaseException:
-            self.cleanup()
-            raise
-
-    def __exit__(self, *exc) -> None:
-        self.cleanup()
 
 
 def expire_session(hosts: str, client_id: tuple[int, bytes], timeout: float = 10.0) -> None:

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 START_ATTEMPTS = 3  # a first start that lost a port is tried again on fresh ports, this many tries in all
 
@@ -102,3 +103,23 @@ def _attempts(what, attempt, kill, repick, movable, describe, timeout: float) ->
             kill()  # e.g. one server of an ensemble could not be spawned: stop the others
             raise
     raise ZkStartError(f"{what.name} did not start within {time.monotonic() - began:.0f}s:\n" + "\n".join(failures))
+
+
+class StartedInWith:
+    """``with server:`` (or an ensemble) starts it and cleans it up after, also when the start fails."""
+
+    def start(self, timeout: float = 60.0) -> Any:  # each kind has its own default timeout
+        raise NotImplementedError
+
+    def cleanup(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        try:
+            return self.start()
+        except BaseException:
+            self.cleanup()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
