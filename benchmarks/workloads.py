@@ -197,8 +197,8 @@ def requests_per_cycle(hosts: str, port: int, cycles: int) -> dict:
 # -- contended handoffs, N processes --
 
 
-def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter, ready) -> None:
-    configure_django(hosts)
+def handoff_cycle(kind: str, hosts: str, name: str) -> Callable[[], None]:
+    """One acquire+release of lock ``name``: zklocks' ``zk_lock``, kazoo's ``Lock`` or the raw floor."""
     if kind == "zklocks":
         from zklocks import zk_lock
 
@@ -207,18 +207,24 @@ def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter, rea
         def cycle():
             lock.acquire()
             lock.release()
-    elif kind == "floor":
-        cycle = _floor_cycle(floor_client(hosts), name)
-    else:
-        from zklocks import lock_path
 
-        client = kazoo_client(hosts)
-        klock = Lock(client, lock_path(name))
+        return cycle
+    if kind == "floor":
+        return _floor_cycle(floor_client(hosts), name)
+    from zklocks import lock_path
 
-        def cycle():
-            klock.acquire()
-            klock.release()
+    klock = Lock(kazoo_client(hosts), lock_path(name))
 
+    def kazoo_cycle():
+        klock.acquire()
+        klock.release()
+
+    return kazoo_cycle
+
+
+def _contender(kind: str, hosts: str, name: str, start_at, stop_at, counter, ready) -> None:
+    configure_django(hosts)
+    cycle = handoff_cycle(kind, hosts, name)
     cycle()
     with ready.get_lock():
         ready.value += 1
