@@ -25,10 +25,10 @@ from django.views.decorators.csrf import csrf_exempt
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
 
+from benchmarks.workloads import floor_client
 from demo_project.shop.models import Product, Reservation
 from demo_project.shop.views import reserve as demo_reserve
 from zklocks import zk_lock
-from zklocks.iohandler import PollingHandler
 
 _redis = redis.Redis.from_url(settings.REDIS_URL)
 _aredis = None
@@ -88,8 +88,7 @@ def _floor_client() -> KazooClient:
     """One raw kazoo client per worker process, on the I/O handler zklocks sessions use."""
     global _floor
     if _floor is None or _floor[0] != os.getpid():
-        client = KazooClient(hosts=settings.ZKLOCKS["default"]["HOSTS"], timeout=10.0, handler=PollingHandler())
-        client.start(timeout=20)
+        client = floor_client(settings.ZKLOCKS["default"]["HOSTS"])
         client.ensure_path(FLOOR_ROOT)
         _floor = (os.getpid(), client)
     return _floor[1]

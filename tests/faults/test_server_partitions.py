@@ -72,24 +72,11 @@ def ens():
             )
 
 
-def serving(ens) -> bool:
-    modes = [s.mode() for s in ens.servers]
-    return modes.count("leader") == 1 and modes.count("follower") == len(modes) - 1
-
-
-def wait_serving(ens, timeout: float = 60.0) -> None:
-    """A leader and two followers again; on failure, every server's state and the tail of its log."""
-    try:
-        wait_until(lambda: serving(ens), timeout=timeout, interval=0.1)
-    except AssertionError:
-        raise AssertionError(f"the ensemble does not serve after {timeout:.0f}s:\n{ens.describe()}") from None
-
-
 @pytest.fixture
 def aliases(ens):
     """One alias per server (s0, s1, s2), each with HOSTS = that server only, on one fresh namespace."""
     ens.heal_all()
-    wait_serving(ens)
+    ens.wait_ready(60)  # a leader and two followers again, or every server's state and log
     common = {
         "NAMESPACE": f"/server-partitions/{uuid.uuid4().hex[:8]}",
         "SESSION_TIMEOUT": SESSION,
@@ -229,7 +216,7 @@ def run_fault(ens, aliases, fault: str, holders: list[tuple[int, str]], inject, 
             c.release.set()
         if keep_cut:
             ens.heal_all()
-        wait_serving(ens)
+        ens.wait_ready(60)
         for c in first + waiters:
             assert c.done.wait(60), f"{c.alias} {c.name} did not finish"
         # Every contender has returned, sessions still open: no node may be left.
@@ -293,7 +280,7 @@ def test_server_links_carry_the_ensemble_and_a_cut_follower_stops_serving(ens, a
     assert time.monotonic() - cut >= SYNC_LIMIT_S * 0.8
     assert ens.servers[leader].mode() == "leader" and ens.servers[other].mode() == "follower"
     ens.heal(f, leader)
-    wait_serving(ens, timeout=30)
+    ens.wait_ready(30)
 
 
 def test_follower_cut_off_from_the_leader(ens, aliases, log):

@@ -41,7 +41,7 @@ class ZkEnsemble(StartedInWith):
                 force_sync=force_sync,
                 workdir=str(self.dir / f"s{i}"),
                 myid=i,
-                port=self._reservation.ports[i - 1],
+                port=0,  # set by _assign_ports, as after a repick
             )
             for i in range(1, size + 1)
         ]

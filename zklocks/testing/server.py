@@ -210,12 +210,20 @@ class ZkServer(StartedInWith):
                 return line.split(":", 1)[1].strip()
         return None
 
-    def listener(self, port: int) -> str:
-        """Who listens on ``port``: "own" (this server's process), "other", "none", or "unknown" (no /proc)."""
+    def owners(self, ports: dict[str, int] | None = None) -> dict[str, str]:
+        """Who listens on each of ``ports`` (default: its own): "own" (this server's process), "other", "none",
+        or "unknown" (no /proc). One read of the socket tables for all of them."""
+        ports = self.ports() if ports is None else ports
         listeners = _listeners()  # before the process's own sockets: one it binds meanwhile is not "other"
         if self.proc is None or self.proc.poll() is not None:
-            return _owner(listeners, set(), port)  # no process of its own: any listener is another's
-        return _owner(listeners, _socket_inodes(self.proc.pid), port)
+            mine: set[str] | None = set()  # no process of its own: any listener is another's
+        else:
+            mine = _socket_inodes(self.proc.pid)
+        return {what: _owner(listeners, mine, port) for what, port in ports.items()}
+
+    def listener(self, port: int) -> str:
+        """Who listens on ``port`` (see :meth:`owners`)."""
+        return self.owners({"port": port})["port"]
 
     def serving_mode(self) -> str | None:
         """The server's Mode once it serves on its own ports (its client port; a member's election port, a
@@ -227,8 +235,7 @@ class ZkServer(StartedInWith):
         code = self.proc.poll()
         if code is not None:
             raise ZkStartError(f"{self.name} exited with {code}")
-        listeners, mine = _listeners(), _socket_inodes(self.proc.pid)
-        owners = {what: _owner(listeners, mine, port) for what, port in self.ports().items()}
+        owners = self.owners()
         for what, owner in owners.items():
             if owner == "other":
                 raise ZkStartError(f"another socket listens on the {what} port {self.ports()[what]} of {self.name}")
@@ -267,7 +274,8 @@ class ZkServer(StartedInWith):
         code = None if self.proc is None else self.proc.poll()
         state = "not started" if self.proc is None else "running" if code is None else f"exited with {code}"
         mode = self.mode() if self.proc is not None and code is None else None
-        owners = ", ".join(f"{what} {port}: {self.listener(port)}" for what, port in self.ports().items())
+        ports = self.ports()
+        owners = ", ".join(f"{what} {ports[what]}: {owner}" for what, owner in self.owners(ports).items())
         pid = self.proc.pid if self.proc is not None else "-"
         text = f"{self.name} (pid {pid}, {state}, mode {mode}): {owners}"
         return text + "\n" + self.log_tail(lines) if logs else text
