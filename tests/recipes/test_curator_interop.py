@@ -16,6 +16,7 @@ from django.core.checks import run_checks
 from kazoo.exceptions import NoNodeError
 
 from tests.support.helpers import raw_client, read_records, tree, wait_until
+from tests.support.threads import HeldInThread
 from zklocks import conf, inspect, lock_path, zk_leader, zk_lock, zk_rw_lock, zk_semaphore
 from zklocks.recipes import layout
 from zklocks.testing.curator import CuratorContenders
@@ -93,47 +94,6 @@ def run_mixed(tmp_path, hosts, name, recipe, handles, *, java_threads=3, max_lea
     return read_records(java_log) + read_records(log)
 
 
-class ReaderInThread:
-    """A zklocks reader in a thread of its own (a hold belongs to its thread): acquires at once, releases when
-    told; its hold as one JSON line, as python_contenders writes them."""
-
-    def __init__(self, name: str) -> None:
-        self.handle = zk_rw_lock(name).read
-        self.acquired = threading.Event()
-        self.release = threading.Event()
-        self.done = threading.Event()
-        self.line: str | None = None
-        self.error: BaseException | None = None
-        threading.Thread(target=self._run, name="python-meet", daemon=True).start()
-
-    def _run(self) -> None:
-        try:
-            asked = time.monotonic_ns()
-            assert self.handle.acquire(timeout=30), "the zklocks reader not acquired within 30 s"
-            start = time.monotonic_ns()
-            token = self.handle.token
-            self.acquired.set()
-            self.release.wait(60)
-            end = time.monotonic_ns()
-            self.handle.release()
-            self.line = (
-                f'{{"side": "python", "who": "python-meet", "kind": "r", "asked": {asked}, '
-                f'"start": {start}, "end": {end}, "token": {token}}}'
-            )
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-        finally:
-            self.acquired.set()
-            self.done.set()
-
-    def finish(self) -> str | None:
-        self.release.set()
-        self.done.wait(40)
-        if self.error is not None:
-            raise self.error
-        return self.line
-
-
 MET = "a Curator reader read inside a zklocks reader's hold"
 
 
@@ -209,16 +169,19 @@ def read_alongside_curator(kz, name, log, java, threads, *, within=20.0, settle=
         g = gate()
         b = None
         reader = None
+        asked = start = 0  # the zklocks reader's hold, recorded as python_contenders records one
         try:
             jvm = jvm_behind(g)
             if jvm is None or "__READ__" not in jvm[0]:
                 return None
-            reader = ReaderInThread(name)
+            asked = time.monotonic_ns()
+            reader = HeldInThread(zk_rw_lock(name).read, name="python-meet", wait_for_acquire=False, timeout=30)
             own = wait_for(lambda children: [c for c in children if c not in ours and c not in jvm], settle)
             assert own and len(own) == 1 and seq(own[0]) > seq(jvm[-1]), (own, jvm)
             b = gate()
             lift(g)
-            assert reader.acquired.wait(40) and reader.error is None, reader.error
+            assert reader.wait(40), reader.error or "the zklocks reader not acquired within 30 s"
+            start = time.monotonic_ns()  # after its acquire returned, and before B goes: inside its hold
             behind = seq(b)
             first = wait_for(lambda children: [c for c in children if seq(c) > behind][:1], settle)
             if not first or "__READ__" not in first[0]:
@@ -232,9 +195,14 @@ def read_alongside_curator(kz, name, log, java, threads, *, within=20.0, settle=
             if b is not None:
                 lift(b)
             if reader is not None:
-                line = reader.finish()
-                if line:
-                    lines.append(line)
+                end = time.monotonic_ns()  # before its release: inside its hold
+                reader.release()
+                assert reader.error is None, reader.error
+                if start:
+                    lines.append(
+                        f'{{"side": "python", "who": "python-meet", "kind": "r", "asked": {asked}, '
+                        f'"start": {start}, "end": {end}, "token": {reader.token}}}'
+                    )
 
     outcome = None
     give_up = time.monotonic() + within
