@@ -64,6 +64,18 @@ def loss_margin(timeout: float) -> float:
     return min(0.05 * timeout + 0.02, 0.5)
 
 
+def credited_timeout(credited: float | None, negotiated: float) -> float:
+    """The session timeout a lease may count on once a connection of the session negotiated ``negotiated``
+    (``credited``: what it counted on before, None for a new session): the shortest so far.
+
+    Every touch of the session carries the timeout of the connection it came in on (a follower's touch table, a
+    re-validation), and the leader sets the expiry to (its time of the touch) + (that timeout), earlier than before
+    if the timeout is shorter. A touch from a server the session left long ago may still come last (docs/reliability.md,
+    "Mixed session timeouts"), so no timeout ever negotiated is forgotten while the session lives.
+    """
+    return negotiated if credited is None else min(credited, negotiated)
+
+
 def relay_gap(timeout: float, tick_time: float | None) -> float:
     """How far apart Q1's answer and S2's send must be: one tickTime, or timeout/2 when the tick is unknown.
 

@@ -33,10 +33,15 @@ from .kazoolog import KazooLog
 
 log = logging.getLogger("zklocks")
 
+# A connected server that answers nothing for this share of CONNECT_TIMEOUT, with a request waiting, is taken
+# for paused or cut off: waiters raise ZkUnavailable (a probe goes every quarter, so the whole stays within it).
+RESPONSE_LIMIT = 0.75
+
 
 class LossListener(Protocol):
     """What a session tells about a loss: a hold registered with :meth:`Session.add_hold`."""
 
+    name: str  # the lock's name, for the warning of a lost session
     lost: bool
     lost_reason: str | None
 
@@ -78,7 +83,13 @@ class Session:
         self._keeper_armed = False
         self._keeper_gen = 0
         self._renewing = False
-        self._created_timeout = cfg.session_timeout  # negotiated when the session is created
+        self._credited_timeout: float | None = None  # the shortest negotiated on any connection (lease.py)
+        self.last_answer = clock.now()  # when the server last answered anything (a ping too)
+        self.last_sent = clock.now()
+        self.unresponsive = False  # connected, but silent past RESPONSE_LIMIT of CONNECT_TIMEOUT (see _watch)
+        self._down_since: float | None = None  # clock.now() when the connection dropped; None while connected
+        self._watching = False
+        self._sent: dict[int | None, tuple[float, int, int]] = {}
         self._evidence = self._new_evidence()
         options = dict(cfg.options)
         retry = options.pop("connection_retry", None) or {
@@ -111,11 +122,12 @@ class Session:
 
     def _instrument(self, conn) -> None:
         """Record send times and opcodes of requests, and their answers, from kazoo's I/O loop."""
-        sent: dict[int | None, tuple[float, int, int]] = {}
+        sent = self._sent
         orig_submit, orig_read_header, orig_invoke = conn._submit, conn._read_header, conn._invoke
         zxid = [0]  # the highest zxid this connection has seen in an answer
 
         def _submit(request, timeout, xid=None):
+            self.last_sent = clock.now()
             if request.type in lease.UNTOUCHED:
                 return orig_submit(request, timeout, xid)  # answered without touching the session
             # A second ping may go out before the first is answered: keep the older send time (conservative).
@@ -124,6 +136,8 @@ class Session:
 
         def _read_header(timeout):
             header, buf, offset = orig_read_header(timeout)
+            self.last_answer = clock.now()
+            self.unresponsive = False
             entry = sent.pop(header.xid, None)
             if entry is not None:
                 sent_at, opcode, zxid_before = entry
@@ -149,11 +163,11 @@ class Session:
             zxid[0] = max(zxid[0], answered_zxid or 0)
             if result.time_out > 0:
                 before = self.timeout
-                if not request.session_id:
-                    self.timeout = self._created_timeout = result.time_out / 1000.0
-                else:
-                    # A new leader times the session with the timeout it was created with: never count on more.
-                    self.timeout = min(self._created_timeout, result.time_out / 1000.0)
+                # A leader applies each touch with the timeout of the connection it came in on, and a touch from
+                # a server we left may reach it last: count on the shortest ever negotiated, the create's included
+                # (docs/reliability.md, "Mixed session timeouts").
+                credited = self._credited_timeout if request.session_id else None
+                self.timeout = self._credited_timeout = lease.credited_timeout(credited, result.time_out / 1000.0)
                 self._evidence = evidence = self._new_evidence()
                 if getattr(result, "read_only", False):
                     pass  # a read-only server has no leader behind it: no credit
@@ -186,9 +200,13 @@ class Session:
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
+            self._down_since = None
             self._connected.set()
         else:
             self._connected.clear()
+            if state == KazooState.SUSPENDED and self._down_since is None:
+                down_since = self._down_since = clock.now()
+                dispatch.get().call_later(self.timeout, lambda: self._drop_if_still_down(down_since))
         if observe.observers and not self.dead and state != KazooState.LOST:
             observe.session_state(self, "connected" if state == KazooState.CONNECTED else "suspended")
         if state == KazooState.LOST:
@@ -315,7 +333,11 @@ class Session:
         with self._lock:
             holds, self._holds = list(self._holds), set()
         if holds:
-            log.warning("zklocks: session of alias %r lost (%s); %d lock(s) lost", self.alias, reason, len(holds))
+            names = sorted(repr(hold.name) for hold in holds)
+            shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+            log.warning(
+                "zklocks: session of alias %r lost (%s); %d lock(s) lost: %s", self.alias, reason, len(holds), shown
+            )
         for hold in holds:
             hold.mark_lost(reason)
         self._wake_waiters()
@@ -355,6 +377,10 @@ class Session:
         """Set ``event`` on any change of the connection state while inside the block."""
         with self._lock:
             self._waiters.add(event)
+            watch = not self._watching
+            self._watching = True
+        if watch:
+            dispatch.get().call_later(self.cfg.connect_timeout / 4, self._watch)
         self._arm_keeper()
         try:
             yield event
@@ -373,7 +399,11 @@ class Session:
         return self._connected.is_set() and not self.dead
 
     def wait_connected(self, deadline: float | None) -> None:
-        """Wait for the connection to come back, at most CONNECT_TIMEOUT (and ``deadline``)."""
+        """Wait for the connection to come back, at most CONNECT_TIMEOUT; ZkUnavailable if it does not.
+
+        A ``deadline`` (time.monotonic) that comes first ends the wait with ZkUnavailable too: an outage is never
+        reported as a lock held elsewhere.
+        """
         if self.connected:
             return
         outage_at = time.monotonic() + self.cfg.connect_timeout
@@ -384,12 +414,72 @@ class Session:
             remaining = limit - time.monotonic()
             if remaining <= 0:
                 if limit < outage_at:
-                    return  # the caller's own deadline came first: it raises LockTimeout, not an outage
-                raise ZkUnavailable(
-                    f"zklocks alias {self.alias!r}: lost the connection to ZooKeeper ({self.cfg.hosts}) and "
-                    f"could not reconnect within {self.cfg.connect_timeout:g}s"
+                    raise self.unavailable("lost the connection, not back when the call's timeout ran out")
+                raise self.unavailable(
+                    f"lost the connection and could not reconnect within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
                 )
             self._connected.wait(min(remaining, 0.05))
+
+    def unavailable(self, detail: str) -> ZkUnavailable:
+        """The error for a call that met an outage of this session's connection, with kazoo's causes."""
+        causes = self.kazoo_log.causes()
+        return ZkUnavailable(
+            f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable ({detail}"
+            + (f"; {causes})" if causes else ")")
+        )
+
+    # -- outages seen from a session that exists: a silent server, a server that refuses us for good --
+
+    def _watch(self) -> None:
+        """While something waits on this session: every quarter of CONNECT_TIMEOUT, look for a silent server.
+
+        A server that is paused or cut off keeps the TCP connection open, so kazoo notices only after two thirds
+        of the session timeout. A waiter must hear of it within CONNECT_TIMEOUT: once a request has been
+        unanswered for RESPONSE_LIMIT of it and nothing at all was answered meanwhile, the session is marked
+        unresponsive (until the next answer) and every waiter is woken to raise ZkUnavailable. An idle
+        connection is probed with a read so that a pause is seen while nothing else is asked.
+        """
+        with self._lock:
+            if self.dead or not self._waiters:
+                self._watching = False
+                return
+        period = self.cfg.connect_timeout / 4
+        now = clock.now()
+        if self._connected.is_set():
+            oldest = min((entry[0] for entry in list(self._sent.values())), default=None)
+            silent_for = now - self.last_answer
+            limit = RESPONSE_LIMIT * self.cfg.connect_timeout
+            if oldest is not None and now - oldest > limit and silent_for > limit:
+                if not self.unresponsive:
+                    self.unresponsive = True
+                    self._wake_waiters()
+            elif oldest is None and now - self.last_sent >= period:
+                try:
+                    self.client.exists_async("/")
+                except Exception:
+                    log.debug("zklocks: probe of alias %r not sent", self.alias, exc_info=True)
+        dispatch.get().call_later(period, self._watch)
+
+    def _drop_if_still_down(self, down_since: float) -> None:
+        """Disconnected for a whole session timeout: the session is over on every server that still knows it.
+
+        A server that came back with empty or older data refuses this session for good (it has seen a newer
+        zxid than the server has), and kazoo would retry for ever. Drop the session: its holds are reported
+        lost, and the pool starts a fresh session for the next call.
+        """
+        if self.dead or self._down_since != down_since:
+            return
+        causes = self.kazoo_log.causes()
+        log.warning(
+            "zklocks: alias %r could not reconnect to ZooKeeper at %s for %gs (its session timeout)%s; dropping "
+            "the session, a fresh one starts with the next call. If ZooKeeper restarted with empty or older data, "
+            "its servers refuse this session for good.",
+            self.alias,
+            self.cfg.hosts,
+            self.timeout,
+            f" ({causes})" if causes else "",
+        )
+        self.declare_lost("unreachable")
 
     def start(self) -> None:
         """Connect within CONNECT_TIMEOUT or raise ZkUnavailable at once (kazoo's own start() would block

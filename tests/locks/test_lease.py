@@ -97,6 +97,16 @@ def test_old_answers_are_dropped_beyond_the_horizon():
     assert len(ev._any.answered) < 200
 
 
+def test_the_credited_timeout_is_the_shortest_negotiated_on_any_connection():
+    """B (20 s) -> A (6 s) -> B (20 s): A's touch may reach the leader last, so 6 s stays (B -> A -> B)."""
+    credited = lease.credited_timeout(None, 20.0)  # created on B
+    assert credited == 20.0
+    for negotiated, expected in ((6.0, 6.0), (20.0, 6.0), (8.0, 6.0), (4.0, 4.0), (20.0, 4.0)):
+        credited = lease.credited_timeout(credited, negotiated)
+        assert credited == expected
+    assert lease.credited_timeout(None, 20.0) == 20.0  # a new session starts over
+
+
 def test_relay_gap_defaults_to_half_the_session_timeout():
     assert lease.relay_gap(10.0, None) == 5.0
     assert lease.relay_gap(10.0, 2.0) == 2.0
@@ -208,6 +218,6 @@ def test_a_reconnect_never_counts_on_a_longer_timeout_than_the_session_was_creat
                 wait_until(lambda: not session.connected, timeout=5)
                 wait_until(lambda: session.connected, timeout=5)
                 assert lock.is_held
-                assert session.timeout <= created and session._created_timeout == created
+                assert session.timeout <= created and session._credited_timeout == created
     finally:
         proxy.stop()
