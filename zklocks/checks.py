@@ -13,6 +13,11 @@ Celery: E020/W020/E021 (ZKLOCKS_CELERY, task options; see celery/conf.py). Beat 
 E030 (SCHEDULER is no importable Celery scheduler class), E031 (USING names no configured alias), E032 (not a dict,
 or ELECTION not a valid name), W030 (unknown key).
 
+Other settings (each checked when set): E050 (ZKLOCKS_HEALTH not a dict, or its MAX_HOLD_SECONDS not a positive
+number), W050 (unknown key in ZKLOCKS_HEALTH), E051 (ZKLOCKS_TRACING not True/False), E052 (ZKLOCKS_METRICS not
+True/False), E053 (ZKLOCKS_METRICS_FAMILY neither a callable nor an importable dotted path to one; the metrics
+then run without the family label), E054 (ZKLOCKS_UNAVAILABLE_RETRY_AFTER not a whole number of seconds >= 0).
+
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
 W002 (the namespace or lock nodes have a weaker ACL than configured), W003 (the ACLs could not be checked).
@@ -27,7 +32,7 @@ from django.core import checks
 from . import conf
 from .celery import conf as celery_conf
 from .celery import discover
-from .exceptions import ZkAuthError, ZkUnavailable
+from .exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
 
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
@@ -178,4 +183,83 @@ def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]
                     id="zklocks.E030",
                 )
             )
+    return messages
+
+
+HEALTH_KEYS = frozenset({"MAX_HOLD_SECONDS"})
+_SWITCHES = (
+    ("ZKLOCKS_TRACING", "zklocks.E051", "OpenTelemetry spans"),
+    ("ZKLOCKS_METRICS", "zklocks.E052", "Prometheus metrics"),
+)
+
+
+def check_other_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """System check of ZKLOCKS_HEALTH (E050, W050), ZKLOCKS_TRACING (E051), ZKLOCKS_METRICS (E052),
+    ZKLOCKS_METRICS_FAMILY (E053) and ZKLOCKS_UNAVAILABLE_RETRY_AFTER (E054); an unset setting is fine."""
+    from django.conf import settings
+
+    from . import metrics
+
+    messages = health_messages(getattr(settings, "ZKLOCKS_HEALTH", None))
+    for name, pid, what in _SWITCHES:
+        value = getattr(settings, name, True)
+        if not isinstance(value, bool):
+            messages.append(
+                checks.Error(
+                    f"settings.{name} must be True or False, not {value!r}.",
+                    hint=f"Only False turns the {what} off: {value!r} leaves them on.",
+                    id=pid,
+                )
+            )
+    try:
+        metrics.resolve_family(getattr(settings, "ZKLOCKS_METRICS_FAMILY", None))
+    except ZkConfigError as exc:
+        messages.append(
+            checks.Error(
+                f"{exc}.",
+                hint='Give a function that maps a lock name to a bounded label, or its dotted path ("myproject.'
+                'metrics.lock_family"). Until then the metrics have no family label.',
+                id="zklocks.E053",
+            )
+        )
+    retry_after = getattr(settings, "ZKLOCKS_UNAVAILABLE_RETRY_AFTER", 5)
+    if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
+        messages.append(
+            checks.Error(
+                "settings.ZKLOCKS_UNAVAILABLE_RETRY_AFTER must be a whole number of seconds >= 0, "
+                f"not {retry_after!r}.",
+                hint="It is the Retry-After header of ZkUnavailableMiddleware's 503 answers; for example 5 (the "
+                "default).",
+                id="zklocks.E054",
+            )
+        )
+    return messages
+
+
+def health_messages(raw: object) -> list[checks.CheckMessage]:
+    """E050 / W050 for a ZKLOCKS_HEALTH value (None: unset, the health check has no MAX_HOLD_SECONDS). Pure."""
+    hint = 'For example {"MAX_HOLD_SECONDS": 600}; leave MAX_HOLD_SECONDS out to not check how long locks are held.'
+    if raw is None:
+        return []
+    if not isinstance(raw, dict):
+        return [checks.Error(f"settings.ZKLOCKS_HEALTH must be a dict, not {raw!r}.", hint=hint, id="zklocks.E050")]
+    messages: list[checks.CheckMessage] = []
+    unknown = sorted(str(k) for k in set(raw) - HEALTH_KEYS)
+    if unknown:
+        messages.append(
+            checks.Warning(
+                f"ZKLOCKS_HEALTH: unknown option(s) {', '.join(unknown)}; the health check does not read them.",
+                hint=conf.closest_hint(unknown, HEALTH_KEYS) + f"Known options: {', '.join(sorted(HEALTH_KEYS))}.",
+                id="zklocks.W050",
+            )
+        )
+    max_hold = raw.get("MAX_HOLD_SECONDS")
+    if max_hold is not None and not conf.positive_number(max_hold):
+        messages.append(
+            checks.Error(
+                f"ZKLOCKS_HEALTH: MAX_HOLD_SECONDS must be a positive number of seconds, not {max_hold!r}.",
+                hint=hint,
+                id="zklocks.E050",
+            )
+        )
     return messages

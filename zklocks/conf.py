@@ -110,7 +110,19 @@ def _hosts(value: Any) -> tuple[str | None, str]:
     return ",".join(parts), ""
 
 
-def _positive_number(value: Any) -> bool:
+def closest_hint(unknown: list[str], known: frozenset[str]) -> str:
+    """``"SESION_TIMEOUT: did you mean SESSION_TIMEOUT? "`` for each unknown key close to a known one (case aside)."""
+    import difflib
+
+    out = ""
+    for key in unknown:
+        close = difflib.get_close_matches(key.upper(), sorted(known), n=1)
+        if close:
+            out += f"{key}: did you mean {close[0]}? "
+    return out
+
+
+def positive_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
@@ -120,14 +132,14 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
         return None, [
             _problem("zklocks.E002", alias, "must be a dict of options.", 'Use e.g. {"HOSTS": "127.0.0.1:2181"}.')
         ]
-    unknown = sorted(set(raw) - KNOWN_KEYS)
+    unknown = sorted(str(k) for k in set(raw) - KNOWN_KEYS)
     if unknown:
         problems.append(
             _problem(
                 "zklocks.W001",
                 alias,
                 f"unknown option(s) {', '.join(unknown)}.",
-                f"Known options: {', '.join(sorted(KNOWN_KEYS))}.",
+                closest_hint(unknown, KNOWN_KEYS) + f"Known options: {', '.join(sorted(KNOWN_KEYS))}.",
             )
         )
     hosts, wrong = _hosts(raw.get("HOSTS"))
@@ -158,7 +170,7 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
     timeouts = {}
     for key, pid, default in (("SESSION_TIMEOUT", "zklocks.E005", 10.0), ("CONNECT_TIMEOUT", "zklocks.E006", 5.0)):
         value = raw.get(key, default)
-        if not _positive_number(value):
+        if not positive_number(value):
             problems.append(
                 _problem(
                     pid, alias, f"{key} must be a positive number of seconds, not {value!r}.", f"For example {default}."
@@ -250,7 +262,7 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
             )
         )
     reap = raw.get("REAP_INTERVAL", 60.0)
-    if not (_positive_number(reap) or reap == 0):
+    if not (positive_number(reap) or reap == 0):
         problems.append(
             _problem(
                 "zklocks.E011",
@@ -262,7 +274,7 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
     tick_time = raw.get("TICK_TIME")
     session_timeout = timeouts["SESSION_TIMEOUT"]
     if tick_time is not None and not (
-        _positive_number(tick_time) and (not _positive_number(session_timeout) or tick_time <= session_timeout / 2)
+        positive_number(tick_time) and (not positive_number(session_timeout) or tick_time <= session_timeout / 2)
     ):
         problems.append(
             _problem(

@@ -2,7 +2,9 @@
 
 Installed into the default registry by the app's ready() when prometheus_client is importable and
 ``settings.ZKLOCKS_METRICS`` is not False. Lock names are never label values: ``ZKLOCKS_METRICS_FAMILY`` (a
-callable or its dotted path) may map a name to a bounded ``family`` label of the lock metrics.
+callable or its dotted path) may map a name to a bounded ``family`` label of the lock metrics. If it is neither,
+ready() does not fail: the metrics are installed without the ``family`` label, a warning is logged, and
+``manage.py check`` reports zklocks.E053.
 
 =========================  =========  =====================================================
 zklocks_acquire_seconds    histogram  alias, kind, [family,] result
@@ -20,6 +22,7 @@ once ``prometheus_client.multiprocess.mark_process_dead(pid)`` is called for it 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import threading
 import time
@@ -28,11 +31,14 @@ from collections.abc import Callable
 from typing import Any
 
 from . import observe
+from .exceptions import ZkConfigError
 
 try:
     import prometheus_client
 except ImportError:  # pragma: no cover - the extra is not installed
     prometheus_client = None  # type: ignore[assignment]
+
+log = logging.getLogger("zklocks")
 
 ACQUIRE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 HOLD_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
@@ -174,15 +180,22 @@ _installed: Metrics | None = None
 
 
 def resolve_family(value: object) -> Callable[[str], object] | None:
+    """The ``family`` callable of ``ZKLOCKS_METRICS_FAMILY`` (a callable or its dotted path), or None if unset.
+
+    Raises ZkConfigError when it is neither (system check zklocks.E053 reports the same text)."""
     if value is None:
         return None
     if isinstance(value, str):
         from django.utils.module_loading import import_string
 
-        value = import_string(value)
+        try:
+            found = import_string(value)
+        except Exception as exc:  # ImportError, or whatever importing the user's module raises
+            raise ZkConfigError(f"settings.ZKLOCKS_METRICS_FAMILY {value!r} cannot be imported: {exc}") from exc
+        if not callable(found):
+            raise ZkConfigError(f"settings.ZKLOCKS_METRICS_FAMILY {value!r} names {found!r}, which is not callable")
+        return found
     if not callable(value):
-        from .exceptions import ZkConfigError
-
         raise ZkConfigError(f"settings.ZKLOCKS_METRICS_FAMILY must be a callable or its dotted path, not {value!r}")
     return value
 
@@ -205,8 +218,13 @@ def install() -> Metrics | None:
     if prometheus_client is None or getattr(settings, "ZKLOCKS_METRICS", True) is False:
         return None
     if _installed is None:
-        metrics = Metrics(family=resolve_family(getattr(settings, "ZKLOCKS_METRICS_FAMILY", None)))
-        _installed = start(metrics)
+        try:
+            family = resolve_family(getattr(settings, "ZKLOCKS_METRICS_FAMILY", None))
+        except ZkConfigError as exc:
+            # Never crash ready() (every manage.py command): the system check reports it as zklocks.E053.
+            log.warning("zklocks: metrics without the family label: %s", exc)
+            family = None
+        _installed = start(Metrics(family=family))
     return _installed
 
 

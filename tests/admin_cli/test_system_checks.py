@@ -1,10 +1,15 @@
 """System checks: exact run_checks() output for each kind of misconfiguration."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 from django.core import checks
 from django.core.checks import Error, Warning
 from django.test import override_settings
 
+from tests.support.helpers import ROOT
 from zklocks import ZkConfigError, conf, zk_lock
 
 OK = {"HOSTS": "127.0.0.1:2181"}
@@ -226,3 +231,150 @@ def test_valid_hosts_and_ports(hosts):
 @pytest.mark.parametrize("hosts", ["zk1:0", "zk1:65536", "zk1:2181,zk2:99999"])
 def test_ports_out_of_range(hosts):
     assert [m.id for m in run({"default": {"HOSTS": hosts}})] == ["zklocks.E003"]
+
+
+def test_unknown_alias_option_suggests_the_closest_known_one():
+    known = "Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, LAYOUT, NAMESPACE, OPTIONS, POOL_SIZE, READ_ACL, "
+    known += "REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME."
+    assert run({"default": {**OK, "SESION_TIMEOUT": 5, "namespace": "/x"}}) == [
+        Warning(
+            "ZKLOCKS['default']: unknown option(s) SESION_TIMEOUT, namespace.",
+            hint=f"SESION_TIMEOUT: did you mean SESSION_TIMEOUT? namespace: did you mean NAMESPACE? {known}",
+            id="zklocks.W001",
+        )
+    ]
+
+
+def run_other(**values):
+    """The zklocks messages of run_checks() with the given (non-ZKLOCKS) settings."""
+    with override_settings(**values):
+        return [m for m in checks.run_checks() if m.id and m.id.startswith("zklocks.")]
+
+
+def test_optional_settings_that_are_valid_pass():
+    assert (
+        run_other(
+            ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 600},
+            ZKLOCKS_TRACING=False,
+            ZKLOCKS_METRICS=True,
+            ZKLOCKS_METRICS_FAMILY="tests.observe.test_metrics.family_of",
+            ZKLOCKS_UNAVAILABLE_RETRY_AFTER=0,
+        )
+        == []
+    )
+    assert run_other(ZKLOCKS_HEALTH=None, ZKLOCKS_METRICS_FAMILY=len, ZKLOCKS_UNAVAILABLE_RETRY_AFTER=30) == []
+
+
+HEALTH_HINT = 'For example {"MAX_HOLD_SECONDS": 600}; leave MAX_HOLD_SECONDS out to not check how long locks are held.'
+
+
+@pytest.mark.parametrize(
+    "value,wrong",
+    [
+        (600, "settings.ZKLOCKS_HEALTH must be a dict, not 600."),
+        ({"MAX_HOLD_SECONDS": 0}, "ZKLOCKS_HEALTH: MAX_HOLD_SECONDS must be a positive number of seconds, not 0."),
+        ({"MAX_HOLD_SECONDS": -5}, "ZKLOCKS_HEALTH: MAX_HOLD_SECONDS must be a positive number of seconds, not -5."),
+        (
+            {"MAX_HOLD_SECONDS": "600"},
+            "ZKLOCKS_HEALTH: MAX_HOLD_SECONDS must be a positive number of seconds, not '600'.",
+        ),
+        (
+            {"MAX_HOLD_SECONDS": True},
+            "ZKLOCKS_HEALTH: MAX_HOLD_SECONDS must be a positive number of seconds, not True.",
+        ),
+    ],
+)
+def test_bad_health_setting(value, wrong):
+    assert run_other(ZKLOCKS_HEALTH=value) == [Error(wrong, hint=HEALTH_HINT, id="zklocks.E050")]
+
+
+def test_unknown_health_key_suggests_the_closest_known_one():
+    assert run_other(ZKLOCKS_HEALTH={"MAX_HOLD": 60, "COLOUR": "red"}) == [
+        Warning(
+            "ZKLOCKS_HEALTH: unknown option(s) COLOUR, MAX_HOLD; the health check does not read them.",
+            hint="MAX_HOLD: did you mean MAX_HOLD_SECONDS? Known options: MAX_HOLD_SECONDS.",
+            id="zklocks.W050",
+        )
+    ]
+
+
+@pytest.mark.parametrize(
+    "setting,pid,what",
+    [
+        ("ZKLOCKS_TRACING", "zklocks.E051", "OpenTelemetry spans"),
+        ("ZKLOCKS_METRICS", "zklocks.E052", "Prometheus metrics"),
+    ],
+)
+@pytest.mark.parametrize("value", [0, "False", None])
+def test_tracing_and_metrics_switches_must_be_booleans(setting, pid, what, value):
+    assert run_other(**{setting: value}) == [
+        Error(
+            f"settings.{setting} must be True or False, not {value!r}.",
+            hint=f"Only False turns the {what} off: {value!r} leaves them on.",
+            id=pid,
+        )
+    ]
+
+
+FAMILY_HINT = (
+    'Give a function that maps a lock name to a bounded label, or its dotted path ("myproject.metrics.lock_family"). '
+    "Until then the metrics have no family label."
+)
+
+
+@pytest.mark.parametrize(
+    "value,wrong",
+    [
+        (3, "settings.ZKLOCKS_METRICS_FAMILY must be a callable or its dotted path, not 3."),
+        (
+            "zklocks.metrics.no_such_family",
+            "settings.ZKLOCKS_METRICS_FAMILY 'zklocks.metrics.no_such_family' cannot be imported: "
+            'Module "zklocks.metrics" does not define a "no_such_family" attribute/class.',
+        ),
+        (
+            "no_such_module.family",
+            "settings.ZKLOCKS_METRICS_FAMILY 'no_such_module.family' cannot be imported: "
+            "No module named 'no_such_module'.",
+        ),
+        (
+            "zklocks.metrics.SESSION_STATES",
+            "settings.ZKLOCKS_METRICS_FAMILY 'zklocks.metrics.SESSION_STATES' names ('connected', 'suspended', "
+            "'lost'), which is not callable.",
+        ),
+    ],
+)
+def test_bad_metrics_family(value, wrong):
+    assert run_other(ZKLOCKS_METRICS_FAMILY=value) == [Error(wrong, hint=FAMILY_HINT, id="zklocks.E053")]
+
+
+@pytest.mark.parametrize("value", [-1, "5", 2.5, None, True])
+def test_bad_retry_after(value):
+    assert run_other(ZKLOCKS_UNAVAILABLE_RETRY_AFTER=value) == [
+        Error(
+            f"settings.ZKLOCKS_UNAVAILABLE_RETRY_AFTER must be a whole number of seconds >= 0, not {value!r}.",
+            hint="It is the Retry-After header of ZkUnavailableMiddleware's 503 answers; for example 5 (the default).",
+            id="zklocks.E054",
+        )
+    ]
+
+
+def test_a_bad_metrics_family_is_reported_by_check_not_raised_by_ready(tmp_path):
+    """A bad ZKLOCKS_METRICS_FAMILY used to crash every manage.py command in AppConfig.ready()."""
+    (tmp_path / "bad_family_settings.py").write_text(
+        'from tests.settings import *  # noqa: F403\nZKLOCKS_METRICS_FAMILY = "no_such_module.family"\n'
+    )
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="bad_family_settings", PYTHONPATH=f"{tmp_path}:{ROOT}")
+
+    def manage(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "django", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        )
+
+    check = manage("check")
+    assert check.returncode == 1
+    assert "Traceback" not in check.stderr, check.stderr
+    assert "zklocks.E053" in check.stderr and "no_such_module.family" in check.stderr, check.stderr
+    # Metrics stay on, without the family label.
+    shell = manage("shell", "-c", "from zklocks import metrics; print('family:', metrics.installed().family)")
+    assert shell.returncode == 0, shell.stderr
+    assert shell.stdout.strip().splitlines()[-1] == "family: None"

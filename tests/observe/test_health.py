@@ -6,7 +6,7 @@ import time
 import pytest
 from django.test import override_settings
 
-from zklocks import zk_lock
+from zklocks import zk_leader, zk_lock
 from zklocks.health import ZooKeeperHealthCheck
 from zklocks.testing import ZkEnsemble
 
@@ -76,3 +76,21 @@ def test_fails_within_connect_timeout_once_quorum_is_gone():
                 close_all(wait=False)
     finally:
         ensemble.cleanup()
+
+
+@pytest.mark.zk
+def test_max_hold_seconds_leaves_out_elections():
+    """A leader holds its election node for as long as it leads: that is no stuck lock."""
+    from zklocks.inspect import snapshot
+
+    with override_settings(ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 0.5}):
+        with zk_leader("celery-beat"):
+            time.sleep(1.2)
+            (election,) = [lock for lock in snapshot().locks if lock.name == "celery-beat"]
+            assert election.kind == "election" and election.held_for() > 0.5
+            assert run_check().error is None
+            with zk_lock("nightly/report"):
+                time.sleep(1.2)
+                result = run_check()
+        assert result.error is not None
+        assert "'nightly/report'" in str(result.error) and "celery-beat" not in str(result.error)

@@ -7,6 +7,10 @@ Add ``"zklocks.health"`` next to ``"health_check"`` in INSTALLED_APPS and list t
 For each alias (or only ``alias``) it reaches a session within CONNECT_TIMEOUT and makes a ``sync`` + read round
 trip; it fails naming the alias and the cause. With ``settings.ZKLOCKS_HEALTH = {"MAX_HOLD_SECONDS": N}`` it also
 fails while some lock has been held longer than N seconds (read from zklocks.inspect, the read model).
+
+Elections (kind ``election``: ``zk_leader``, the leader-elected Celery beat, Curator's LeaderLatch) are left out
+of MAX_HOLD_SECONDS: a leader holds its election node for as long as it leads, which is no stuck lock. Exclusive
+and shared locks and semaphore leases count. ``manage.py check`` validates ZKLOCKS_HEALTH (zklocks.E050, W050).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from .. import conf
 from ..connections import connections
 from ..exceptions import ZkLocksError
 from ..recipes.calls import Deadline, DeadlinePassed, SessionGone, call
+from ..recipes.layout import Kind
 
 
 def probe(alias: str) -> str | None:
@@ -49,13 +54,16 @@ def probe(alias: str) -> str | None:
 
 
 def long_holds(aliases: list[str], max_hold: float) -> list[str]:
-    """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder."""
+    """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder.
+    Elections are left out: their leader holds them for as long as it leads."""
     from ..inspect import snapshot
 
     snap = snapshot(aliases)
     now = time.time()
     found = []
     for lock in snap.locks:
+        if lock.kind == Kind.ELECTION:
+            continue
         held_for = lock.held_for(now)
         if held_for is not None and held_for > max_hold:
             who = ", ".join(f"{h.host or '?'} pid {h.pid or '?'}" for h in lock.holders)
