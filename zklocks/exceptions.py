@@ -5,6 +5,7 @@ ZkLocksError
 │   └── LockTimeout          ... and the wait ran past ``timeout``
 ├── LockLost                 a lock this process held is gone (session lost, node deleted)
 ├── LockUpgradeError         a shared-only holder asked for the exclusive lock
+├── LockOwnershipError       a release by a non-owner while several owners hold through the handle
 ├── ZkUnavailable            no ZooKeeper session could be reached (never contention)
 ├── ZkAuthError              ZooKeeper refused an operation for lack of rights (NoAuth)
 ├── SequenceExhausted        a lock node's sequence counter is used up (2**31-1 creates)
@@ -39,14 +40,27 @@ class LockTimeout(LockNotAcquired):
 class LockLost(ZkLocksError):
     """A lock we held is no longer ours (session expired or lost, or node removed)."""
 
-    def __init__(self, message: str = "", *, name: str | None = None, reason: str | None = None) -> None:
-        super().__init__(message or f"lock {name!r} was lost ({reason})")
+    def __init__(
+        self, message: str = "", *, name: str | None = None, reason: str | None = None, alias: str | None = None
+    ) -> None:
+        where = "" if alias is None else f" (alias {alias!r})"
+        super().__init__(message or f"lock {name!r}{where} was lost ({reason})")
         self.name = name
+        self.alias = alias
         self.reason = reason
 
 
 class LockUpgradeError(ZkLocksError, RuntimeError):
     """A thread holding only the shared lock asked for the exclusive one: that would deadlock."""
+
+
+class LockOwnershipError(ZkLocksError, RuntimeError):
+    """A thread or task that holds nothing through a handle released it while several others hold through it:
+    whose hold to release is unknown. (With one holder, a release from elsewhere releases that one's hold.)"""
+
+    def __init__(self, message: str = "", *, name: str | None = None) -> None:
+        super().__init__(message or f"lock {name!r}: released by a thread or task that does not hold it")
+        self.name = name
 
 
 class ZkUnavailable(ZkLocksError):

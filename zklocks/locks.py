@@ -14,16 +14,27 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
 from . import conf, holder, holds, names, observe, signals
 from .acquirable import _Acquirable
 from .commit import release_after_commit
 from .connections import connections
-from .exceptions import InvalidLockName, LockLost, LockNotAcquired, LockTimeout, LockUpgradeError
+from .exceptions import (
+    InvalidLockName,
+    LockLost,
+    LockNotAcquired,
+    LockOwnershipError,
+    LockTimeout,
+    LockUpgradeError,
+    ZkUnavailable,
+)
 from .holds import Grant, Hold, current_owner
 from .names import join_path, validate_name
 from .offloop import acquire_off_loop, run_off_loop
 from .recipes import layout, queue, steps
-from .recipes.calls import Deadline
+from .recipes.calls import Deadline, translate
 from .recipes.layout import Kind
 from .recipes.node import layout_of
 from .recipes.steps import Blocking, Steps
@@ -93,8 +104,9 @@ class _BaseHandle(_Acquirable):
     async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
         if not self.waits_on_loop:
             await acquire_off_loop(self, blocking, timeout)
-            return
-        await steps.run_async(self._acquire_steps(blocking, timeout, None, None, on_loop=True))
+        else:
+            await steps.run_async(self._acquire_steps(blocking, timeout, None, None, on_loop=True))
+        holds.note_async_holder()
 
     def _acquire_steps(
         self,
@@ -107,7 +119,7 @@ class _BaseHandle(_Acquirable):
         """The whole acquire, as steps (recipes/steps.py): a thread or the event loop drives it."""
         blocking, deadline, once = self._start(blocking, timeout, cancel, at, on_loop)
         started = time.monotonic()
-        if deadline.expired():  # an async call cancelled, or whose time ran out before a thread took it up
+        if deadline.cancelled():  # an async call cancelled before a thread took it up
             raise LockTimeout(
                 f"{self.kind} lock {self.name!r} (alias {self.using!r}) not acquired within the timeout", name=self.name
             )
@@ -118,6 +130,8 @@ class _BaseHandle(_Acquirable):
         try:
             try:
                 hold = yield from self._hold_steps(blocking and not once, deadline, grant)
+            except (ZkUnavailable, KazooException, KazooTimeoutError) as exc:
+                raise self.named_error(exc) from exc
             except LockNotAcquired as exc:
                 if once and not isinstance(exc, LockTimeout):
                     raise LockTimeout(
@@ -161,16 +175,48 @@ class _BaseHandle(_Acquirable):
 
         The delete is sent without waiting for its answer: this session's later requests see it applied, and
         other clients see the node gone one round trip later. ``wait=True`` waits for the server's answer.
+
+        Ownership (docs/reference.md): the owner that acquired (a thread, or the asyncio task under ``async
+        with``) releases. Work started from the holding task's context releases on its behalf: a new task of
+        ``asyncio.wait_for`` (Python 3.11) or ``asyncio.shield``, a thread of ``asyncio.to_thread``. Any other
+        thread or task that holds nothing through this handle gets LockOwnershipError while someone else holds
+        through it (never a silent no-op that leaves the lock held); when nobody does, a release does nothing.
         """
         owner = current_owner()
         with self._mine_lock:
             stack = self._mine.get(owner)
             if not stack:
-                return  # this owner holds nothing through this handle (another thread's hold stays untouched)
+                holder = holds.releasing_for()
+                stack = self._mine.get(holder) if holder is not None else None
+                if stack:
+                    owner = holder
+                elif not self._mine:
+                    return  # nobody holds through this handle: a release is idempotent
+                else:
+                    raise LockOwnershipError(
+                        f"{self.kind} lock {self.name!r} (alias {self.using!r}) was released by a thread or task "
+                        "that does not hold it, so it stays held by its owner. Release from the owner that "
+                        "acquired, from work started in its context (asyncio.to_thread, a task it creates), or "
+                        "with `await lock.release_async()`",
+                        name=self.name,
+                    )
             hold = stack.pop()
             if not stack:
                 del self._mine[owner]
         self._drop(hold, wait)
+
+    def named_error(self, exc: BaseException) -> BaseException:
+        """``exc`` as the error a user of this lock sees: kazoo's errors translated, and the lock named."""
+        if isinstance(exc, (KazooException, KazooTimeoutError)):
+            exc = translate(exc, self.using, f"acquire {self.kind} lock {self.name!r}")
+        text = str(exc)
+        if isinstance(exc, ZkUnavailable) and repr(self.name) not in text:
+            prefix = f"zklocks alias {self.using!r}: "
+            rest = text[len(prefix) :] if text.startswith(prefix) else text
+            named = ZkUnavailable(f"zklocks alias {self.using!r}, {self.kind} lock {self.name!r}: {rest}")
+            named.__cause__ = exc.__cause__
+            return named
+        return exc
 
     def _drop(self, hold: Hold, wait: bool = False) -> None:
         if hold.key is not None:
@@ -226,10 +272,18 @@ class _BaseHandle(_Acquirable):
         """Raise LockLost unless we still hold the lock; costs a sync and a read to catch a force-release."""
         hold = self._hold(strict=True)
         if hold is None:
-            raise LockLost(f"lock {self.name!r} is not held by this thread", name=self.name, reason="not held")
-        hold.check_node()
+            raise LockLost(
+                f"lock {self.name!r} (alias {self.using!r}) is not held by this thread or task",
+                name=self.name,
+                alias=self.using,
+                reason="not held",
+            )
+        try:
+            hold.check_node()
+        except ZkUnavailable as exc:
+            raise self.named_error(exc) from exc.__cause__
         if not hold.is_held:
-            raise LockLost(name=self.name, reason=hold.lost_reason or "suspended")
+            raise LockLost(name=self.name, alias=self.using, reason=hold.lost_reason or "suspended")
 
     # -- context manager --
 
@@ -370,10 +424,13 @@ class ZkLock(_BaseHandle):
                 existing = holds.registry.get(key)
                 if existing is not None:
                     if existing.lost or not existing.is_held:
+                        reason = existing.lost_reason or "suspended"
                         raise LockLost(
-                            f"lock {self.name!r} is already held by this thread and was lost",
+                            f"lock {self.name!r} (alias {self.using!r}) is already held by this thread or task "
+                            f"and was lost ({reason}); release() it before acquiring it again",
                             name=self.name,
-                            reason=existing.lost_reason or "suspended",
+                            alias=self.using,
+                            reason=reason,
                         )
                     if existing.kind == Kind.SHARED and not self.shared:
                         raise LockUpgradeError(

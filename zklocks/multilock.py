@@ -6,9 +6,9 @@ import functools
 import inspect
 import threading
 
+from . import holds
 from .acquirable import _Acquirable
 from .commit import release_after_commit
-from .exceptions import LockTimeout
 from .locks import F, ZkLock
 from .offloop import acquire_off_loop, run_off_loop
 from .recipes.layout import Kind
@@ -68,12 +68,8 @@ class ZkMultiLock(_Acquirable):
         taken: list[ZkLock] = []
         try:
             for lock in self.locks:
-                if deadline.expired():
-                    raise LockTimeout(
-                        f"multi-lock {self.names!r} (alias {self.using!r}): {lock.name!r} not "
-                        "acquired within the timeout",
-                        name=lock.name,
-                    )
+                # A member reached past the deadline still asks the server once: only its answer says "held
+                # elsewhere" (LockTimeout); an outage is ZkUnavailable.
                 # timeout=0: one attempt per member; otherwise the members share the overall deadline.
                 lock._acquire(blocking, 0 if once else None, cancel, deadline.at)
                 taken.append(lock)
@@ -114,6 +110,7 @@ class ZkMultiLock(_Acquirable):
 
     async def __aenter__(self):
         await acquire_off_loop(self, None, None)
+        holds.note_async_holder()
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:

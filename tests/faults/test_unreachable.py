@@ -28,16 +28,16 @@ def unavailable(hosts, **extra) -> str:
 def test_cause_connection_refused():
     port = free_port()
     assert unavailable(f"127.0.0.1:{port}") == (
-        f"zklocks alias 'default': ZooKeeper at 127.0.0.1:{port} is unavailable (no session within "
-        f"CONNECT_TIMEOUT=1s: connection refused by 127.0.0.1:{port})"
+        f"zklocks alias 'default', exclusive lock 'report': ZooKeeper at 127.0.0.1:{port} is unavailable "
+        f"(no session within CONNECT_TIMEOUT=1s: connection refused by 127.0.0.1:{port})"
     )
 
 
 def test_cause_unknown_host():
     message = unavailable("zk-nowhere.invalid:2181")
     assert message.startswith(
-        "zklocks alias 'default': ZooKeeper at zk-nowhere.invalid:2181 is unavailable (no session within "
-        "CONNECT_TIMEOUT=1s: cannot resolve zk-nowhere.invalid: "
+        "zklocks alias 'default', exclusive lock 'report': ZooKeeper at zk-nowhere.invalid:2181 is unavailable "
+        "(no session within CONNECT_TIMEOUT=1s: cannot resolve zk-nowhere.invalid: "
     ), message
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.helpers import raw_client, tree, wait_until
 from tests.support.threads import HeldInThread, in_thread
-from zklocks import LockLost, LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_lock
+from zklocks import LockLost, LockNotAcquired, LockOwnershipError, LockTimeout, ZkLocksError, lock_path, zk_lock
 from zklocks.conf import alias_config
 from zklocks.inspect import snapshot
 
@@ -78,12 +78,13 @@ def test_try_lock_fails_at_once_when_held_elsewhere():
         assert time.monotonic() - started < 1.0
 
 
-def test_release_by_a_thread_that_holds_nothing_frees_nothing():
+def test_release_by_a_thread_that_holds_nothing_frees_nothing_and_says_so():
     shared_handle = zk_lock("shared-handle", timeout=0.2)
     owner = HeldInThread(shared_handle)
     assert owner.acquired
     assert shared_handle.acquire() is False  # this thread timed out ...
-    shared_handle.release()  # ... and releasing must not free the other thread's hold
+    with pytest.raises(LockOwnershipError, match="shared-handle"):
+        shared_handle.release()  # ... and releasing must not free the other thread's hold, nor pass in silence
     with pytest.raises(LockLost):
         shared_handle.ensure_held()  # nor may this thread pass for the holder
     assert zk_lock("shared-handle", blocking=False).acquire() is False

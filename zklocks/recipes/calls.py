@@ -39,13 +39,19 @@ class DeadlinePassed(Exception):
 
 
 class Deadline:
-    """An absolute monotonic deadline; ``None`` waits for ever."""
+    """An absolute monotonic deadline; ``None`` waits for ever.
 
-    __slots__ = ("at", "cancel")
+    A lock's deadline bounds the wait for the lock, not the wait for an answer: a request unanswered at the
+    deadline is waited for until CONNECT_TIMEOUT (see :func:`overdue`). A ``hard`` deadline also ends the wait
+    for an answer, with DeadlinePassed (for a check that must end when the lease does).
+    """
 
-    def __init__(self, timeout: float | None, cancel: threading.Event | None = None) -> None:
+    __slots__ = ("at", "cancel", "hard")
+
+    def __init__(self, timeout: float | None, cancel: threading.Event | None = None, *, hard: bool = False) -> None:
         self.at = None if timeout is None else time.monotonic() + max(0.0, timeout)
         self.cancel = cancel  # set by an async caller whose task was cancelled
+        self.hard = hard
 
     def remaining(self) -> float | None:
         return None if self.at is None else self.at - time.monotonic()
@@ -54,6 +60,14 @@ class Deadline:
         if self.cancel is not None and self.cancel.is_set():
             return True
         return self.at is not None and time.monotonic() >= self.at
+
+    def cancelled(self) -> bool:
+        """The async caller whose thread runs this wait was cancelled: nobody reads the outcome any more."""
+        return self.cancel is not None and self.cancel.is_set()
+
+    def final(self) -> bool:
+        """Passed, and no answer is waited for past it: a cancelled caller, or a hard deadline."""
+        return self.cancelled() or (self.hard and self.expired())
 
 
 def translate(
@@ -87,20 +101,46 @@ def translate(
     return exc  # type: ignore[return-value]
 
 
-def wait_result(async_result, session: Session, deadline: Deadline):
-    """The value of a kazoo async result, bounded by ``deadline`` and by the session's life."""
-    remaining = deadline.remaining()
-    # A healthy server answers in milliseconds: no answer within CONNECT_TIMEOUT is an outage, not a wait.
+def answer_limits(session: Session, deadline: Deadline) -> tuple[float, float]:
+    """How long to wait for an answer: first until the caller's deadline (at most CONNECT_TIMEOUT), then, if the
+    deadline passed with the connection up, for the rest of CONNECT_TIMEOUT.
+
+    The caller's deadline never turns a missing answer into a timeout: a request that ZooKeeper has not answered
+    says nothing about contention, so it ends either in its answer or in ZkUnavailable (see :func:`overdue`).
+    """
     cap = session.cfg.connect_timeout
-    limit = cap if remaining is None else min(max(remaining, 0.0), cap)
-    try:
-        async_result.get(timeout=limit)
-    except KazooTimeoutError as exc:
-        if deadline.expired():
-            raise DeadlinePassed() from None
-        raise translate(exc, session.alias, timeout=cap) from None
-    except Exception:
-        pass  # the answer is an error: outcome() raises it
+    remaining = deadline.remaining()
+    first = cap if remaining is None else min(max(remaining, 0.0), cap)
+    return first, cap - first
+
+
+def overdue(session: Session, deadline: Deadline, *, finally_: bool) -> None:
+    """No answer yet: raise what that means, or return to wait for the rest of CONNECT_TIMEOUT.
+
+    ``finally_`` is True once the whole CONNECT_TIMEOUT has passed. A cancelled async caller gets DeadlinePassed
+    (nobody reads its error); a dead session SessionGone; a deadline met while disconnected ZkUnavailable at once.
+    """
+    if deadline.final():
+        raise DeadlinePassed()
+    if session.dead:
+        raise SessionGone()
+    if finally_:
+        raise translate(KazooTimeoutError(), session.alias, timeout=session.cfg.connect_timeout)
+    if not session.connected:
+        raise session.unavailable("the connection was down when the call's timeout ran out")
+
+
+def wait_result(async_result, session: Session, deadline: Deadline):
+    """The value of a kazoo async result, bounded by CONNECT_TIMEOUT and by the session's life.
+
+    An exception raised while we wait (a signal handler's: Celery's soft time limit, KeyboardInterrupt) reaches
+    the caller: nothing here catches it.
+    """
+    first, rest = answer_limits(session, deadline)
+    if not async_result.wait(first):
+        overdue(session, deadline, finally_=rest <= 0)
+        if not async_result.wait(rest):
+            overdue(session, deadline, finally_=True)
     return outcome(async_result, session)
 
 
@@ -116,7 +156,12 @@ def outcome(async_result, session: Session):
 
 
 def call(session: Session, make: Callable[[], object], deadline: Deadline):
-    """Run an idempotent request, retrying through connection loss (bounded by CONNECT_TIMEOUT)."""
+    """Run an idempotent request, retrying through connection loss (bounded by CONNECT_TIMEOUT).
+
+    A reconnect after the caller's deadline earns one more try, so that the call ends in an answer (which the
+    recipe judges) or in ZkUnavailable, never in a timeout that no answer backs.
+    """
+    late_tries = 0
     while True:
         if session.dead:
             raise SessionGone()
@@ -124,5 +169,9 @@ def call(session: Session, make: Callable[[], object], deadline: Deadline):
             return wait_result(make(), session, deadline)
         except (ConnectionLoss, OperationTimeoutError):
             session.wait_connected(deadline.at)
-            if deadline.expired():
+            if deadline.final():
                 raise DeadlinePassed() from None
+            if deadline.expired():
+                late_tries += 1
+                if late_tries > 1:
+                    raise session.unavailable("the connection kept dropping past the call's timeout") from None

@@ -33,6 +33,7 @@ from ..exceptions import (
     SemaphoreMismatch,
     SequenceExhausted,
     ZkAuthError,
+    ZkUnavailable,
 )
 from ..session import Session
 from . import steps
@@ -40,7 +41,7 @@ from .calls import Deadline, DeadlinePassed, SessionGone
 from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, Layout, sequence_trusted
 from .node import OwnNode, layout_of
 from .queueview import QueueView, view_of
-from .steps import Answer, Blocking, Listing, NewWaker, Pace, Request, Settle, Sleep, Steps
+from .steps import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
 
 log = logging.getLogger("zklocks")
 
@@ -218,13 +219,29 @@ class Contender(OwnNode):
             check = session.timeout / 3 if deadline.cancel is None else 0.05
             while not waker.is_set():
                 if deadline.expired():
+                    yield from self._confirm_busy_steps(path, deadline)
                     raise DeadlinePassed()
                 yield Sleep(waker, deadline.remaining(), check)
                 if not session.is_alive():
                     raise SessionGone()
+                if session.unresponsive:
+                    raise session.unavailable("no answer from the server while waiting for the lock")
             if not session.is_alive():
                 raise SessionGone()
+            if session.unresponsive:
+                raise session.unavailable("no answer from the server while waiting for the lock")
             return bool(deleted), bool(held), False
+
+    def _confirm_busy_steps(self, blocker_path: str, deadline: Deadline) -> Steps:
+        """At the deadline: ask the server once more before calling it a timeout.
+
+        A timeout says the lock is held elsewhere, which only an answer can back: a server that cannot answer
+        (down, paused, cut off) turns the wait into ZkUnavailable instead. A cancelled async caller is not asked.
+        """
+        if deadline.cancelled():
+            return
+        client = self.session.client
+        yield Request(lambda: client.exists_async(blocker_path), self.session, deadline)
 
     def _woken(self, waker) -> None:
         if not waker.is_set():  # a session event may come on top of the watch's: one wake-up
@@ -266,6 +283,7 @@ def acquire_steps(
     otherwise. If the session ends while we wait, re-enqueue on a fresh session within our own deadline.
     ``peek_session`` returns a ready session without blocking, or None.
     """
+    late_gone = 0  # sessions ended after the deadline (see gone_again)
     while True:
         session = yield Blocking(get_session, fast=peek_session)
         layout = layout_of(session)
@@ -278,13 +296,19 @@ def acquire_steps(
             except NoNodeError:
                 children = []
             except SessionGone:
+                late_gone = gone_again(late_gone, session, deadline)
                 continue
             if layout.blockers_ahead(layout.sort_contenders(children, marker), None, marker):
                 raise LockNotAcquired(name=name)
             session.busy_hint.discard(parent)
         if session.lease_refresh_due():
             # A session idle for long must prove its lease again (lease.py): the create completes the proof.
-            yield Settle(session.client.sync_async("/"), session.lease_refresh_limit(deadline.at))
+            # Its answer also tells an outage from contention before we queue.
+            try:
+                yield Request(functools.partial(session.client.sync_async, "/"), session, deadline)
+            except SessionGone:
+                late_gone = gone_again(late_gone, session, deadline)
+                continue
         contender = Contender(session, parent, marker)
         try:
             children = yield from contender.enqueue_steps(data, deadline)
@@ -339,11 +363,7 @@ def acquire_steps(
                     ahead, gone_at_once = view.previous(index), 0
             return contender
         except SessionGone:
-            if deadline.expired():
-                raise LockTimeout(
-                    f"lock {name!r} (alias {session.alias!r}) not acquired in time (its session ended while waiting)",
-                    name=name,
-                ) from None
+            late_gone = gone_again(late_gone, session, deadline)
             continue
         except DeadlinePassed:
             contender.abandon()
@@ -355,6 +375,21 @@ def acquire_steps(
         except BaseException:
             contender.abandon()
             raise
+
+
+def gone_again(late_gone: int, session: Session, deadline: Deadline) -> int:
+    """The session ended under an acquire: it enqueues again on a fresh one, even past its deadline, since only
+    an answer of the server can say the lock is held elsewhere. A second loss past the deadline is an outage."""
+    if not deadline.expired():
+        return late_gone
+    if deadline.cancelled():
+        raise DeadlinePassed()
+    if late_gone >= 1:
+        raise ZkUnavailable(
+            f"zklocks alias {session.alias!r}: the ZooKeeper session ended twice during the acquire "
+            f"({session.dead_reason or 'lost'})"
+        )
+    return late_gone + 1
 
 
 def _wait_reading(contender: Contender, children: list[str], deadline: Deadline) -> Steps:

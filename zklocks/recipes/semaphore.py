@@ -96,6 +96,7 @@ def acquire(
 def _acquire(
     get_session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline, name: str, what: str
 ) -> Contender:
+    late_gone = 0
     while True:
         session = get_session()
         layout = layout_of(session)
@@ -132,9 +133,8 @@ def _acquire(
                 raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
         except (SessionGone, NoNodeError):
             # Our session ended, or a reaper sweep removed the (empty) semaphore node between two of our
-            # requests: start over, within our deadline.
-            if deadline.expired():
-                raise LockTimeout(f"{what}: no lease within the timeout", name=name) from None
+            # requests: start over (past the deadline once, see queue._gone_again).
+            late_gone = queue.gone_again(late_gone, session, deadline)
             continue
         lease = None
         try:
@@ -144,8 +144,7 @@ def _acquire(
                 # FIFO: our next request already sees the mutex released.
                 mutex.delete_nowait(held=mutex.waited and layout_of(session).marks_release(mutex.marker))
         except SessionGone:
-            if deadline.expired():
-                raise LockTimeout(f"{what}: no lease within the timeout (its session ended)", name=name) from None
+            late_gone = queue.gone_again(late_gone, session, deadline)
             continue
         except BaseException:
             # Interrupted (e.g. asynchronously) with the lease taken or the mutex not yet given back.
@@ -222,11 +221,16 @@ def _create_lease(
             while not changed.is_set():
                 remaining = deadline.remaining()
                 if deadline.expired():
+                    if not deadline.cancelled():
+                        # Only an answer backs "all leases are held": an outage raises ZkUnavailable instead.
+                        call(session, functools.partial(client.sync_async, lease.parent), deadline)
                     raise LockTimeout(f"{what}: no lease within the timeout", name=name)
                 slice_ = session.timeout / 3 if deadline.cancel is None else 0.05
                 changed.wait(slice_ if remaining is None else min(slice_, remaining))
                 if not session.is_alive():
                     raise SessionGone()
+                if session.unresponsive:
+                    raise session.unavailable("no answer from the server while waiting for a lease")
 
 
 def _recover_lease(lease: Contender, deadline: Deadline) -> bool:

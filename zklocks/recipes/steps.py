@@ -24,11 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from ..session import Session
 from . import gate
-from .calls import Deadline, DeadlinePassed, SessionGone, call, outcome, translate, wait_result
+from .calls import Deadline, DeadlinePassed, SessionGone, answer_limits, call, outcome, overdue, wait_result
 
 Steps = Generator["Step", Any, Any]
 
@@ -233,17 +232,21 @@ async def _within(future: asyncio.Future, limit: float | None) -> bool:
 
 
 async def _answer(async_result, session: Session, deadline: Deadline) -> Any:
-    remaining = deadline.remaining()
-    cap = session.cfg.connect_timeout
-    limit = cap if remaining is None else min(max(remaining, 0.0), cap)
-    if not await _within(_future(async_result), limit):
-        if deadline.expired():
-            raise DeadlinePassed() from None
-        raise translate(KazooTimeoutError(), session.alias, timeout=cap) from None
+    await _settled(_future(async_result), session, deadline)
     return outcome(async_result, session)
 
 
+async def _settled(future: asyncio.Future, session: Session, deadline: Deadline) -> None:
+    """``wait_result``'s rule on the loop: the answer, or ZkUnavailable; never a timeout without an answer."""
+    first, rest = answer_limits(session, deadline)
+    if not await _within(future, first):
+        overdue(session, deadline, finally_=rest <= 0)
+        if not await _within(future, rest):
+            overdue(session, deadline, finally_=True)
+
+
 async def _request(make: Callable[[], Any], session: Session, deadline: Deadline) -> Any:
+    late_tries = 0  # as in calls.call: one more try after a reconnect past the deadline
     while True:
         if session.dead:
             raise SessionGone()
@@ -252,8 +255,12 @@ async def _request(make: Callable[[], Any], session: Session, deadline: Deadline
         except (ConnectionLoss, OperationTimeoutError):
             if not session.connected:
                 await asyncio.get_running_loop().run_in_executor(_blocking_pool(), session.wait_connected, deadline.at)
-            if deadline.expired():
+            if deadline.final():
                 raise DeadlinePassed() from None
+            if deadline.expired():
+                late_tries += 1
+                if late_tries > 1:
+                    raise session.unavailable("the connection kept dropping past the call's timeout") from None
 
 
 class LoopWaker:
@@ -369,15 +376,8 @@ def _send_listing(listings: _Listings, key: tuple[Session, str]) -> None:
 
 
 async def _answer_shared(future: asyncio.Future, step: Listing) -> list[str]:
-    session, deadline = step.session, step.deadline
-    remaining = deadline.remaining()
-    cap = session.cfg.connect_timeout
-    limit = cap if remaining is None else min(max(remaining, 0.0), cap)
-    if not await _within(future, limit):
-        if deadline.expired():
-            raise DeadlinePassed() from None
-        raise translate(KazooTimeoutError(), session.alias, timeout=cap) from None
-    return outcome(future.result(), session)
+    await _settled(future, step.session, step.deadline)
+    return outcome(future.result(), step.session)
 
 
 # Threads for the rare blocking step of an async acquire (starting a session, waiting out an outage).
