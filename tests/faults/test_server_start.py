@@ -159,3 +159,33 @@ def test_a_member_that_exits_after_the_start_is_described_with_its_log():
         assert "stdout.log" in text
     finally:
         ens.cleanup()
+
+
+def test_an_ensemble_restarts_on_its_ports_with_its_data_wiped():
+    """ZkEnsemble.restart(wipe=True): the same ports, myid and config kept, every node gone, zxids (hence the
+    czxid tokens) counted from the start again."""
+    from tests.support.helpers import raw_client
+
+    with ZkEnsemble(3, tick_time=200) as ens:
+        hosts = ens.hosts
+        kz = raw_client(hosts)
+        try:
+            for i in range(10):
+                kz.create(f"/before-{i}")
+            before = kz.exists("/before-9").czxid
+        finally:
+            kz.stop()
+            kz.close()
+        ens.restart(wipe=True)
+        assert ens.hosts == hosts
+        assert [(s.dir / "data" / "myid").read_text() for s in ens.servers] == ["1\n", "2\n", "3\n"]
+        kz = raw_client(hosts)
+        try:
+            assert [c for c in kz.get_children("/") if c.startswith("before-")] == []
+            kz.create("/after")
+            assert kz.exists("/after").czxid < before
+        finally:
+            kz.stop()
+            kz.close()
+        with pytest.raises(RuntimeError, match="is running"):
+            ens.servers[0].wipe()

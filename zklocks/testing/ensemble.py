@@ -202,11 +202,24 @@ class ZkEnsemble(StartedInWith):
             time.sleep(0.1)
         raise RuntimeError("ensemble has no leader")
 
-    def restart_all(self, timeout: float = 90.0) -> None:
+    def restart(self, timeout: float = 90.0, *, wipe: bool = False) -> None:
+        """kill -9 every server, then start them all again on the same ports and wait until :meth:`ready`.
+
+        ``wipe=True`` deletes every server's data in between (:meth:`ZkServer.wipe`: snapshots, transaction logs
+        and epochs go, ``myid`` and the config stay): the ensemble comes back empty, as after the loss of every
+        disk. Its zxids, hence the czxid fencing tokens, start again from small
+        numbers, and the clients that saw later zxids must start new sessions."""
         for s in self.servers:
             s.kill()
             s.proc = None
+        if wipe:
+            for s in self.servers:
+                s.wipe()
         self.start(timeout)
+
+    def restart_all(self, timeout: float = 90.0) -> None:
+        """:meth:`restart` with the data kept."""
+        self.restart(timeout)
 
     def cleanup(self) -> None:
         for s in self.servers:

@@ -74,6 +74,24 @@ def _try_hold(port: int) -> socket.socket | None:
     return s
 
 
+def bindable(port: int, host: str = HOST) -> bool:
+    """Whether a server could listen on ``host:port`` now. The probe binds and listens as ZooKeeper does, with
+    SO_REUSEADDR: the connections a server left behind when it stopped a moment ago (TIME_WAIT and the other
+    states of a closed connection, owned by no process) do not make the port busy, a socket listening there (on
+    this address or on any) does. Without SO_REUSEADDR, a ``bind`` fails for a minute after a server that had
+    clients was stopped, though the server itself could start there at once."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(1)  # Linux checks listeners again here; closed without accepting, it leaves nothing behind
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 class Reservation:
     """``n`` distinct loopback ports, each held by a listening socket until :meth:`release` and claimed (see
     :func:`claimed`) until :meth:`unclaim`."""

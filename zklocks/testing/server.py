@@ -20,7 +20,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -107,6 +106,7 @@ class ZkServer(StartedInWith):
         self.quorum_port: int | None = None
         self.election_port: int | None = None
         self.proc: subprocess.Popen | None = None
+        self.spawned_at: float | None = None  # time.monotonic() of the last spawn
         self.peers: str = ""  # server.N lines, for ensembles
         self._served = False  # once it served, clients know its port: a start never moves it again
 
@@ -203,6 +203,7 @@ class ZkServer(StartedInWith):
             start_new_session=True,
         )
         log.close()
+        self.spawned_at = time.monotonic()
 
     def mode(self) -> str | None:
         for line in four_letter(self.port, "srvr", timeout=0.5).splitlines():
@@ -350,9 +351,28 @@ class ZkServer(StartedInWith):
             self.kill()
         self.proc = None
 
-    def restart(self, timeout: float = 60.0) -> None:
+    def wipe(self) -> None:
+        """Delete its data (snapshots, transaction logs, epochs), keeping ``myid`` and the config, as a server
+        that comes back with an empty disk does. Only while its process is not running."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(f"{self.name} is running: kill or stop it before wiping its data")
+        data = self.dir / "data"
+        if not data.is_dir():
+            return
+        for entry in data.iterdir():
+            if entry.name == "myid":
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+    def restart(self, timeout: float = 60.0, *, wipe: bool = False) -> None:
+        """kill -9 and start again on the same ports; ``wipe=True`` deletes its data in between (:meth:`wipe`)."""
         self.kill()
         self.proc = None
+        if wipe:
+            self.wipe()
         self.start(timeout)
 
     def cleanup(self) -> None:
@@ -379,58 +399,11 @@ def expire_session(hosts: str, client_id: tuple[int, bytes], timeout: float = 10
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m zklocks.testing.server``: a standalone ZooKeeper for development, until Ctrl-C."""
-    import argparse
+    """``python -m zklocks.testing.server``: a standalone ZooKeeper for development, until Ctrl-C (its options and
+    its data directory: :mod:`zklocks.testing.devserver`)."""
+    from .devserver import run
 
-    parser = argparse.ArgumentParser(
-        prog="python -m zklocks.testing.server",
-        description="Run a local ZooKeeper for development (Debian's zookeeper package). Prints host:port on "
-        "stdout, stops on Ctrl-C.",
-    )
-    parser.add_argument("--port", type=int, default=2181, help="client port; 0 for a free one (default 2181)")
-    parser.add_argument(
-        "--tick-time",
-        type=int,
-        default=2000,
-        help="tickTime in ms; sessions may last 2 to 20 ticks (default 2000: SESSION_TIMEOUT from 4 to 40 s)",
-    )
-    parser.add_argument("--data-dir", help="keep the data in this directory (default: a temporary one, removed)")
-    args = parser.parse_args(argv)
-    if args.port:
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", args.port))
-            except OSError:
-                print(f"port {args.port} is busy (another ZooKeeper?): give --port 0 for a free one", file=sys.stderr)
-                return 2
-    server = ZkServer(tick_time=args.tick_time, workdir=args.data_dir, port=args.port or None)
-
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-    try:
-        server.start()
-        print(server.hosts, flush=True)
-        print(
-            f"ZooKeeper serving on {server.hosts} (tickTime {args.tick_time} ms, data in {server.dir}); "
-            f'settings: ZKLOCKS = {{"default": {{"HOSTS": "{server.hosts}"}}}}. Ctrl-C stops it.',
-            file=sys.stderr,
-            flush=True,
-        )
-        while server.proc is not None and server.proc.poll() is None:
-            time.sleep(0.5)
-        print(f"ZooKeeper exited; see {server.dir}/stdout.log", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 0
-    except RuntimeError as exc:
-        print(f"ZooKeeper did not start: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
-        server.cleanup()
-        print("ZooKeeper stopped", file=sys.stderr, flush=True)
+    return run(ZkServer, argv)
 
 
 if __name__ == "__main__":
