@@ -1,0 +1,102 @@
+"""Who may release: the owner that acquired, and work started in the holding task's context. Any other thread
+or task gets LockOwnershipError while the lock is held through the handle: never a silent no-op that leaves the
+lock held (docs/reference.md, "Release ownership")."""
+
+import asyncio
+
+import pytest
+
+from tests.support.helpers import wait_until
+from tests.support.threads import HeldInThread, in_thread
+from zklocks import LockOwnershipError, zk_lock
+
+pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
+
+
+def free_elsewhere(name: str) -> bool:
+    """Whether another owner (a thread of its own) can take the lock at once."""
+
+    def attempt():
+        lock = zk_lock(name, blocking=False)
+        if lock.acquire():
+            lock.release(wait=True)
+            return True
+        return False
+
+    return in_thread(attempt)
+
+
+def held_by_a_task(name, release):
+    async def main():
+        lock = zk_lock(name, timeout=5)
+        await lock.__aenter__()
+        assert not free_elsewhere(name)
+        await release(lock)
+        return lock
+
+    return asyncio.run(main())
+
+
+def test_wait_for_of_aexit_releases():
+    # On Python 3.11 wait_for runs the coroutine in a new task: it releases for the task that acquired.
+    held_by_a_task("own-wait-for", lambda lock: asyncio.wait_for(lock.__aexit__(None, None, None), 10))
+    assert wait_until(lambda: free_elsewhere("own-wait-for"), timeout=5)
+
+
+def test_shield_of_aexit_releases():
+    async def release(lock):
+        await asyncio.shield(lock.__aexit__(None, None, None))
+
+    held_by_a_task("own-shield", release)
+    assert wait_until(lambda: free_elsewhere("own-shield"), timeout=5)
+
+
+def test_to_thread_release_releases():
+    held_by_a_task("own-to-thread", lambda lock: asyncio.to_thread(lock.release, True))
+    assert free_elsewhere("own-to-thread")
+
+
+def test_run_in_executor_release_says_it_cannot():
+    # run_in_executor does not carry the task's context: the release cannot know it acts for the holder.
+    async def release(lock):
+        with pytest.raises(LockOwnershipError, match="own-executor"):
+            await asyncio.get_running_loop().run_in_executor(None, lock.release)
+        assert lock.is_held and not free_elsewhere("own-executor")
+        await lock.__aexit__(None, None, None)  # the owner's own release still works
+
+    held_by_a_task("own-executor", release)
+    assert wait_until(lambda: free_elsewhere("own-executor"), timeout=5)
+
+
+def test_a_waiter_queued_behind_gets_the_lock_after_a_wait_for_release():
+    async def main():
+        lock = zk_lock("own-queue", timeout=10)
+        await lock.__aenter__()
+        waiters = [asyncio.create_task(_take_and_leave("own-queue")) for _ in range(20)]
+        await asyncio.sleep(0.3)
+        await asyncio.wait_for(lock.__aexit__(None, None, None), 10)
+        return await asyncio.wait_for(asyncio.gather(*waiters), 20)
+
+    assert asyncio.run(main()) == [True] * 20
+
+
+async def _take_and_leave(name):
+    async with zk_lock(name, timeout=15):
+        await asyncio.sleep(0.01)
+    return True
+
+
+def test_an_unrelated_thread_cannot_release_a_held_lock():
+    owner = HeldInThread(zk_lock("own-thread"))
+    handle = owner.handle
+    with pytest.raises(LockOwnershipError):
+        in_thread(handle.release)
+    assert not free_elsewhere("own-thread")
+    owner.release()
+    assert wait_until(lambda: free_elsewhere("own-thread"), timeout=5)
+
+
+def test_a_release_of_a_handle_nobody_holds_is_a_no_op():
+    handle = zk_lock("own-nobody")
+    handle.release()
+    in_thread(handle.release)
