@@ -1,30 +1,57 @@
 """The wait-for graph of one alias's locks, from an inspect snapshot: no ZooKeeper traffic of its own.
 
-A contender is an actor: (host, pid, thread or task), read from its node data. An actor that waits in the queue
-of lock B waits for B's holders; when following those edges leads back to the actor, the cycle is a deadlock
-(nobody in it can go on). Semaphores are left out: a waiter there needs any one of the leases, not all of them,
-so a cycle through a semaphore is not necessarily stuck. Contenders whose data does not name their thread or task
-(foreign clients) are not actors.
+A contender is an actor: (host, pid, owner), read from its node data. The owner is a thread or an asyncio task
+(holds.Owner), written as a number that its process never reuses: two coroutines of one event loop are two
+actors, though they share a thread. Data of an older zklocks, without that number, names the actor by its
+(Celery) task id or else its thread name. An actor that waits in the queue of lock B waits for B's holders; when
+following those edges leads back to the actor, the cycle is a deadlock (nobody in it can go on). Semaphores are
+left out: a waiter there needs any one of the leases, not all of them, so a cycle through a semaphore is not
+necessarily stuck. Contenders whose data does not name their owner, thread or task (foreign clients) are not
+actors.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .inspect import Contender, LockInfo
 from .recipes.layout import Kind
 
-Actor = tuple[str, str, str]
+
+@dataclass(frozen=True, order=True)
+class Actor:
+    """One thread or asyncio task of one process; ``label`` is how it is shown, not what tells it apart."""
+
+    host: str
+    pid: str
+    key: str  # "owner 12" (its number), or for older data "task <id>" / "thread <name>"
+    label: str = field(compare=False)
 
 
 def actor(c: Contender) -> Actor | None:
     if c.host is None or c.pid is None:
         return None
-    if c.task_id:
-        return (c.host, str(c.pid), f"task {c.task_id}")
+    if c.owner is not None:
+        key = f"owner {c.owner}"
+    elif c.task_id:
+        key = f"task {c.task_id}"
+    elif c.thread:
+        key = f"thread {c.thread}"
+    else:
+        return None
+    return Actor(c.host, str(c.pid), key, label(c))
+
+
+def label(c: Contender) -> str:
+    """'thread web-1', 'thread MainThread, asyncio task Task-7', 'task <Celery task id>' or both."""
+    parts = []
     if c.thread:
-        return (c.host, str(c.pid), f"thread {c.thread}")
-    return None
+        parts.append(f"thread {c.thread}")
+    if c.asyncio_task:
+        parts.append(f"asyncio task {c.asyncio_task}")
+    if c.task_id:
+        parts.append(f"task {c.task_id}")
+    return ", ".join(parts) or f"owner {c.owner}"
 
 
 @dataclass(frozen=True)
@@ -36,8 +63,8 @@ class Step:
     waits_for: str
 
     def describe(self) -> str:
-        host, pid, what = self.who
-        return f"{what} (pid {pid} on {host}) holds {self.holds!r} and waits for {self.waits_for!r}"
+        who = self.who
+        return f"{who.label} (pid {who.pid} on {who.host}) holds {self.holds!r} and waits for {self.waits_for!r}"
 
 
 @dataclass(frozen=True)

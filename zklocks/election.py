@@ -40,11 +40,13 @@ class ZkLeader(_BaseHandle):
         mine = self._hold(strict=True)
         if mine is not None:
             if not mine.is_held:
+                reason = mine.lost_reason or "suspended"
                 raise LockLost(
-                    f"election {self.name!r} (alias {self.using!r}): this owner led and lost the leadership; "
-                    "release() before running again",
+                    f"election {self.name!r} (alias {self.using!r}): this owner led and lost the leadership "
+                    f"({reason}); release() before running again",
                     name=self.name,
-                    reason=mine.lost_reason or "suspended",
+                    alias=self.using,
+                    reason=reason,
                 )
             mine.count += 1
             grant.hold = mine
@@ -82,6 +84,7 @@ class ZkLeader(_BaseHandle):
             raise LockLost(
                 f"election {self.name!r} (alias {self.using!r}): this owner is not the leader",
                 name=self.name,
+                alias=self.using,
                 reason="not leader",
             )
         hold.check_node()
@@ -89,6 +92,7 @@ class ZkLeader(_BaseHandle):
             raise LockLost(
                 f"election {self.name!r} (alias {self.using!r}): leadership lost ({hold.lost_reason or 'suspended'})",
                 name=self.name,
+                alias=self.using,
                 reason=hold.lost_reason or "suspended",
             )
 

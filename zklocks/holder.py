@@ -56,33 +56,67 @@ def parse_hold_record(raw: bytes | None) -> tuple[str, float] | None:
     return None
 
 
-def payload(*, thread: str | None = None, task: tuple[str, str] | None = None, **extra: Any) -> bytes:
-    """Node data for a contender. The fixed part is encoded once per (thread, task, pid).
+def _current_owner() -> object:
+    from .holds import current_owner  # holds imports this module
 
-    ``thread`` and ``task`` default to the calling thread's; give them when writing for another thread.
+    return current_owner()
+
+
+def thread_name(owner: object) -> str:
+    """The name of the thread of ``owner`` (a holds.Owner; for an asyncio task, its event loop's thread), read
+    now when called in that thread."""
+    if getattr(owner, "ident", None) == threading.get_ident():
+        return threading.current_thread().name
+    return getattr(owner, "thread_name", None) or threading.current_thread().name
+
+
+def _owner_fields(owner: object) -> dict[str, Any]:
+    number = getattr(owner, "number", None)
+    if number is None:
+        return {}
+    fields = {"ident": getattr(owner, "ident", None), "owner": number}
+    task_name = getattr(owner, "task_name", None)
+    if task_name is not None:
+        fields["asyncio_task"] = _clip(task_name)
+    return fields
+
+
+def payload(
+    *, thread: str | None = None, task: tuple[str, str] | None = None, owner: object = None, **extra: Any
+) -> bytes:
+    """Node data for a contender. The fixed part is encoded once per (thread, task, owner, pid).
+
+    ``thread``, ``task`` and ``owner`` (holds.Owner) default to the caller's; give them when writing for another
+    thread. The owner is written as ``ident`` (its thread's ident), ``owner`` (its number, never reused within
+    the process) and, for an asyncio task, ``asyncio_task`` (the task's name): the deadlock finder tells actors
+    apart by them. Data with only ``extra`` (a Celery unique-task marker) names no owner.
     """
-    if extra or thread is not None or task is not None:
-        return _encode(_fields(thread, task), extra)
-    thread = threading.current_thread().name
+    if extra or thread is not None or task is not None or owner is not None:
+        return _encode(_fields(thread, task, owner), extra)
+    owner = _current_owner()
+    thread = thread_name(owner)
     task = current_task.get()
-    key = (thread, task, os.getpid())
+    key = (thread, task, owner, os.getpid())
     prefix = _prefixes.get(key)
     if prefix is None:
         if len(_prefixes) > 4096:
             _prefixes.clear()
-        encoded = _encode(_fields(thread, task), {}).decode("utf-8")
+        encoded = _encode(_fields(thread, task, owner), {}).decode("utf-8")
         prefix = _prefixes[key] = encoded[:-1]  # without the closing brace
     return f'{prefix},"queued_at":{time.time():.3f}}}'.encode()
 
 
-def _fields(thread: str | None = None, task: tuple[str, str] | None = None) -> dict[str, Any]:
+def _fields(thread: str | None = None, task: tuple[str, str] | None = None, owner: object = None) -> dict[str, Any]:
+    if thread is None:
+        thread = thread_name(owner) if owner is not None else threading.current_thread().name
     data: dict[str, Any] = {
         "v": 1,
         MARKS: RELEASE,
         "host": _host,
         "pid": os.getpid(),
-        "thread": _clip(thread if thread is not None else threading.current_thread().name),
+        "thread": _clip(thread),
     }
+    data.update(_owner_fields(owner))
     task = task if task is not None else current_task.get()
     if task is not None:
         data["task_id"], data["task_name"] = _clip(task[0]), _clip(task[1])
@@ -96,7 +130,7 @@ def _encode(data: dict[str, Any], extra: dict[str, Any]) -> bytes:
         data[key] = _clip(value)
     raw = json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
     if len(raw) > MAX_BYTES - 40:  # only absurd fields get here: keep the identity, drop the rest
-        kept = {k: data[k] for k in ("v", MARKS, "host", "pid") if k in data}
+        kept = {k: data[k] for k in ("v", MARKS, "host", "pid", "ident", "owner") if k in data}
         raw = json.dumps(kept, separators=(",", ":")).encode("utf-8")
     return raw
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import itertools
 import os
 import threading
 import time
@@ -24,32 +25,54 @@ from .recipes.calls import Deadline, SessionGone, call
 from .recipes.queue import Contender
 from .session import Session
 
+_thread_local = threading.local()
+_numbers = itertools.count(1)
+_task_owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_task_owners_lock = threading.Lock()
+_numbers_lock = threading.Lock()
+
+
+class Owner:
+    """A thread, or an asyncio task: what holds belong to, and the actor of the wait-for graph (deadlocks.py).
+
+    Compared by identity. Not the thread ident alone: idents are reused by later threads (which would "re-enter"
+    a dead thread's hold), and every task of one event loop shares its thread. ``number`` is never reused
+    within the process; contenders write it into their node data (holder.payload) with the thread ident, and,
+    for a task, the task's name.
+    """
+
+    __slots__ = ("number", "ident", "thread_name", "task_name")
+
+    def __init__(self, task_name: str | None = None) -> None:
+        with _numbers_lock:
+            self.number = next(_numbers)
+        self.ident = threading.get_ident()
+        self.thread_name = threading.current_thread().name  # for a task: its loop's thread
+        self.task_name = task_name
+
+    def __repr__(self) -> str:
+        what = f"task {self.task_name!r}" if self.task_name is not None else "thread"
+        return f"<Owner #{self.number} {what} of thread {self.thread_name!r} ({self.ident})>"
+
+
 # The owner of a hold: the thread by default; ``async with`` binds the asyncio task instead.
 _owner_var: contextvars.ContextVar[object | None] = contextvars.ContextVar("zklocks_owner", default=None)
 
 
-_thread_local = threading.local()
-
-
-def _thread_owner() -> object:
-    # Not the thread ident: idents are reused by later threads, which would "re-enter" a dead thread's hold.
+def _thread_owner() -> Owner:
     try:
         return _thread_local.owner
     except AttributeError:
-        owner = _thread_local.owner = ("thread", threading.get_ident(), object())
+        owner = _thread_local.owner = Owner()
         return owner
 
 
-_task_owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_task_owners_lock = threading.Lock()
-
-
-def _task_owner(task: asyncio.Task) -> object:
-    """A fresh object per asyncio task (ids of finished tasks are reused; these objects are not)."""
+def _task_owner(task: asyncio.Task) -> Owner:
+    """A fresh owner per asyncio task (ids of finished tasks are reused; owners are not)."""
     with _task_owners_lock:
         owner = _task_owners.get(task)
         if owner is None:
-            owner = _task_owners[task] = ("task", object())
+            owner = _task_owners[task] = Owner(task.get_name())
         return owner
 
 
@@ -101,6 +124,7 @@ class Hold:
         "task",
         "task_id",
         "thread_name",
+        "owner",
         "__weakref__",
     )
 
@@ -117,7 +141,8 @@ class Hold:
         self.key = key
         task = self.task = holder.current_task.get()
         self.task_id = task[0] if task else None
-        self.thread_name = threading.current_thread().name
+        owner = self.owner = current_owner()
+        self.thread_name = holder.thread_name(owner)
 
     @property
     def token(self) -> int:
@@ -287,6 +312,7 @@ def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
                 holder.payload(
                     thread=hold.thread_name,
                     task=hold.task,
+                    owner=hold.owner,
                     acquired_at=round(acquired_at, 3),
                     queued_at=round(contender.queued_at, 3),
                 ),
@@ -319,11 +345,12 @@ class _Deleted:
 
 def reset_after_fork() -> None:
     """A forked child holds nothing: the forking thread's id survives, so stale entries would 're-enter'."""
-    global registry_lock, long_holds, _task_owners_lock
+    global registry_lock, long_holds, _task_owners_lock, _numbers_lock
     registry.clear()
     registry_lock = threading.Lock()
     long_holds = LongHolds()
     _task_owners_lock = threading.Lock()
+    _numbers_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=reset_after_fork)

@@ -55,6 +55,9 @@ class Contender:
     queued_at: float | None = None
     acquired_at: float | None = None
     raw: str | None = None  # foreign node data (e.g. a kazoo Lock identifier), verbatim
+    ident: int | str | None = None  # the thread ident of the owner (an asyncio task's: its loop's thread)
+    owner: int | str | None = None  # the owner's number in its process (holds.Owner): a thread or an asyncio task
+    asyncio_task: str | None = None  # the asyncio task's name, when the owner is one
 
     @property
     def session_hex(self) -> str:
@@ -220,6 +223,9 @@ def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None
         queued_at=_float(data.get("queued_at")) or created,
         acquired_at=acquired,
         raw=data.get("raw"),
+        ident=_int(data.get("ident")),
+        owner=_int(data.get("owner")),
+        asyncio_task=_str(data.get("asyncio_task")),
     )
 
 

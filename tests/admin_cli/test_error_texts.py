@@ -1,11 +1,16 @@
-"""Error texts a new user meets first: a bad HOSTS value (E003) and a missing settings.ZKLOCKS at run time."""
+"""Error texts a new user meets first: a bad HOSTS value (E003) and a missing settings.ZKLOCKS at run time; and
+the texts of a lost lock, each naming the lock, its alias and why."""
+
+import logging
 
 import pytest
 from django.core import checks
 from django.test import override_settings
 
-from zklocks import ZkConfigError, zk_lock
+from tests.support.helpers import wait_until
+from zklocks import LockLost, ZkConfigError, lock_path, zk_leader, zk_lock
 from zklocks.conf import validate
+from zklocks.connections import connections
 
 
 def e003(hosts):
@@ -47,3 +52,58 @@ def test_missing_setting_at_run_time_says_so():
             'settings.ZKLOCKS is not set. Add ZKLOCKS = {"default": {"HOSTS": "127.0.0.1:2181"}} to your settings.'
         )
         assert [m.id for m in checks.run_checks() if m.id == "zklocks.E001"] == ["zklocks.E001"]
+
+
+def test_lock_lost_names_the_lock_the_alias_and_the_reason():
+    error = LockLost(name="report", alias="reports", reason="expired")
+    assert str(error) == "lock 'report' (alias 'reports') was lost (expired)"
+    assert (error.name, error.alias, error.reason) == ("report", "reports", "expired")
+
+
+@pytest.mark.zk
+def test_lock_lost_texts(kz):
+    with pytest.raises(LockLost) as info:
+        zk_lock("report").ensure_held()
+    assert str(info.value) == "lock 'report' (alias 'default') is not held by this thread or task"
+    assert info.value.alias == "default" and info.value.reason == "not held"
+    with pytest.raises(LockLost) as info:
+        zk_leader("nightly").ensure_leader()
+    assert str(info.value) == "election 'nightly' (alias 'default'): this owner is not the leader"
+
+    lock = zk_lock("report")
+    lock.acquire()
+    try:
+        for child in kz.get_children(lock_path("report")):  # a force-release
+            kz.delete(f"{lock_path('report')}/{child}")
+        with pytest.raises(LockLost) as info:
+            lock.ensure_held()
+        assert str(info.value) == "lock 'report' (alias 'default') was lost (deleted)"
+        with pytest.raises(LockLost) as info:
+            lock.acquire()  # re-entering a lost hold
+        assert str(info.value) == (
+            "lock 'report' (alias 'default') is already held by this thread or task and was lost (deleted); "
+            "release() it before acquiring it again"
+        )
+    finally:
+        lock.release()
+
+
+@pytest.mark.zk
+def test_a_lost_session_names_its_locks(zk_server, zk_expire, caplog):
+    caplog.set_level(logging.WARNING, logger="zklocks")
+    first, second = zk_lock("billing/b"), zk_lock("billing/a")
+    first.acquire()
+    second.acquire()
+    try:
+        zk_expire(zk_server.hosts, connections["default"].session())
+        wait_until(lambda: not first.is_held and not second.is_held, 10)
+        with pytest.raises(LockLost) as info:
+            first.ensure_held()
+        assert str(info.value) == "lock 'billing/b' (alias 'default') was lost (expired)"
+        warnings = wait_until(lambda: [r.getMessage() for r in caplog.records if "lost (" in r.getMessage()], 5)
+        assert warnings == [
+            "zklocks: session of alias 'default' lost (expired); 2 lock(s) lost: 'billing/a', 'billing/b'"
+        ]
+    finally:
+        first.release()
+        second.release()
