@@ -328,3 +328,118 @@ def test_flapping_link_between_a_follower_and_the_leader(ens, aliases, log):
         return time.monotonic()
 
     run_fault(ens, aliases, "flapping-link", [(f, "p:flap")], inject, log, keep_cut=False)
+
+
+# -- mixed session timeouts (a rolling change of maxSessionTimeout) --
+
+LONG_MAX, SHORT_MAX = 20.0, 2.0  # maxSessionTimeout of B and of A, in seconds
+
+
+def prove_lease(session, gap: float) -> None:
+    """One proof of lease.py on the session's current connection, from the test thread: Q1, S2 one relay gap
+    later, then S3. Its lease starts at Q1's send time, so the hold survives a move to a server whose shorter
+    timeout then counts."""
+    client = session.client
+    client.exists("/")
+    time.sleep(gap + 0.05)
+    client.sync("/")
+    txn = client.transaction()
+    txn.check("/", -1)
+    txn.commit()
+
+
+def test_a_session_back_from_a_server_with_a_shorter_timeout_counts_on_the_shorter_one(log):
+    """Servers negotiate different timeouts: B allows 20 s, A 2 s. The holder's session is created on B, moves
+    to A (2 s), then back to B (20 s again). A touch of A, relayed late (A's link to the leader is black-holed
+    for 0.7 s, less than syncLimit), reaches the leader after B's re-validation, and the leader applies it with
+    A's 2 s: with the holder silent, the leader expires the session 2 s later and the next contender acquires.
+    The holder's ``is_held`` must be False by then: its lease counts on 2 s, not on B's 20 s."""
+    from zklocks.connections import connections
+    from zklocks.testing.proxy import TcpProxy
+
+    tick = TICK / 1000
+    ens = ZkEnsemble(3, tick_time=TICK, server_links=True)
+    # A rolling change of maxSessionTimeout: two servers already allow 2 s at most, one still 20 s.
+    for s, top in zip(ens.servers, (SHORT_MAX, SHORT_MAX, LONG_MAX), strict=True):
+        s.extra["maxSessionTimeout"] = str(int(top * 1000))
+    proxy = None
+    try:
+        ens.start()
+        leader = ens.index(ens.leader())
+        b = 2
+        a = next(i for i in range(3) if i not in (leader, b))  # a follower with the short maximum
+        proxy = TcpProxy("127.0.0.1", ens.servers[b].port).start()
+        common = {
+            "NAMESPACE": f"/mixed-timeouts/{uuid.uuid4().hex[:8]}",
+            "SESSION_TIMEOUT": LONG_MAX,
+            "CONNECT_TIMEOUT": 2.0,
+            "REAP_INTERVAL": 0,
+            "TICK_TIME": tick,
+        }
+        conf = {
+            "h": {"HOSTS": proxy.hosts, **common},  # the holder reaches one server at a time, through the proxy
+            "c": {"HOSTS": ens.servers[leader].hosts, **common},
+            "default": {"HOSTS": ens.hosts, **common},
+        }
+        with override_settings(ZKLOCKS=conf):
+            try:
+                holder = Contender("h", "mixed").start()
+                assert holder.holding.wait(20), holder.errors
+                session = connections["h"].session()
+                assert session.timeout == LONG_MAX  # created on B
+                nxt = Contender("c", "mixed", hold_for=0.2).start()
+                zk = raw_client(ens.servers[leader].hosts)
+                try:
+                    path = lock_path("mixed", using="h")
+                    wait_until(lambda: len(zk.get_children(path)) == 2, timeout=20)
+                finally:
+                    zk.stop()
+                    zk.close()
+
+                def move_to(i: int) -> None:
+                    proxy.target = ("127.0.0.1", ens.servers[i].port)
+                    proxy.reset()  # kazoo reconnects with the same session, through the proxy, to server i
+                    wait_until(lambda: not session.connected, timeout=5, interval=0.002)
+                    assert wait_until(lambda: session.connected, timeout=5, interval=0.002), "no reconnect"
+
+                prove_lease(session, tick)  # the lease must outlive the move to A's 2 s
+                move_to(a)
+                assert session.timeout == SHORT_MAX and holder.holds[0].lost is False
+                prove_lease(session, tick)
+                t0 = time.monotonic()
+                ens.cut(a, leader, one_way=True)  # A's replies to the leader's pings (its touches) are held
+                session.client.exists("/")  # a touch on A, with A's 2 s, in A's touch table
+                move_to(b)  # re-validated at the leader with B's 20 s
+                time.sleep(0.3)  # B's touches reach the leader
+                proxy.partition()  # the holder goes silent: nothing of it reaches a server any more
+                time.sleep(0.3)  # B relays its last touch of the holder (one leader PING: tickTime/2)
+                ens.heal(a, leader)  # A's held touch reaches the leader last: expiry in A's 2 s
+                healed = time.monotonic()
+                assert healed - t0 < SYNC_LIMIT_S, "the leader dropped A: its touch never arrived"
+                assert nxt.holding.wait(SHORT_MAX + 10), nxt.errors
+                # Give the holder time to notice; with B's 20 s it would say True for many seconds more.
+                noticed_by = time.monotonic() + 3
+                while not holder.holds[0].lost and time.monotonic() < noticed_by:
+                    time.sleep(POLL)
+                holder.release.set()
+                old, new = holder.holds[0], nxt.holds[0]
+                log(
+                    f"  mixed-timeouts: holder last held at +{old.last_true - healed:.3f}s"
+                    f"{' (lost)' if old.lost else ''}, next acquired at +{new.acquired - healed:.3f}s after the "
+                    f"heal: margin {new.acquired - old.last_true:+.3f}s"
+                )
+                assert old.last_true < new.acquired, (
+                    f"the holder still saw the lock held {old.last_true - new.acquired:.3f}s after another "
+                    f"contender acquired it{'' if old.lost else ' (and went on)'}"
+                )
+                assert nxt.done.wait(10) and nxt.errors == [], nxt.errors
+                proxy.heal()
+                assert holder.done.wait(30)
+            finally:
+                if proxy is not None:
+                    proxy.heal()
+                close_all()
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        ens.cleanup()
