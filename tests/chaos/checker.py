@@ -12,11 +12,15 @@ in hold order. A hold is *valid* from its start until the last moment its holder
 
 Raw intervals (start..end, when the holder actually stopped) may overlap only in that second case; the checker
 reports any other raw overlap as a violation too.
+
+A fault that wipes the ensemble's data starts a new *epoch* of tokens (see :func:`check_exclusion`), and may
+name processes that must each hold a lock again within its bound (:func:`check_recovery`).
 """
 
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -44,6 +48,10 @@ class Fault:
     started: float
     ended: float  # progress is measured from here (see controller.py)
     detail: dict = field(default_factory=dict)
+    bound: float | None = None  # its own progress bound, when not the run's
+    # The ensemble's data was wiped: the moment its servers were started again, empty. Tokens start over.
+    epoch: float | None = None
+    recover: tuple[int, ...] = ()  # processes that must each hold a lock again within the bound after `ended`
 
 
 @dataclass
@@ -63,6 +71,8 @@ class Report:
     stalls: dict = field(default_factory=dict)  # kind -> [seconds]
     no_progress: list = field(default_factory=list)  # faults after which no one acquired within the bound
     detection: list = field(default_factory=list)  # revoked holders: seconds until they stopped
+    recovery: list = field(default_factory=list)  # per fault with `recover`: {"kind", "at", "times": {pid: s}}
+    slow_recovery: list = field(default_factory=list)  # (kind, pid, seconds) over the fault's bound
     orphans: int = 0
     min_sessions: int | None = None
 
@@ -75,6 +85,7 @@ class Report:
             or self.crashes
             or self.unfinished
             or self.no_progress
+            or self.slow_recovery
             or self.orphans
         )
 
@@ -94,7 +105,10 @@ class Report:
         ]
         if self.detection:
             lines.append("revoked holders stopped after: " + ", ".join(f"{d:.3f}s" for d in self.detection))
-        for what in ("unexplained_raw_overlaps", "crashes", "unfinished", "no_progress"):
+        for rec in self.recovery:
+            times = ", ".join(f"{t:.2f}s" for t in sorted(rec["times"].values()))
+            lines.append(f"each process held again after {rec['kind']} (from its end): {times}")
+        for what in ("unexplained_raw_overlaps", "crashes", "unfinished", "no_progress", "slow_recovery"):
             items = getattr(self, what)
             if items:
                 lines.append(f"{what}: {items[:5]}")
@@ -159,7 +173,21 @@ def build_holds(
     return holds, crashes, unfinished
 
 
-def check_exclusion(holds: list[Hold], report: Report) -> None:
+def check_exclusion(holds: list[Hold], report: Report, epochs: list[float] | tuple[float, ...] = ()) -> None:
+    """No two holds of a name overlap while both are valid; tokens strictly increase in hold order, within an
+    epoch.
+
+    ``epochs``: the moments the ensemble was started again after its data was wiped. A token is the czxid of
+    the holder's node, and a wiped ensemble counts its zxids from the start again (epoch 1, counter 1): the
+    first tokens after the wipe are lower than the last ones before it, and no order between the two can be
+    asked of the lock service, which no longer knows the old ones. So tokens are compared only between holds of
+    one epoch (a fenced store that kept a token from before the wipe refuses every new holder until its token is
+    reset: an operator's step, not the lock's). Exclusion is still checked across the boundary: a holder of
+    the old data must stop believing it holds before anyone acquires from the new data. The boundary is the
+    moment the servers were spawned again: the old data granted its last hold before its servers were killed
+    (a worker writes the hold's start as acquire() returns), the new data grants its first once new servers
+    have started and elected a leader, which takes far longer than the kill and the wipe between the two."""
+    boundaries = sorted(epochs)
     by_name: dict[str, list[Hold]] = {}
     for hold in holds:
         by_name.setdefault(hold.name, []).append(hold)
@@ -176,7 +204,8 @@ def check_exclusion(holds: list[Hold], report: Report) -> None:
                     (report.raw_overlaps if a.revoked_at is not None else report.unexplained_raw_overlaps).append(entry)
             active.append(b)
         for a, b in pairwise(group):
-            if not a.token < b.token:
+            same_epoch = bisect_right(boundaries, a.start) == bisect_right(boundaries, b.start)
+            if same_epoch and not a.token < b.token:
                 report.token_errors.append((a, b))
 
 
@@ -191,8 +220,32 @@ def check_progress(holds: list[Hold], faults: list[Fault], names: list[str], bou
                 break
             worst = max(worst, after - fault.ended)
         report.stalls.setdefault(fault.kind, []).append(worst)
-        if worst > bound:
+        if worst > (fault.bound or bound):
             report.no_progress.append((fault.kind, round(fault.ended, 3), worst))
+
+
+def check_recovery(holds: list[Hold], faults: list[Fault], bound: float, report: Report) -> None:
+    """For each fault that names processes to ``recover``: how long after its end each of them began a hold
+    again (0 if it did before the controller saw the ensemble whole; only holds granted after the fault's
+    ``epoch``, if any, count), and which took longer than the fault's bound (inf: never)."""
+    starts: dict[int, list[float]] = {}
+    for hold in holds:
+        starts.setdefault(hold.pid, []).append(hold.start)
+    for pid_starts in starts.values():
+        pid_starts.sort()
+    for fault in faults:
+        if not fault.recover:
+            continue
+        since = fault.ended if fault.epoch is None else fault.epoch
+        limit = fault.bound or bound
+        times = {}
+        for pid in fault.recover:
+            after = next((s for s in starts.get(pid, []) if s > since), None)
+            took = float("inf") if after is None else max(0.0, after - fault.ended)
+            times[pid] = round(took, 3)
+            if took > limit:
+                report.slow_recovery.append((fault.kind, pid, times[pid]))
+        report.recovery.append({"kind": fault.kind, "at": fault.ended, "times": times})
 
 
 def check(
@@ -215,6 +268,7 @@ def check(
     report.revoked_holds = len(revoked)
     report.detection = [round(h.end - h.revoked_at, 4) for h in revoked]
     report.faults = len(faults)
-    check_exclusion(holds, report)
+    check_exclusion(holds, report, [f.epoch for f in faults if f.epoch is not None])
     check_progress(holds, faults, names, progress_bound, report)
+    check_recovery(holds, faults, progress_bound, report)
     return report

@@ -4,6 +4,10 @@ Progress after a fault is measured from the fault's *end*: for an instantaneous 
 dropped connection) that is the moment it happened; for a fault with a duration (a server frozen with SIGSTOP,
 the whole ensemble down) it is the SIGCONT, or the moment every server serves again. No lock service can grant
 a lock while no server runs.
+
+After the ensemble comes back with its data wiped, every worker process must hold a lock again within
+SESSION_TIMEOUT + CONNECT_TIMEOUT + RECOVERY_SLACK of that moment: its sessions are gone, and the servers refuse
+a client that has seen later zxids than theirs, so it recovers only by starting new sessions.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from zklocks.testing.proxy import TcpProxy
 from zklocks.testing.server import four_letter
 
 MIN_SESSIONS = 50
+# After a wipe, a process has a new session within SESSION_TIMEOUT + CONNECT_TIMEOUT of the ensemble's return;
+# then its threads queue with about 60 others on two locks whose holds take 3-20 ms (3 % of them 0.4-0.8 s).
+RECOVERY_SLACK = 2.0
 _SID = re.compile(r"sid=0x([0-9a-f]+)")
 SHORT_PLAN = [
     "kill-leader",
@@ -43,6 +50,7 @@ SHORT_PLAN = [
     "isolate-leader",
     "split",
     "flap-link",
+    "wipe-ensemble",  # last: when a process never recovers, the faults before it are still measured
 ]
 # cut-follower, isolate-leader, split and flap-link partition servers: ZkEnsemble(server_links=True).
 
@@ -66,6 +74,7 @@ class ChaosRun:
         workers: int = 6,
         threads: int = 10,
         session_timeout: float = 2.0,
+        connect_timeout: float = 3.0,
         settle: float = 1.0,
         seed: int | None = None,
         sigstop_targets: tuple[str, ...] = ("holder", "leader", "follower"),
@@ -79,8 +88,10 @@ class ChaosRun:
         self.n_workers = workers
         self.threads = threads
         self.session_timeout = session_timeout
+        self.connect_timeout = connect_timeout
         self.tick = ensemble.servers[0].tick_time / 1000.0
         self.bound = session_timeout + self.tick + 2.0
+        self.recovery_bound = session_timeout + connect_timeout + RECOVERY_SLACK
         self.log = log
         self.settle = settle
         self.sigstop_targets = list(sigstop_targets)
@@ -105,10 +116,7 @@ class ChaosRun:
 
     def start(self) -> None:
         self.proxies = [self.proxy_to(s) for s in self.ensemble.servers]
-        self.zk = KazooClient(
-            hosts=self.ensemble.hosts, timeout=4.0, connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5}
-        )
-        self.zk.start(timeout=30)
+        self.renew_client()
         # Worker 0 reaches the servers through proxies; workers 1..3 are attached each to ONE server, so
         # contenders stay on a server that a partition cuts off; the rest talk to the whole ensemble.
         n_servers = len(self.ensemble.servers)
@@ -116,6 +124,24 @@ class ChaosRun:
             self.spawn(proxied=i == 0, pin=i - 1 if 1 <= i <= n_servers else None)
         self.wait_sessions(timeout=60)
         self.wait_progress(time.monotonic(), timeout=60)
+
+    def renew_client(self) -> None:
+        """The controller's own session, new: after a wipe the servers refuse the old one (it saw later zxids)."""
+        old, self.zk = (
+            self.zk,
+            KazooClient(
+                hosts=self.ensemble.hosts,
+                timeout=4.0,
+                connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5},
+            ),
+        )
+        self.zk.start(timeout=30)
+        if old is not None:
+            try:
+                old.stop()
+                old.close()
+            except Exception:
+                pass
 
     def proxy_to(self, server) -> TcpProxy:
         """A client proxy to ``server``, on a port that is none of the ensemble's: a follower binds its quorum
@@ -150,6 +176,8 @@ class ChaosRun:
                 str(self.threads),
                 "--session-timeout",
                 str(self.session_timeout),
+                "--connect-timeout",
+                str(self.connect_timeout),
                 "--dir",
                 str(self.dir),
                 "--tag",
@@ -357,6 +385,28 @@ class ChaosRun:
         self.ensemble.wait_quorum()
         ended = time.monotonic()
         return Fault("restart-ensemble", started, ended, {"down": round(ended - started, 2)})
+
+    def fault_wipe_ensemble(self) -> Fault:
+        """kill -9 every server, delete their data (snapshots and transaction logs; myid and the config stay) and
+        start them again on the same ports: the ensemble comes back empty, as after a restore that lost the data.
+        Its zxids, and the tokens, start over (an epoch for the checker); each live worker process must hold a
+        lock again within ``recovery_bound`` of the ensemble's return."""
+        workers = tuple(w.proc.pid for w in self.live_workers())
+        started = time.monotonic()
+        self.ensemble.restart(wipe=True)
+        self.ensemble.wait_quorum()
+        ended = time.monotonic()
+        epoch = min(s.spawned_at for s in self.ensemble.servers if s.spawned_at is not None)
+        self.renew_client()
+        return Fault(
+            "wipe-ensemble",
+            started,
+            ended,
+            {"down": round(ended - started, 2), "processes": len(workers)},
+            bound=self.recovery_bound,
+            epoch=epoch,
+            recover=workers,
+        )
 
     def fault_expire_holder(self) -> Fault:
         """Expire, for real, the session of a thread that is in the middle of a hold."""

@@ -101,6 +101,34 @@ def test_checker_sweeps_many_holds_in_order():
     assert report.stalls["k"][0] < 0.02
 
 
+def test_checker_starts_token_order_over_at_a_wipe_and_times_each_process_recovery():
+    """After a wipe the tokens start over: compared within an epoch only. Each process named by the fault must hold
+    again within its bound, measured from the fault's end; one that never does is reported (inf)."""
+    events = [
+        (1, begin("a", "x", 0.0, 900)),
+        (1, end("a", 0.5)),
+        (2, begin("b", "x", 0.6, 901)),
+        (2, end("b", 0.9)),
+        # wiped at 1.0, servers spawned again at 1.2, the ensemble whole at 2.0
+        (1, begin("c", "x", 3.0, 5)),
+        (1, end("c", 3.1)),
+        (2, begin("d", "x", 4.5, 4)),  # lower than c's in the same epoch
+        (2, end("d", 4.6)),
+    ]
+    wipe = Fault("wipe-ensemble", 1.0, 2.0, bound=2.0, epoch=1.2, recover=(1, 2, 3))
+    report = check(events, [wipe], {}, [], ["x"], progress_bound=4.2)
+    assert [(a.id, b.id) for a, b in report.token_errors] == [("c", "d")]
+    assert report.recovery == [{"kind": "wipe-ensemble", "at": 2.0, "times": {1: 1.0, 2: 2.5, 3: float("inf")}}]
+    assert report.slow_recovery == [("wipe-ensemble", 2, 2.5), ("wipe-ensemble", 3, float("inf"))]
+    assert report.overlaps == [] and report.no_progress == [] and not report.ok
+    # Without the epoch, b -> c is a token error too; a hold that began before the epoch is no recovery.
+    unmarked = check(events, [Fault("restart-ensemble", 1.0, 2.0)], {}, [], ["x"], progress_bound=4.2)
+    assert [(a.id, b.id) for a, b in unmarked.token_errors] == [("b", "c"), ("c", "d")]
+    early = check(events[:4], [wipe], {}, [], ["x"], progress_bound=4.2)
+    assert early.recovery[0]["times"] == {1: float("inf"), 2: float("inf"), 3: float("inf")}
+    assert early.no_progress == [("wipe-ensemble", 2.0, float("inf"))]
+
+
 def plan(long: bool, seed: int) -> list[str]:
     if not long:
         return list(SHORT_PLAN)
@@ -168,6 +196,9 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
             f"overlaps after {kind}: {worst[1]}, longest {worst[0]:.3f}s (earlier holder still valid after the "
             f"next acquired)"
         )
+    for rec in report.recovery:
+        times = {pid: f"{t:.2f}s" for pid, t in rec["times"].items()}
+        log(f"recovery after {rec['kind']} (bound {run.recovery_bound:.1f}s from its end), per process: {times}")
     log(f"worker counts: {counts}; exit codes {run.exit_codes}")
     if os.environ.get("ZKLOCKS_CHAOS_LOG"):
         with open(os.environ["ZKLOCKS_CHAOS_LOG"], "a") as f:
@@ -186,6 +217,7 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
                         "min_sessions": report.min_sessions,
                         "stalls": report.longest_stalls(),
                         "detection": report.detection,
+                        "recovery": [rec["times"] for rec in report.recovery],
                         "counts": counts,
                         "faults_detail": [(f.kind, f.detail) for f in run.faults],
                     }
@@ -197,6 +229,10 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
     assert report.unexplained_raw_overlaps == []
     assert report.token_errors == []
     assert report.crashes == [] and report.unfinished == []
+    # Every process holds again within SESSION_TIMEOUT + CONNECT_TIMEOUT + RECOVERY_SLACK of a wiped ensemble's
+    # return: its old sessions are refused (they saw later zxids) or unknown, so it must start new ones.
+    assert len(report.recovery) == faults.count("wipe-ensemble")
+    assert report.slow_recovery == [], (run.recovery_bound, report.recovery)
     assert report.no_progress == [], report.longest_stalls()
     assert run.orphans == []
     assert report.min_sessions >= MIN_SESSIONS
