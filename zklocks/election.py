@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import holder, holds
 from .connections import connections
-from .exceptions import LockLost, LockTimeout
+from .exceptions import LockLost, ZkUnavailable
 from .holds import Grant, Hold
 from .locks import _BaseHandle
 from .names import join_path
@@ -63,9 +63,10 @@ class ZkLeader(_BaseHandle):
             hold = grant.hold = Hold(self.using, self.name, self.kind, contender, None)
             if contender.session.add_hold(hold):
                 break
-            if deadline.expired():
-                raise LockTimeout(
-                    f"election {self.name!r} (alias {self.using!r}): session lost while being elected", name=self.name
+            if deadline.expired():  # the session ended between the grant and now: an outage, not contention
+                raise ZkUnavailable(
+                    f"{self.kind} {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
+                    "acquiring, and the timeout ran out"
                 )
         holds.long_holds.add(hold, contender.waited)  # watches our node: a deleted node is a lost leadership
         return hold

@@ -457,8 +457,11 @@ class ZkLock(_BaseHandle):
             hold = grant.hold = Hold(self.using, self.name, self.kind, contender, key)
             if contender.session.add_hold(hold):
                 break
-            if deadline.expired():  # the session ended between the grant and now
-                raise LockTimeout(f"lock {self.name!r}: session lost while acquiring", name=self.name)
+            if deadline.expired():  # the session ended between the grant and now: an outage, not contention
+                raise ZkUnavailable(
+                    f"{self.kind} lock {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
+                    "acquiring, and the timeout ran out"
+                )
         holds.long_holds.add(hold, contender.waited)
         with holds.registry_lock:
             # A non-reentrant hold (SingleExecutionTask) is registered too: a plain zk_lock of the same name in

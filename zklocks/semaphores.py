@@ -1,10 +1,10 @@
-"""``zk_semaphore``: up to N holders of a name at once (RECIPES §4; the recipe is recipes/semaphore.py)."""
+"""``zk_semaphore``: up to N holders of a name at once (docs/design.md §7; the recipe is recipes/semaphore.py)."""
 
 from __future__ import annotations
 
 from . import holder, holds
 from .connections import connections
-from .exceptions import LockTimeout
+from .exceptions import ZkUnavailable
 from .holds import Grant, Hold
 from .locks import _BaseHandle
 from .names import join_path
@@ -62,9 +62,10 @@ class ZkSemaphore(_BaseHandle):
             if lease.session.add_hold(hold):
                 holds.long_holds.add(hold, lease.waited)
                 return hold
-            if deadline.expired():
-                raise LockTimeout(
-                    f"semaphore {self.name!r} (alias {self.using!r}): session lost while acquiring", name=self.name
+            if deadline.expired():  # the session ended between the grant and now: an outage, not contention
+                raise ZkUnavailable(
+                    f"{self.kind} {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
+                    "acquiring, and the timeout ran out"
                 )
 
 
