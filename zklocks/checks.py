@@ -20,7 +20,9 @@ then run without the family label), E054 (ZKLOCKS_UNAVAILABLE_RETRY_AFTER not a 
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
-W002 (the namespace or lock nodes have a weaker ACL than configured), W003 (the ACLs could not be checked).
+W002 (the namespace or lock nodes have a weaker ACL than configured), W003 (the ACLs could not be checked),
+E017 (a server's tickTime or session bounds, read through the ``conf`` four-letter word, leave the lease's relay
+gap shorter than a tick: see zklocks/serverconf.py), W004 (the servers negotiate different session timeouts).
 """
 
 from __future__ import annotations
@@ -84,6 +86,39 @@ def check_namespace_acls(app_configs=None, **kwargs) -> list[checks.CheckMessage
         finally:
             session.close(wait=False)
         messages.extend(acl_messages(where, result))
+    return messages
+
+
+def check_server_conf(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """Deploy check: each alias's servers, where they answer the ``conf`` four-letter word, against the lease's
+    relay gap (E017) and for differing session timeouts (W004). Servers that do not answer are skipped
+    (``manage.py zklocks_check`` says so); at most 2 s per server."""
+    from . import serverconf
+
+    configs, _ = conf.get_config()
+    messages: list[checks.CheckMessage] = []
+    for alias, cfg in sorted(configs.items()):
+        where = f"ZKLOCKS[{alias!r}]"
+        servers, _unread = serverconf.read_all(cfg.hosts, min(cfg.connect_timeout, 2.0))
+        problems, notes = serverconf.lease_problems(servers, cfg.session_timeout, cfg.tick_time)
+        for text in problems:
+            messages.append(
+                checks.Error(
+                    f"{where}: {text}.",
+                    hint="A lease proof must wait one tickTime of the leader; otherwise is_held may stay True after "
+                    "the leader expired the session (docs/reliability.md, 'The tick').",
+                    id="zklocks.E017",
+                )
+            )
+        for text in notes:
+            messages.append(
+                checks.Warning(
+                    f"{where}: {text}.",
+                    hint="Safe, but a session's lease is only as long as the shortest timeout it has met "
+                    "(docs/reliability.md, 'Mixed session timeouts').",
+                    id="zklocks.W004",
+                )
+            )
     return messages
 
 

@@ -79,6 +79,8 @@ def test_a_healthy_alias_passes(zk_server, ns):
         assert failed is None, lines
         assert lines == [
             f"default: ok connected to {zk_server.hosts} (session timeout 2s)",
+            "default: ok tickTime 200 ms, session 2s on 1 server(s): the lease waits a whole tick for the leader "
+            "(half the session, 1s)",
             "default: ok identity: digest user(s) 'app'",
             f"default: ok ACLs as configured on {ns} and 4 node(s) below it",  # 3 lock nodes and the mutex
             f"default: ok created and deleted a node in {ns}",

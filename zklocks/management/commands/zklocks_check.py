@@ -2,7 +2,9 @@
 
 Per alias: connect within CONNECT_TIMEOUT, compare the ACLs of the namespace and of every lock node with the
 configured ones, and create and delete one ephemeral node in the namespace (which proves that the AUTH
-credentials are right: ZooKeeper accepts any digest password at connect time). Exits non-zero on any problem.
+credentials are right: ZooKeeper accepts any digest password at connect time). Where a server answers the
+``conf`` four-letter word, its tickTime and session bounds are checked against the lease's needs
+(zklocks/serverconf.py): a configuration the lease cannot cover fails. Exits non-zero on any problem.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from kazoo.exceptions import KazooException
 
-from zklocks import conf, security
+from zklocks import conf, security, serverconf
 from zklocks.exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
 
 
@@ -66,6 +68,7 @@ class Command(BaseCommand):
                     f"SESSION_TIMEOUT={cfg.session_timeout:g}s: servers allow 2 to 20 times their tickTime "
                     "(minSessionTimeout, maxSessionTimeout in zoo.cfg); set SESSION_TIMEOUT within those bounds",
                 )
+            failures += self._check_servers(cfg)
             ids = sorted(user for _, user in security.identities(cfg))
             if security.expected_acl(cfg) is None:
                 self._note(name, "no AUTH or ACL configured: any client may create and delete lock nodes")
@@ -80,7 +83,7 @@ class Command(BaseCommand):
                 self._ok(
                     name, f"{cfg.namespace} does not exist yet; it is created with the configured ACL on first use"
                 )
-                return 0
+                return failures
             if fix_acls and result.weaker:
                 try:
                     for path in security.fix(session, result):
@@ -117,6 +120,28 @@ class Command(BaseCommand):
         finally:
             session.close()
         return failures
+
+    def _check_servers(self, cfg: conf.AliasConfig) -> int:
+        """The servers' tickTime and session bounds, read through ``conf``, against the lease's relay gap."""
+        name = cfg.alias
+        servers, unread = serverconf.read_all(cfg.hosts, min(cfg.connect_timeout, 2.0))
+        problems, notes = serverconf.lease_problems(servers, cfg.session_timeout, cfg.tick_time)
+        for text in problems:
+            self._fail(name, text)
+        for text in notes:
+            self._note(name, text)
+        for why in unread:
+            self._note(name, f"tickTime and session bounds not checked: {why}")
+        if servers and not problems:
+            ticks = sorted({s.tick_ms for s in servers})
+            given = sorted({s.negotiates(cfg.session_timeout) for s in servers})
+            gap = f"TICK_TIME={cfg.tick_time:g}s" if cfg.tick_time else f"half the session, {min(given) / 2:g}s"
+            self._ok(
+                name,
+                f"tickTime {'/'.join(map(str, ticks))} ms, session {'/'.join(f'{t:g}' for t in given)}s on "
+                f"{len(servers)} server(s): the lease waits a whole tick for the leader ({gap})",
+            )
+        return len(problems)
 
     def _ok(self, alias: str, text: str) -> None:
         self.stdout.write(f"{alias}: " + self.style.SUCCESS("ok") + f" {text}")
