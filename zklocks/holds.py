@@ -20,8 +20,9 @@ from contextlib import contextmanager
 from kazoo.protocol.states import EventType
 
 from . import dispatch, holder, observe, signals
+from .exceptions import ZkUnavailable
 from .recipes import layout
-from .recipes.calls import Deadline, SessionGone, call
+from .recipes.calls import Deadline, DeadlinePassed, SessionGone, call
 from .recipes.queue import Contender
 from .session import Session
 
@@ -86,6 +87,22 @@ def current_owner() -> object:
         if task is not None:
             return _task_owner(task)
     return _thread_owner()
+
+
+# The owner of the asyncio task that took a hold under ``async with``, in that task's context. Tasks started from
+# it copy the context: ``asyncio.wait_for`` (a new task on Python 3.11), ``asyncio.shield`` and
+# ``asyncio.to_thread`` run a release on the holder's behalf, and :func:`releasing_for` lets them.
+_acquired_by: contextvars.ContextVar[object | None] = contextvars.ContextVar("zklocks_acquired_by", default=None)
+
+
+def note_async_holder() -> None:
+    """In a task that has just acquired: remember it as the holder for work started from this context."""
+    _acquired_by.set(current_owner())
+
+
+def releasing_for() -> object | None:
+    """The owner whose release the caller may run: the holder task this context was copied from, if any."""
+    return _acquired_by.get()
 
 
 def owner_context() -> contextvars.Context:
@@ -189,12 +206,18 @@ class Hold:
             # A server that cannot reach its leader never answers the sync: wait no longer than the lease lasts,
             # so that ensure_held() raises LockLost on time instead of after CONNECT_TIMEOUT.
             wait = min(self.session.cfg.connect_timeout, max(0.0, self.session.lease_remaining()))
-            stat = call(self.session, synced_exists, Deadline(wait))
+            stat = call(self.session, synced_exists, Deadline(wait, hard=True))
         except SessionGone:
             self.mark_lost(self.session.dead_reason or "expired")
             return
-        except Exception:
-            return  # cannot tell now; the lease bound still applies
+        except (DeadlinePassed, ZkUnavailable) as exc:
+            if not self.is_held:
+                return  # the lease ran out while we asked: the caller reports the loss
+            if isinstance(exc, ZkUnavailable):
+                raise
+            raise self.session.unavailable(
+                f"no answer to the check within CONNECT_TIMEOUT={self.session.cfg.connect_timeout:g}s"
+            ) from None
         if stat is None:
             self.mark_lost("deleted")
 
