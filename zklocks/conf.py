@@ -241,6 +241,18 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
                 f"Use the alias's own settings instead ({owners})." if owners else "A session id cannot be shared.",
             )
         )
+    if options.get("use_ssl") and (options.get("verify_certs") is False or options.get("check_hostname") is False):
+        off = "verify_certs" if options.get("verify_certs") is False else "check_hostname"
+        problems.append(
+            _problem(
+                "zklocks.W060",
+                alias,
+                f"OPTIONS: TLS with {off}=False: any server with a certificate from the same CA (or any at all) can "
+                "pose as ZooKeeper and read the AUTH password.",
+                "Leave verify_certs and check_hostname on (zklocks turns check_hostname on with use_ssl) and give "
+                "the servers certificates that name their host names.",
+            )
+        )
     acl = raw.get("ACL")
     if acl is not None and not (isinstance(acl, (list, tuple)) and acl and all(isinstance(a, ACL) for a in acl)):
         problems.append(

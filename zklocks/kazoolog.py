@@ -10,18 +10,22 @@ last failure per server, for the message of ZkUnavailable, and passes kazoo's wa
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from typing import Any
 
 log = logging.getLogger("zklocks.kazoo")
 
 _DROPPED = "Connection dropped: socket connection error: "
+# Fields of kazoo's request reprs that carry secrets: Auth(auth='user:password'), Connect(passwd=b'...').
+_SECRET_FIELDS = re.compile(r"""((?:auth|passwd|password)=)(b?'(?:[^'\\]|\\.)*'|b?"(?:[^"\\]|\\.)*")""")
 
 
 class KazooLog:
     """Duck-types the parts of logging.Logger that kazoo uses."""
 
-    def __init__(self) -> None:
+    def __init__(self, secrets: list[str] | tuple[str, ...] = ()) -> None:
+        self._secrets = [str(secret) for secret in secrets if secret]
         self._lock = threading.Lock()
         self._target: str | None = None  # "host:port" of the attempt under way
         self._failures: dict[str, str] = {}  # server -> why its last attempt failed
@@ -51,9 +55,24 @@ class KazooLog:
         if level == logging.INFO or level == logging.WARNING:
             self._note(msg, args)
         if level >= logging.ERROR:
-            log.log(level, msg, *args, **kwargs)
+            log.log(level, "%s", self.scrub(msg, args), **kwargs)
         elif log.isEnabledFor(logging.DEBUG):
-            log.debug(msg, *args, **kwargs)
+            log.debug("%s", self.scrub(msg, args), **kwargs)
+
+    def scrub(self, msg: str, args: tuple) -> str:
+        """kazoo's line without secrets: the Auth packet's credential, the session password, and any configured
+        AUTH credential wherever it appears (kazoo logs every request it sends at DEBUG)."""
+        try:
+            text = msg % args if args else str(msg)
+        except (TypeError, ValueError):
+            text = f"{msg} {args!r}"
+        text = _SECRET_FIELDS.sub(lambda m: f"{m.group(1)}<hidden>", text)
+        for secret in self._secrets:
+            text = text.replace(secret, "<hidden>")
+            password = secret.split(":", 1)[1] if ":" in secret else ""
+            if len(password) >= 3:  # a shorter one would blank out letters of every line; the fields go above
+                text = text.replace(password, "<hidden>")
+        return text
 
     def debug(self, msg: str, *args: Any, **kwargs: Any) -> None:
         self.log(logging.DEBUG, msg, *args, **kwargs)

@@ -26,9 +26,9 @@ from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
-from . import clock, conf, dispatch, lease, observe
+from . import clock, conf, dispatch, kazoo_compat, lease, observe
 from .exceptions import ZkAuthError, ZkUnavailable
-from .iohandler import PollingHandler, read_without_select
+from .iohandler import DEFAULT_HANDLER, read_without_select
 from .kazoolog import KazooLog
 
 log = logging.getLogger("zklocks")
@@ -61,10 +61,20 @@ def build_acl(cfg: conf.AliasConfig) -> list | None:
     return acl
 
 
+def tls_defaults(options: dict) -> dict:
+    """With ``use_ssl``, the server's certificate must name the host we asked for (``check_hostname``) unless the
+    alias says otherwise: kazoo leaves it off, and any server holding a certificate from the same CA could then
+    pose as ZooKeeper and read the AUTH password. (zklocks.W060 warns when an alias turns it off.)"""
+    if options.get("use_ssl") and options.get("verify_certs", True) is not False:
+        options.setdefault("check_hostname", True)
+    return options
+
+
 class Session:
     """One ZooKeeper session of a pool."""
 
     def __init__(self, cfg: conf.AliasConfig) -> None:
+        kazoo_compat.verify()  # once per process: refuse a kazoo whose internals the lease cannot hook
         self.cfg = cfg
         self.alias = cfg.alias
         self.pid = os.getpid()
@@ -91,16 +101,17 @@ class Session:
         self._watching = False
         self._sent: dict[int | None, tuple[float, int, int]] = {}
         self._evidence = self._new_evidence()
-        options = dict(cfg.options)
+        options = tls_defaults(dict(cfg.options))
         retry = options.pop("connection_retry", None) or {
             "max_tries": -1,
             "delay": 0.05,
             "backoff": 1.5,
             "max_delay": max(0.1, min(1.0, cfg.session_timeout / 4)),
         }
-        self.kazoo_log = KazooLog()  # kazoo's per-retry warnings at DEBUG; the causes for ZkUnavailable
+        # kazoo's per-retry warnings at DEBUG, with the secrets taken out; the causes for ZkUnavailable
+        self.kazoo_log = KazooLog(secrets=[cred for _, cred in cfg.auth])
         options.setdefault("logger", self.kazoo_log)
-        handler = options.get("handler", PollingHandler)  # a class: one per session (kazoo stops it with the client)
+        handler = options.get("handler", DEFAULT_HANDLER)  # a class: one per session (kazoo stops it with the client)
         options["handler"] = handler() if isinstance(handler, type) else handler
         self.client = KazooClient(
             hosts=cfg.hosts,
@@ -165,7 +176,7 @@ class Session:
                 before = self.timeout
                 # A leader applies each touch with the timeout of the connection it came in on, and a touch from
                 # a server we left may reach it last: count on the shortest ever negotiated, the create's included
-                # (docs/reliability.md, "Mixed session timeouts").
+                # (docs/design.md §10, "Mixed session timeouts").
                 credited = self._credited_timeout if request.session_id else None
                 self.timeout = self._credited_timeout = lease.credited_timeout(credited, result.time_out / 1000.0)
                 self._evidence = evidence = self._new_evidence()

@@ -2,12 +2,14 @@
 keystore on a secure client port; kazoo's ``use_ssl`` options passed through ``OPTIONS``."""
 
 import io
+import logging
 import subprocess
 import threading
 import time
 import uuid
 
 import pytest
+from django.core import checks
 from django.core.management import call_command
 from django.test import override_settings
 
@@ -225,3 +227,69 @@ def test_the_server_asks_for_a_client_certificate(tls_zk):
         with pytest.raises(ZkUnavailable, match="alias 'default'"):
             zk_lock("anonymous-tls").acquire(timeout=None)
     close_all()
+
+
+IMPOSTOR_SAN = """[req]
+distinguished_name=dn
+[dn]
+[ext]
+subjectAltName=DNS:evil.example
+basicConstraints=CA:FALSE
+extendedKeyUsage=serverAuth,clientAuth
+"""
+
+
+@pytest.fixture(scope="module")
+def impostor_zk(tls_zk):
+    """A server whose certificate comes from the same CA but names another host (evil.example)."""
+    _, pki = tls_zk
+    (pki / "impostor.cnf").write_text(IMPOSTOR_SAN)
+    sh("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", "evil.key", "-out", "evil.csr", "-subj",
+       "/CN=evil.example", cwd=pki)  # fmt: skip
+    sh("openssl", "x509", "-req", "-in", "evil.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out",
+       "evil.pem", "-days", "2", "-extfile", "impostor.cnf", "-extensions", "ext", cwd=pki)  # fmt: skip
+    sh("openssl", "pkcs12", "-export", "-in", "evil.pem", "-inkey", "evil.key", "-out", "evil.p12", "-passout",
+       f"pass:{PASSWORD}", "-name", "server", cwd=pki)  # fmt: skip
+    port = free_port()
+    server = ZkServer(
+        extra={
+            "secureClientPort": str(port),
+            "secureClientPortAddress": "127.0.0.1",
+            "serverCnxnFactory": "org.apache.zookeeper.server.NettyServerCnxnFactory",
+            "ssl.keyStore.location": str(pki / "evil.p12"),
+            "ssl.keyStore.password": PASSWORD,
+            "ssl.keyStore.type": "PKCS12",
+            "ssl.trustStore.location": str(pki / "trust.p12"),
+            "ssl.trustStore.password": PASSWORD,
+            "ssl.trustStore.type": "PKCS12",
+        }
+    )
+    try:
+        server.start()
+        yield f"127.0.0.1:{port}", pki
+    finally:
+        server.cleanup()
+
+
+def test_an_impostor_with_a_certificate_of_the_same_ca_never_sees_the_password(impostor_zk, caplog):
+    hosts, pki = impostor_zk
+    caplog.set_level(logging.DEBUG, logger="zklocks.kazoo")
+    with settings_for(hosts, OPTIONS=tls_options(pki), AUTH=[("digest", "app:s3cret")]):
+        with pytest.raises(ZkUnavailable, match="alias 'default'.*TLS: .*(?i:hostname|IP address mismatch)"):
+            zk_lock("impostor").acquire(timeout=None)
+    close_all()
+    sent = [r.getMessage() for r in caplog.records if "Sending request" in r.getMessage()]
+    assert not [m for m in sent if "Auth(" in m], sent  # the handshake failed before any request
+
+
+def test_turning_hostname_checks_off_is_possible_and_warned_about(impostor_zk):
+    hosts, pki = impostor_zk
+    options = {**tls_options(pki), "check_hostname": False}
+    with settings_for(hosts, OPTIONS=options):
+        try:
+            with zk_lock("impostor-allowed") as lock:  # the impostor is trusted: this is what the default prevents
+                assert lock.token > 0
+        finally:
+            close_all()
+        ids = [m.id for m in checks.run_checks() if m.id and m.id.startswith("zklocks.")]
+        assert "zklocks.W060" in ids
