@@ -26,6 +26,10 @@ from itertools import pairwise
 from pathlib import Path
 
 
+def seconds(t: float) -> str:
+    return "never" if t == float("inf") else f"{t:.2f}s"
+
+
 @dataclass
 class Hold:
     id: str
@@ -106,7 +110,7 @@ class Report:
         if self.detection:
             lines.append("revoked holders stopped after: " + ", ".join(f"{d:.3f}s" for d in self.detection))
         for rec in self.recovery:
-            times = ", ".join(f"{t:.2f}s" for t in sorted(rec["times"].values()))
+            times = ", ".join(seconds(t) for t in sorted(rec["times"].values()))
             lines.append(f"each process held again after {rec['kind']} (from its end): {times}")
         for what in ("unexplained_raw_overlaps", "crashes", "unfinished", "no_progress", "slow_recovery"):
             items = getattr(self, what)

@@ -390,22 +390,37 @@ class ChaosRun:
         """kill -9 every server, delete their data (snapshots and transaction logs; myid and the config stay) and
         start them again on the same ports: the ensemble comes back empty, as after a restore that lost the data.
         Its zxids, and the tokens, start over (an epoch for the checker); each live worker process must hold a
-        lock again within ``recovery_bound`` of the ensemble's return."""
-        workers = tuple(w.proc.pid for w in self.live_workers())
+        lock again within ``recovery_bound`` of the ensemble's return.
+
+        Half of the processes are idle through the outage (paused: their sessions open, with no hold and no
+        waiter) and resume once the ensemble is back: a session with waiters is closed when its lease runs out,
+        an idle one has nothing that would close it, and the servers refuse it for good (it has seen later
+        zxids than theirs)."""
+        live = self.live_workers()
+        idle = [w.proc.pid for w in live[::2]]
+        for pid in idle:
+            (self.dir / f"pause-{pid}").touch()
+        deadline = time.monotonic() + 20
+        while not all((self.dir / f"paused-{pid}").exists() for pid in idle):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the processes {idle} did not pause")
+            time.sleep(0.05)
         started = time.monotonic()
         self.ensemble.restart(wipe=True)
         self.ensemble.wait_quorum()
         ended = time.monotonic()
+        for pid in idle:
+            (self.dir / f"pause-{pid}").unlink()
         epoch = min(s.spawned_at for s in self.ensemble.servers if s.spawned_at is not None)
         self.renew_client()
         return Fault(
             "wipe-ensemble",
             started,
             ended,
-            {"down": round(ended - started, 2), "processes": len(workers)},
+            {"down": round(ended - started, 2), "processes": len(live), "idle": idle},
             bound=self.recovery_bound,
             epoch=epoch,
-            recover=workers,
+            recover=tuple(w.proc.pid for w in live),
         )
 
     def fault_expire_holder(self) -> Fault:

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from tests.chaos.checker import Fault, Hold, Report, check, check_exclusion, check_progress
+from tests.chaos.checker import Fault, Hold, Report, check, check_exclusion, check_progress, seconds
 from tests.chaos.controller import MIN_SESSIONS, SHORT_PLAN, ChaosRun
 from zklocks.testing import ZkEnsemble
 
@@ -196,8 +196,10 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
             f"overlaps after {kind}: {worst[1]}, longest {worst[0]:.3f}s (earlier holder still valid after the "
             f"next acquired)"
         )
-    for rec in report.recovery:
-        times = {pid: f"{t:.2f}s" for pid, t in rec["times"].items()}
+    wipes = [f for f in run.faults if f.recover]
+    for fault, rec in zip(wipes, report.recovery, strict=True):
+        idle = set(fault.detail.get("idle", ()))
+        times = ", ".join(f"{pid}{' idle' if pid in idle else ''} {seconds(t)}" for pid, t in rec["times"].items())
         log(f"recovery after {rec['kind']} (bound {run.recovery_bound:.1f}s from its end), per process: {times}")
     log(f"worker counts: {counts}; exit codes {run.exit_codes}")
     if os.environ.get("ZKLOCKS_CHAOS_LOG"):

@@ -16,7 +16,9 @@ A thread that acquires while ``<dir>/want-long-hold`` exists claims it (one rena
 loses the lock first: the controller has a holder to freeze the server of, to expire, or to kill.
 
 Control files in ``<dir>``: ``stop`` (finish the current hold, stop acquiring, then write ``idle-<pid>`` and
-keep the sessions open) and ``exit`` (close every session and exit 0).
+keep the sessions open), ``exit`` (close every session and exit 0), and ``pause-<pid>``: while it exists, each
+thread finishes its current acquire and hold and starts no other, and once all of them wait the process writes
+``paused-<pid>`` (its sessions stay open, idle: no hold, no waiter); it removes that file when it resumes.
 """
 
 from __future__ import annotations
@@ -88,10 +90,44 @@ def claim_long_hold(control: Path, hold_id: str) -> bool:
         return False
 
 
-def contend(idx: int, args, rec: Recorder, stop: threading.Event, counts: dict) -> None:
+class Pause:
+    """Threads wait at the top of their loop while ``paused`` is set; ``idle`` counts those that wait."""
+
+    def __init__(self) -> None:
+        self.paused = threading.Event()
+        self.resumed = threading.Event()
+        self.resumed.set()
+        self.idle = 0
+        self.lock = threading.Lock()
+
+    def set(self, on: bool) -> None:
+        if on:
+            self.resumed.clear()
+            self.paused.set()
+        else:
+            self.paused.clear()
+            self.resumed.set()
+
+    def wait_if_paused(self, stop: threading.Event) -> None:
+        if not self.paused.is_set():
+            return
+        with self.lock:
+            self.idle += 1
+        try:
+            while not self.resumed.wait(0.05) and not stop.is_set():
+                pass
+        finally:
+            with self.lock:
+                self.idle -= 1
+
+
+def contend(idx: int, args, rec: Recorder, stop: threading.Event, counts: dict, pause: Pause) -> None:
     rng = random.Random(os.getpid() * 1000 + idx)
     n = 0
     while not stop.is_set():
+        pause.wait_if_paused(stop)
+        if stop.is_set():
+            break
         try:
             n += hold_once(idx, n, args, rec, rng, counts)
         except Exception as exc:  # anything unexpected is a bug the checker must see
@@ -171,15 +207,25 @@ def main(argv=None) -> int:
     control = Path(args.dir)
     rec = Recorder(control / f"{args.tag}-{os.getpid()}.jsonl")
     stop = threading.Event()
+    pause = Pause()
     counts = {"holds": 0, "lost": 0, "timeouts": 0, "unavailable": 0, "crashes": 0}
     threads = [
-        threading.Thread(target=contend, args=(i, args, rec, stop, counts), name=f"contender-{i}", daemon=True)
+        threading.Thread(target=contend, args=(i, args, rec, stop, counts, pause), name=f"contender-{i}", daemon=True)
         for i in range(args.threads)
     ]
     for t in threads:
         t.start()
+    pid = os.getpid()
     while not (control / "stop").exists():
+        wanted = (control / f"pause-{pid}").exists()
+        if wanted != pause.paused.is_set():
+            pause.set(wanted)
+            if not wanted:
+                (control / f"paused-{pid}").unlink(missing_ok=True)
+        if wanted and pause.idle == args.threads and not (control / f"paused-{pid}").exists():
+            (control / f"paused-{pid}").touch()
         time.sleep(0.05)
+    pause.set(False)
     stop.set()
     for t in threads:
         t.join(30)
