@@ -280,7 +280,7 @@ def read_namespace(
             found.append((lock, held, [], layout.mutex in children, sub))
         else:
             order = layout.sort_contenders(children)
-            # A contender whose suffix is past the sequence limit (RECIPES §7c) is never granted: it leaves.
+            # A contender whose suffix is past the sequence limit (docs/design.md §13) is never granted: it leaves.
             order.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
             held, waiting = layout.split(order)
             if any(marker == layout.latch for _, marker, _ in order):

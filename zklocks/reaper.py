@@ -4,7 +4,7 @@ A lock node whose queue is empty is deleted; ZooKeeper refuses with NotEmpty if 
 between, and a contender whose create meets NoNode re-creates the node. Fencing tokens are czxids, so a
 re-created node never resets them.
 
-Deleting and re-creating a node also resets its sequence counter (RECIPES §7c): a lock node that is never empty
+Deleting and re-creating a node also resets its sequence counter (docs/design.md §13): a lock node that is never empty
 runs out of sequence numbers after 2**31-1 creates. The sweep reports such nodes as they near the limit, and
 :func:`recycle` deletes one at its next empty moment (``manage.py zklocks_reap --recycle NAME``).
 """

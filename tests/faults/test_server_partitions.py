@@ -12,7 +12,7 @@ and asserts:
 - no orphans: after healing and once every contender has returned, no contender node is left.
 
 A follower cut off from the leader keeps answering its clients for syncLimit ticks, while the leader expires
-their sessions (docs/reliability.md; RECIPES §7b): until the lease rule counts only evidence that the leader
+their sessions (docs/reliability.md; docs/design.md §10): until the lease rule counts only evidence that the leader
 saw the session, the holder keeps believing it holds the lock after the next holder got it.
 """
 

@@ -1,4 +1,5 @@
-"""Sequence exhaustion (RECIPES §7c) on a real server whose snapshot has lock nodes a few creates short of 2**31-1.
+"""Sequence exhaustion (docs/design.md §13) on a real server whose snapshot has lock nodes a few creates short
+of 2**31-1.
 
 ZooKeeper 3.8 names a sequential child after its parent's child counter, a signed 32-bit int. Once the counter
 reaches 2**31-1 it stays there: every later child gets the suffix 2147483647 again, and a create that is

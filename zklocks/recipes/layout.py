@@ -1,4 +1,5 @@
-"""Every node name and ordering rule zklocks uses below a lock node: kazoo's lock layout (RECIPES §2-§4, §7c).
+"""Every node name and ordering rule zklocks uses below a lock node: kazoo's lock layout (docs/design.md §12;
+the ordering rules: §2, §6, §7, §13).
 
     NAMESPACE/<encoded name>                     the lock node (persistent; reaped when empty)
         <32-hex guid>__lock__<10-digit seq>      an exclusive contender (kazoo's Lock / WriteLock)
@@ -61,7 +62,7 @@ _LEASE = re.compile(r"__lease__-?\d{10}$")
 _SEMAPHORE_CHILD = re.compile(r"^__mutex__$|__lease__-?\d{10}$")
 _SEQUENCE = re.compile(r"__(?:lock|rlock|lease|elect)__(-?\d{10})$")
 
-# A sequential child's suffix is its parent's child counter, a signed 32-bit int (RECIPES §7c). ZooKeeper 3.8
+# A sequential child's suffix is its parent's child counter, a signed 32-bit int (docs/design.md §13). ZooKeeper 3.8
 # hands out 2147483647 once the counter is there and then keeps it there: every later child gets 2147483647
 # again, and a create pipelined behind another create of the same parent gets -2147483648, -2147483647, ...
 # Such suffixes no longer say who came first, so no contender that has one is ever granted the lock.
@@ -184,7 +185,7 @@ class Layout:
     _pattern: re.Pattern = field(repr=False, compare=False)
 
     def new_tag(self) -> str:
-        """A fresh per-acquire tag; every node of the acquire starts with it (RECIPES §6)."""
+        """A fresh per-acquire tag; every node of the acquire starts with it (docs/design.md §3)."""
         return f"_c_{uuid.uuid4()}-" if self.protected else uuid.uuid4().hex
 
     def marker(self, kind: Kind | str, *, rw: bool = False, name: str = "name", alias: str = "default") -> str:
