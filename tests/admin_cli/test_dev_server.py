@@ -159,3 +159,14 @@ def test_zklocks_check_notes_a_negotiated_session_timeout(zklocks_settings, zk_s
         "2 to 20 times their tickTime (minSessionTimeout, maxSessionTimeout in zoo.cfg); set SESSION_TIMEOUT "
         "within those bounds",
     ]
+
+
+def test_help_gives_the_unit_of_tick_time(capsys):
+    from zklocks.testing.devserver import run
+    from zklocks.testing.server import ZkServer
+
+    with pytest.raises(SystemExit) as exited:
+        run(ZkServer, ["--help"])
+    assert exited.value.code == 0
+    usage = capsys.readouterr().out
+    assert "--tick-time MS" in usage and "milliseconds" in usage, usage

@@ -19,7 +19,14 @@ def run_check(check=None):
 def test_passes_through_the_view(client):
     response = client.get("/ht/?format=json")
     assert response.status_code == 200, response.content
-    assert list(response.json().values()) == ["OK"]
+    assert response.json() == {"ZooKeeper": "OK"}
+
+
+def test_a_readable_name_on_the_health_page():
+    assert repr(ZooKeeperHealthCheck()) == "ZooKeeper"
+    assert repr(ZooKeeperHealthCheck(alias="reports")) == "ZooKeeper (alias 'reports')"
+    # The Prometheus labels keep the class and the alias.
+    assert ZooKeeperHealthCheck(alias="reports").labels == {"check": "ZooKeeperHealthCheck", "alias": "reports"}
 
 
 @pytest.mark.zk

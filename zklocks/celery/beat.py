@@ -142,18 +142,22 @@ class LeaderScheduler(Scheduler):
             self.catch_up(entry, exact=True)
         inner._heap = None  # rebuilt from the caught-up entries at the next tick
         logger.info(
-            "beat: elected leader of %r (alias %r, token %s); last sends of %d entries read from ZooKeeper",
+            "beat: elected leader of %r (alias %r, token %s); last sends of %d %s read from ZooKeeper",
             self.election,
             self.using,
             hold.token,
             len(self._sent),
+            "entry" if len(self._sent) == 1 else "entries",
         )
         return True
 
-    def _step_down(self, why: str) -> None:
+    def _step_down(self, why: str, *, clean: bool = False) -> None:
+        """Stop running the schedule and leave the election. ``clean``: a requested stop (shutdown), logged at
+        INFO; a lost leadership is a WARNING."""
         inner, self._inner = self._inner, None
         if inner is not None:
-            logger.warning("beat: stepping down as leader of %r (alias %r): %s", self.election, self.using, why)
+            log = logger.info if clean else logger.warning
+            log("beat: stepping down as leader of %r (alias %r): %s", self.election, self.using, why)
             try:
                 inner.close()
             except Exception as exc:  # the schedule's own storage may be gone with the leadership
@@ -234,7 +238,7 @@ class LeaderScheduler(Scheduler):
             return
         self._closed = True
         if self._inner is not None:
-            self._step_down("shutting down")
+            self._step_down("shutting down", clean=True)
         else:
             self.leader.release(wait=True)
         super().close()

@@ -88,6 +88,10 @@ class ZooKeeperHealthCheck(HealthCheck):
 
     alias: str | None = None
 
+    def __repr__(self) -> str:
+        """The name django-health-check shows for the check (its page, and the keys of its JSON and text)."""
+        return "ZooKeeper" if self.alias is None else f"ZooKeeper (alias {self.alias!r})"
+
     def aliases(self) -> list[str]:
         return [self.alias] if self.alias is not None else conf.aliases()
 

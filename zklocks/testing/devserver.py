@@ -51,7 +51,8 @@ def run(server_class: type[ZkServer], argv: list[str] | None = None) -> int:
         "--tick-time",
         type=int,
         default=2000,
-        help="tickTime in ms; sessions may last 2 to 20 ticks (default 2000: SESSION_TIMEOUT from 4 to 40 s)",
+        metavar="MS",
+        help="tickTime in milliseconds; sessions may last 2 to 20 ticks (default 2000: SESSION_TIMEOUT from 4 to 40 s)",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
