@@ -142,6 +142,7 @@ class Hold:
         "task_id",
         "thread_name",
         "owner",
+        "own_writes",
         "__weakref__",
     )
 
@@ -154,6 +155,7 @@ class Hold:
         self.count = 1
         self.lost = False
         self.lost_reason: str | None = None
+        self.own_writes = 0  # writes of ours to our node: its version past this means someone else wrote it
         self.acquired_at = time.monotonic()
         self.key = key
         task = self.task = holder.current_task.get()
@@ -220,6 +222,8 @@ class Hold:
             ) from None
         if stat is None:
             self.mark_lost("deleted")
+        elif stat.version > self.own_writes:
+            self.mark_lost("changed")
 
 
 registry: dict[tuple, Hold] = {}
@@ -249,31 +253,36 @@ class Grant:
                 del registry[hold.key]
         if last:
             hold.session.remove_hold(hold)
-            if not hold.lost:
-                hold.contender.abandon()
+            hold.contender.abandon()  # lost or not: a node that is still there must go
 
 
 LONG_HOLD = 1.0
 
 
 class LongHolds:
-    """Holds younger than LONG_HOLD, looked at by one periodic tick on the dispatch thread.
+    """Every hold's watch on its own node, set at once, and the hold record of holds that last.
 
-    Once a hold has lasted LONG_HOLD seconds we watch our own node (the watch marks the hold lost as soon as
-    someone deletes the node, e.g. a force-release from the admin) and, if we had to wait, record acquired_at
-    with one asynchronous set: an exclusive holder's in the lock node (its own node changes only at the release,
-    holder.marks_release_only), a reader's or a lease's in its own node (a successor's data watch re-arms
-    without waking, see queue.Contender.wait_steps). Short holds pay for neither; registering one is a list
-    append.
+    We watch our own node: a delete or a write by anyone else (a force-release from the admin, a hostile client)
+    marks the hold lost (docs/security.md, "No forged handoff"). Where anyone may write our nodes (no AUTH) the
+    watch is set at the grant, one more request per acquire; where only the alias's identity may (a guarded
+    ACL), from LONG_HOLD on, so that short holds keep the fast path's three requests. Holds younger than
+    LONG_HOLD are looked at by one periodic tick on the dispatch thread: once a hold that waited has lasted that
+    long we record acquired_at with one asynchronous set: an exclusive holder's in the lock node (its own node
+    changes only at the release, holder.marks_release_only), a reader's or a lease's in its own node (a
+    successor's data watch re-arms without waking, see queue.Contender.wait_steps; our own watch knows the write
+    is ours by the node's version).
     """
 
     def __init__(self) -> None:
-        self._young: list[tuple[float, Hold, bool, float]] = []
+        self._young: list[tuple[float, Hold, bool, float, bool]] = []
         self._lock = threading.Lock()
         self._ticking = False
 
     def add(self, hold: Hold, waited: bool) -> None:
-        entry = (time.monotonic(), hold, waited, time.time())
+        guarded = hold.session.writes_guarded
+        if not guarded:
+            watch_own_node(hold)  # anyone may write or delete our node: hear of it at once
+        entry = (time.monotonic(), hold, waited, time.time(), guarded)
         with self._lock:
             self._young.append(entry)
             if self._ticking:
@@ -288,23 +297,36 @@ class LongHolds:
             self._young = [e for e in self._young if now - e[0] < LONG_HOLD and e[1].count > 0]
             self._ticking = bool(self._young)
             next_at = self._young[0][0] + LONG_HOLD if self._young else None
-        for _, hold, waited, acquired_at in due:
+        for _, hold, waited, acquired_at, guarded in due:
             if hold.count > 0 and hold.is_held:
-                watch_own_node(hold, waited, acquired_at)
+                if guarded:
+                    watch_own_node(hold)  # only our identity may touch it: a force-release, heard from now on
+                record_acquired_at(hold, waited, acquired_at)
         if next_at is not None:
             dispatch.get().call_at(next_at, self._tick)
 
 
-def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
+def watch_own_node(hold: Hold) -> None:
+    """Mark ``hold`` lost as soon as anyone else deletes or writes its node (see LongHolds)."""
     contender = hold.contender
     session = contender.session
     client = session.client
+
+    def judge(stat) -> None:
+        if hold.count <= 0 or hold.lost:
+            return
+        if stat is None:
+            hold.mark_lost("deleted")
+        elif stat.version > hold.own_writes:
+            hold.mark_lost("changed")  # written by someone else: this node no longer says what we wrote
 
     def on_own_node(event) -> None:
         if hold.count <= 0 or hold.lost:
             return
         if event.type == EventType.DELETED:
             hold.mark_lost("deleted")
+        elif event.type == EventType.CHANGED:
+            rearm()  # ours (a hold record) or someone else's: the version tells
         elif event.type == EventType.NONE:
             # A connection blip cleared the watch: set it again once the session is back.
             dispatch.get().call_later(0.05, rearm)
@@ -313,8 +335,8 @@ def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
         if not result.successful():
             if not session.dead:
                 dispatch.get().call_later(0.1, rearm)
-        elif result.value is None:
-            on_own_node(_Deleted)
+        else:
+            judge(result.value)
 
     def rearm() -> None:
         if hold.count <= 0 or hold.lost or session.dead:
@@ -324,12 +346,21 @@ def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
             return
         client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
 
+    rearm()
+
+
+def record_acquired_at(hold: Hold, waited: bool, acquired_at: float) -> None:
+    """A hold that waited and lasts: record since when it holds, for the admin and the CLI."""
+    contender = hold.contender
+    session = contender.session
+    client = session.client
     node_layout = layout.get(session.cfg.layout)
     if waited and node_layout.holders_write:
         if node_layout.is_exclusive(getattr(contender, "marker", "")):
             # Our own node must change only at the release (holder.marks_release_only): the lock node says it.
             _record_in_lock_node(client, contender.parent, holder.hold_record(contender.name or "", acquired_at))
         else:
+            hold.own_writes += 1  # before the write: our own watch may see it before its answer
             client.set_async(
                 contender.node,
                 holder.payload(
@@ -340,7 +371,6 @@ def watch_own_node(hold: Hold, waited: bool, acquired_at: float) -> None:
                     queued_at=round(contender.queued_at, 3),
                 ),
             )
-    rearm()
 
 
 def _record_in_lock_node(client, parent: str, record: bytes) -> None:
@@ -360,10 +390,6 @@ def _record_in_lock_node(client, parent: str, record: bytes) -> None:
 
 
 long_holds = LongHolds()
-
-
-class _Deleted:
-    type = EventType.DELETED
 
 
 def reset_after_fork() -> None:

@@ -230,9 +230,18 @@ class _BaseHandle(_Acquirable):
             last = hold.count == 0
         if not last:
             return
-        hold.session.remove_hold(hold)
-        if not hold.lost:
-            self._release_hold(hold, wait)
+        try:
+            hold.session.remove_hold(hold)
+            if not hold.lost:
+                self._release_hold(hold, wait)
+        except BaseException:
+            # Raised mid-release (a signal handler's): it reaches the caller, and the node goes all the same.
+            hold.contender.abandon()
+            raise
+        if hold.lost:
+            # Lost, but our node may still be there (written by someone else: "changed"): it must go, or the
+            # contenders behind it wait for our session to end. Gone already or with its session: nothing to do.
+            hold.contender.abandon()
         observe.released(hold)
         signals.send_async(
             signals.lock_released,

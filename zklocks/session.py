@@ -61,6 +61,15 @@ def build_acl(cfg: conf.AliasConfig) -> list | None:
     return acl
 
 
+def writes_guarded(acl: list | None) -> bool:
+    """Whether the nodes zklocks creates with ``acl`` refuse writes and deletes by anyone but the configured
+    identities: then a contender's node changes only by its owner's hand (docs/security.md)."""
+    if not acl:
+        return False
+    guard = Permissions.WRITE | Permissions.DELETE
+    return not any(entry.id.scheme == "world" and entry.perms & guard for entry in acl)
+
+
 def tls_defaults(options: dict) -> dict:
     """With ``use_ssl``, the server's certificate must name the host we asked for (``check_hostname``) unless the
     alias says otherwise: kazoo leaves it off, and any server holding a certificate from the same CA could then
@@ -79,6 +88,7 @@ class Session:
         self.alias = cfg.alias
         self.pid = os.getpid()
         self.acl = build_acl(cfg)
+        self.writes_guarded = writes_guarded(self.acl)
         self.timeout = cfg.session_timeout  # replaced by the negotiated value on connect
         self.lease_start = -float("inf")  # see lease.py: no leader can expire us before lease_start + timeout
         self.dead = False

@@ -36,10 +36,26 @@ def per_call(server, fn, n=200):
     return (packets(server) - before - 1) / n  # -1: the mntr request itself
 
 
-def test_uncontended_cycle_costs_three_requests(quiet_zk):
+@pytest.mark.parametrize(
+    ("auth", "budget"),
+    [
+        # create + get_children (pipelined) + delete: only our identity may touch our nodes
+        ([("digest", "app:fast")], 3.05),
+        # ... + the holder's watch on its own node from the grant: anyone may write or delete it
+        ([], 4.05),
+    ],
+    ids=["auth", "open"],
+)
+def test_uncontended_cycle_costs_three_requests_or_four_without_auth(quiet_zk, auth, budget):
     with override_settings(
         ZKLOCKS={
-            "default": {"HOSTS": quiet_zk.hosts, "NAMESPACE": "/fast", "SESSION_TIMEOUT": 30.0, "REAP_INTERVAL": 0}
+            "default": {
+                "HOSTS": quiet_zk.hosts,
+                "NAMESPACE": f"/fast-{len(auth)}",
+                "SESSION_TIMEOUT": 30.0,
+                "REAP_INTERVAL": 0,
+                "AUTH": auth,
+            }
         }
     ):
         lock = zk_lock("hot")
@@ -48,7 +64,7 @@ def test_uncontended_cycle_costs_three_requests(quiet_zk):
             lock.acquire()
             lock.release()
 
-        assert per_call(quiet_zk, cycle) <= 3.05  # create + get_children (pipelined) + delete
+        assert per_call(quiet_zk, cycle) <= budget
 
 
 def test_failed_try_lock_on_a_busy_lock_costs_one_read(quiet_zk):

@@ -171,6 +171,8 @@ class Contender(OwnNode):
         client = session.client
         path = f"{self.parent}/{blocker}"
         exclusive = _exclusive(layout_of(session), blocker)
+        # Only the alias's identity may write our contenders' nodes: then a write is the holder's own word.
+        guarded = session.writes_guarded
         armed: list = []  # the read that set the current watch: ZooKeeper answers it before the watch can fire
 
         def arm():
@@ -179,12 +181,17 @@ class Contender(OwnNode):
 
         def on_data(watched) -> None:
             if watched.type == EventType.CHANGED:
-                held.append(True)
-                # ``armed`` is empty if the event overtook the append in arm(): then we cannot tell, and look.
-                if exclusive and armed and _promised(armed[-1]):
-                    deleted.append(True)  # written and deleted in one transaction
-                elif _rearmed():
-                    return  # it may still be there: watch again, without waking up
+                if not guarded:
+                    # Anyone may write this node: a write proves nothing. Look, and hold only once it is gone.
+                    if _rearmed():
+                        return
+                else:
+                    held.append(True)
+                    # ``armed`` is empty if the event overtook the append in arm(): then we cannot tell, and look.
+                    if exclusive and armed and _promised(armed[-1]):
+                        deleted.append(True)  # written and deleted in one transaction
+                    elif _rearmed():
+                        return  # it may still be there: watch again, without waking up
             elif watched.type == EventType.DELETED:
                 deleted.append(True)
             self._woken(waker)
@@ -212,7 +219,7 @@ class Contender(OwnNode):
                     _, stat = yield Request(arm, session, deadline)
             except NoNodeError:
                 return True, False, True  # gone already
-            if stat.version > 0:
+            if stat.version > 0 and guarded:
                 held.append(True)
             # A thread wakes at least every third of the lease, so that a silent loss of the session is
             # noticed even if nothing wakes it; the session's keeper wakes every waiter at a loss.

@@ -1,0 +1,89 @@
+"""No forged handoff: a waiter holds only on evidence that the releasing holder alone can produce, and a holder
+whose node is written or deleted by anyone else reports LockLost at once (docs/security.md)."""
+
+import time
+
+import pytest
+
+from tests.support.helpers import raw_client, wait_until, zk_settings
+from tests.support.threads import HeldInThread
+from zklocks import LockLost, zk_lock
+from zklocks.connections import close_all
+
+pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
+
+CREDENTIAL = "app:forge-proof"
+
+
+@pytest.fixture(params=["open", "auth"])
+def config(request, zk_server):
+    extra = {"AUTH": [("digest", CREDENTIAL)]} if request.param == "auth" else {}
+    with zk_settings(zk_server.hosts, f"/forged-{request.param}", SESSION_TIMEOUT=4.0, **extra):
+        try:
+            yield request.param
+        finally:
+            close_all()
+
+
+def holder_node(client, lock) -> str:
+    children = sorted(client.get_children(lock.path), key=lambda c: c[-10:])
+    return f"{lock.path}/{children[0]}"
+
+
+def test_a_forged_write_hands_nothing_to_the_waiter(config, zk_server):
+    holder_lock = zk_lock("forge-write")
+    holder = HeldInThread(holder_lock)
+    assert holder.acquired
+    waiter = HeldInThread(zk_lock("forge-write", timeout=20), wait_for_acquire=False)
+    forger = raw_client(zk_server.hosts)  # anonymous
+    try:
+        assert wait_until(lambda: len(forger.get_children(holder_lock.path)) == 2, timeout=5)
+        node = holder_node(forger, holder_lock)
+        forged_at = time.monotonic()
+        try:
+            forger.set(node, b"")  # what a release mark looks like to a watch: one data change
+            refused = False
+        except Exception:  # NoAuth under AUTH
+            refused = True
+        assert refused == (config == "auth")
+        if not refused:
+            # The holder hears of the foreign write at once, and says so.
+            assert wait_until(lambda: not holder_lock.is_held, timeout=0.5)
+            print(f"holder told {time.monotonic() - forged_at:.3f}s after the forged write")
+        time.sleep(1.0)
+        assert waiter.acquired is None, "the waiter took the lock on a forged write"
+        assert holder_lock.is_held == refused
+        holder.release()
+        if not refused:
+            assert isinstance(holder.lost, LockLost) and "changed" in str(holder.lost), holder.lost
+        assert waiter.wait(10), waiter.error  # the real release hands over
+    finally:
+        waiter.release()
+        forger.stop()
+        forger.close()
+
+
+def test_a_forged_delete_is_lost_by_the_holder_at_once(config, zk_server):
+    holder_lock = zk_lock("forge-delete")
+    holder = HeldInThread(holder_lock)
+    assert holder.acquired
+    forger = raw_client(zk_server.hosts)
+    try:
+        node = holder_node(forger, holder_lock)
+        forged_at = time.monotonic()
+        try:
+            forger.delete(node)
+            refused = False
+        except Exception:  # NoAuth under AUTH: only the identity may delete in the lock node
+            refused = True
+        assert refused == (config == "auth")
+        if refused:
+            time.sleep(0.5)
+            assert holder_lock.is_held
+        else:
+            assert wait_until(lambda: not holder_lock.is_held, timeout=0.5)
+            print(f"holder told {time.monotonic() - forged_at:.3f}s after the forged delete")
+    finally:
+        holder.release()
+        forger.stop()
+        forger.close()
