@@ -1,4 +1,4 @@
-"""The lease rule: the earliest moment the deciding leader could expire our session (RECIPES §7, §7b).
+"""The lease rule: the earliest moment the deciding leader could expire our session (docs/design.md §9, §10).
 
 Only the leader's session tracker expires sessions, at (its last touch of the session) + (session timeout) or
 later. A follower answers our pings and reads by itself; it passes our touches on to the leader only in its reply to
@@ -70,17 +70,21 @@ def credited_timeout(credited: float | None, negotiated: float) -> float:
 
     Every touch of the session carries the timeout of the connection it came in on (a follower's touch table, a
     re-validation), and the leader sets the expiry to (its time of the touch) + (that timeout), earlier than before
-    if the timeout is shorter. A touch from a server the session left long ago may still come last (docs/reliability.md,
-    "Mixed session timeouts"), so no timeout ever negotiated is forgotten while the session lives.
+    if the timeout is shorter. A touch from a server the session left long ago may still come last, so no timeout
+    ever negotiated is forgotten while the session lives (the proof: docs/reliability.md, "Mixed session timeouts";
+    docs/design.md §10).
     """
     return negotiated if credited is None else min(credited, negotiated)
 
 
 def relay_gap(timeout: float, tick_time: float | None) -> float:
-    """How far apart Q1's answer and S2's send must be: one tickTime, or timeout/2 when the tick is unknown.
+    """How far apart Q1's answer and S2's send must be: one tickTime of the leader, or timeout/2 when the tick is
+    unknown.
 
-    ZooKeeper clamps every session timeout to at least 2 x tickTime (minSessionTimeout), so timeout/2 is never
-    shorter than a tick.
+    timeout/2 is a tick or more while every server negotiates at least 2 x the longest tickTime of the ensemble:
+    ZooKeeper's default minSessionTimeout, not a rule of ZooKeeper (3.8 accepts any minSessionTimeout up to
+    maxSessionTimeout). zklocks_check and the deploy check E017 read the servers' conf and refuse what this does
+    not cover (serverconf.py, docs/reliability.md "The tick when TICK_TIME is not set").
     """
     return tick_time if tick_time else timeout / 2
 
