@@ -67,7 +67,7 @@ chaos: system-deps venv
 	timeout 1800 $(BIN)/python -m pytest -q -m chaos -p no:randomly tests/chaos/test_chaos.py --chaos-long
 
 test-matrix: system-deps venv
-	timeout 3600 $(BIN)/nox -s tests
+	timeout 5400 $(BIN)/nox -s tests kazoo
 
 DEMO_PORT ?= 8000
 

@@ -1,4 +1,5 @@
-"""make test-matrix: the suite on each supported pair of Python and Django, in one parametrised session."""
+"""make test-matrix: the suite on each supported pair of Python and Django (session ``tests``), and the lock tests
+on the lowest and the highest supported kazoo (session ``kazoo``)."""
 
 import glob
 import os
@@ -22,13 +23,36 @@ def interpreter(version: str) -> str:
 MATRIX = [
     (interpreter("3.11"), "Django>=5.2,<5.3"),
     (interpreter("3.12"), "Django>=6.0,<7"),
+    (interpreter("3.13"), "Django>=6.0,<7"),  # pyproject.toml's classifiers claim 3.13
+]
+
+# The ends of pyproject.toml's kazoo range (zklocks.kazoo_compat.SUPPORTED): the lowest on the oldest Python, the
+# highest on the newest. zklocks hooks kazoo internals, so each end runs the lock tests and the self-check's.
+KAZOO = [
+    (interpreter("3.11"), "kazoo==2.9.0"),
+    (interpreter("3.13"), "kazoo==2.11.0"),
+]
+LOCK_TESTS = [
+    "tests/locks",
+    "tests/faults/test_io_handler.py",
+    "tests/packaging/test_kazoo_compat.py",
+    "tests/packaging/test_portable_import.py",
 ]
 
 
 @nox.session
-@nox.parametrize(("python", "django"), MATRIX, ids=["django52", "django6"])
+@nox.parametrize(("python", "django"), MATRIX, ids=["django52", "django6", "py313-django6"])
 def tests(session, django):
     session.install("-r", "requirements.txt")
     session.install(django)
     session.install("-e", ".", "--no-deps")
     session.run("python", "-m", "pytest", "-q", *session.posargs)
+
+
+@nox.session
+@nox.parametrize(("python", "kazoo"), KAZOO, ids=["lowest", "highest"])
+def kazoo(session, kazoo):
+    session.install("-r", "requirements.txt")
+    session.install(kazoo)
+    session.install("-e", ".", "--no-deps")
+    session.run("python", "-m", "pytest", "-q", *(session.posargs or LOCK_TESTS))

@@ -17,6 +17,7 @@ class ZkLocksConfig(AppConfig):
         checks.register(zk_checks.check_celery_settings, "zklocks")
         checks.register(zk_checks.check_beat_settings, "zklocks")
         checks.register(zk_checks.check_other_settings, "zklocks")
+        checks.register(zk_checks.check_kazoo, "zklocks")
         # Talks to ZooKeeper: only with `manage.py check --deploy`, never on every manage.py command.
         checks.register(zk_checks.check_namespace_acls, "zklocks", deploy=True)
         checks.register(zk_checks.check_server_conf, "zklocks", deploy=True)

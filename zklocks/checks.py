@@ -18,6 +18,9 @@ number), W050 (unknown key in ZKLOCKS_HEALTH), E051 (ZKLOCKS_TRACING not True/Fa
 True/False), E053 (ZKLOCKS_METRICS_FAMILY neither a callable nor an importable dotted path to one; the metrics
 then run without the family label), E054 (ZKLOCKS_UNAVAILABLE_RETRY_AFTER not a whole number of seconds >= 0).
 
+The installed kazoo: E060 (a kazoo internal that zklocks hooks for its lease is missing, has another signature or
+is no longer called through ``self``: no session would start; see zklocks/kazoo_compat.py).
+
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
 W002 (the namespace or lock nodes have a weaker ACL than configured), W003 (the ACLs could not be checked),
@@ -31,7 +34,7 @@ import time
 
 from django.core import checks
 
-from . import conf
+from . import conf, kazoo_compat
 from .celery import conf as celery_conf
 from .celery import discover
 from .exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
@@ -69,6 +72,8 @@ def check_namespace_acls(app_configs=None, **kwargs) -> list[checks.CheckMessage
     CONNECT_TIMEOUT for a session and CONNECT_TIMEOUT again for the reads."""
     from . import security
 
+    if check_kazoo():
+        return []  # no session can start: E060 says why
     configs, _ = conf.get_config()
     messages: list[checks.CheckMessage] = []
     for alias, cfg in sorted(configs.items()):
@@ -120,6 +125,22 @@ def check_server_conf(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
                 )
             )
     return messages
+
+
+def check_kazoo(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """System check E060: the installed kazoo still has every internal zklocks hooks (kazoo_compat.verify)."""
+    try:
+        kazoo_compat.verify()
+    except ZkConfigError as exc:
+        return [
+            checks.Error(
+                f"{exc}.",
+                hint=f'Install a tested kazoo: pip install "{kazoo_compat.SUPPORTED}". Until then every lock '
+                "raises ZkConfigError instead of starting a session.",
+                id="zklocks.E060",
+            )
+        ]
+    return []
 
 
 def acl_messages(where: str, result) -> list[checks.CheckMessage]:

@@ -9,6 +9,9 @@ few Python objects, each time. Under contention that is a large share of a hando
   descriptor numbers (``select(2)`` stops at 1024).
 - ``read_without_select`` lets the reads of an answer try the (non-blocking) socket first: the loop has just seen it
   readable, and the body usually arrives with its length. Only a read that finds nothing waits in a select.
+
+Where ``select.poll`` does not exist (Windows), sessions use kazoo's own ``SequentialThreadingHandler``
+(``DEFAULT_HANDLER``) and the short read path stays off.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from typing import Any
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.handlers.utils import fileobj_to_fd
 
-_READ = _select.POLLIN  # as select(2): urgent data is no reason to wake
-_WRITE = _select.POLLOUT
+HAS_POLL = hasattr(_select, "poll")  # Windows has neither poll(2) nor its constants
+_READ = getattr(_select, "POLLIN", 0x1)  # as select(2): urgent data is no reason to wake
+_WRITE = getattr(_select, "POLLOUT", 0x4)
 
 
 def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None):
@@ -55,12 +59,18 @@ def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: f
 
 
 class PollingHandler(SequentialThreadingHandler):
-    """The handler every zklocks session uses unless ``OPTIONS`` names another."""
+    """The handler every zklocks session uses unless ``OPTIONS`` names another, where ``select.poll`` exists."""
 
     name = "zklocks_polling_threading_handler"
 
     def select(self, *args: Any, **kwargs: Any):
+        if not HAS_POLL:  # named in OPTIONS where there is no poll(2): kazoo's own select
+            return super().select(*args, **kwargs)
         return poll_select(*args, **kwargs)
+
+
+# What sessions use unless OPTIONS names a handler.
+DEFAULT_HANDLER: type[SequentialThreadingHandler] = PollingHandler if HAS_POLL else SequentialThreadingHandler
 
 
 def read_without_select(conn: Any) -> None:
@@ -70,8 +80,8 @@ def read_without_select(conn: Any) -> None:
     Only plain sockets take the short path. A read that finds no data or a closed peer goes through kazoo's own
     read, which waits or reports the dropped connection; a socket error is reported as kazoo's read reports it.
     """
-    if not isinstance(conn.handler, PollingHandler):
-        return  # another handler's sockets (gevent, eventlet) are not ours to read
+    if not HAS_POLL or not isinstance(conn.handler, PollingHandler):
+        return  # another handler's sockets (gevent, eventlet) are not ours to read; no short path without poll(2)
     kazoo_read = conn._read
 
     def _read(length: int, timeout: float) -> bytes:

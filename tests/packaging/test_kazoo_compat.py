@@ -1,0 +1,83 @@
+"""The self-check of the kazoo internals zklocks hooks (zklocks.kazoo_compat, system check zklocks.E060)."""
+
+import pytest
+from django.core import checks as django_checks
+from kazoo.client import KazooClient
+from kazoo.protocol.connection import ConnectionHandler
+
+from zklocks import ZkConfigError, kazoo_compat, zk_lock
+from zklocks.checks import check_kazoo
+
+
+def _without(cls: type, name: str) -> type:
+    """A copy of ``cls`` without ``name``: a kazoo that renamed or removed it."""
+    return type(cls.__name__, (), {k: v for k, v in vars(cls).items() if k != name})
+
+
+def test_the_installed_kazoo_passes():
+    kazoo_compat.verify()  # cached: what sessions run
+    kazoo_compat.verify(ConnectionHandler, KazooClient)  # computed again
+    assert check_kazoo() == []
+
+
+@pytest.mark.parametrize("hook", ["_submit", "_read_header", "_invoke", "_read", "_socket_error_handling"])
+def test_a_connection_class_without_a_hook_is_refused(hook):
+    with pytest.raises(ZkConfigError) as caught:
+        kazoo_compat.verify(_without(ConnectionHandler, hook))
+    message = str(caught.value)
+    assert f"ConnectionHandler.{hook} is missing" in message
+    assert kazoo_compat.SUPPORTED in message and "kazoo>=2.9,<2.12" in message
+
+
+def test_a_hook_called_through_the_class_is_refused():
+    class Inlined(ConnectionHandler):
+        def _read_socket(self, read_timeout):
+            # kazoo would read every answer, but a replacement on the instance would never see it
+            header, buffer, offset = ConnectionHandler._read_header(self, read_timeout)
+            return self._read_response(header, buffer, offset)
+
+    with pytest.raises(ZkConfigError, match=r"Inlined\._read_socket no longer uses self\._read_header \(answers"):
+        kazoo_compat.verify(Inlined)
+
+
+def test_a_hook_whose_result_is_no_longer_unpacked_as_expected_is_refused():
+    class OneValue(ConnectionHandler):
+        def _read_socket(self, read_timeout):
+            reply = self._read_header(read_timeout)
+            return self._read_response(*reply)
+
+    with pytest.raises(ZkConfigError, match=r"no longer unpacks self\._read_header\(\.\.\.\) into 3 values"):
+        kazoo_compat.verify(OneValue)
+
+
+def test_a_hook_with_another_signature_is_refused():
+    class Wider(ConnectionHandler):
+        def _submit(self, request, timeout, xid=None, priority=0):
+            return super()._submit(request, timeout, xid)
+
+    with pytest.raises(ZkConfigError, match=r"Wider\._submit has the signature .*priority=0.*, not \(self, request"):
+        kazoo_compat.verify(Wider)
+
+
+def test_a_client_class_without_its_queues_is_refused():
+    class NoPending(KazooClient):
+        def _reset(self):
+            self._queue = []
+
+    stripped = _without(_without(NoPending, "__init__"), "_call")
+    with pytest.raises(ZkConfigError) as caught:
+        kazoo_compat.verify(client_class=stripped)
+    message = str(caught.value)
+    assert "NoPending._call is missing" in message
+    assert "NoPending no longer sets self._pending" in message and "self._connection" in message
+
+
+@pytest.mark.zk
+def test_a_refused_kazoo_starts_no_session_and_fails_the_system_check(monkeypatch):
+    problem = "ConnectionHandler._invoke is missing (the lease of a new connection is settled at its handshake)"
+    monkeypatch.setattr(kazoo_compat, "_verdict", [problem])
+    with pytest.raises(ZkConfigError, match=r"_invoke is missing .* zklocks supports kazoo>=2\.9,<2\.12"):
+        with zk_lock("compat", timeout=2):
+            pass
+    (error,) = [m for m in django_checks.run_checks(tags=["zklocks"]) if m.id == "zklocks.E060"]
+    assert problem in error.msg and error.level == django_checks.ERROR
