@@ -291,6 +291,8 @@ class _BaseHandle(_Acquirable):
             hold.check_node()
         except ZkUnavailable as exc:
             raise self.named_error(exc) from exc.__cause__
+        except (KazooException, KazooTimeoutError) as exc:
+            raise translate(exc, self.using, f"check {self.kind} lock {self.name!r}") from exc
         if not hold.is_held:
             raise LockLost(name=self.name, alias=self.using, reason=hold.lost_reason or "suspended")
 

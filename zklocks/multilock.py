@@ -1,4 +1,4 @@
-"""``zk_multi_lock``: several locks taken as one, all or none (RECIPES §5)."""
+"""``zk_multi_lock``: several locks taken as one, all or none (docs/design.md §8)."""
 
 from __future__ import annotations
 
@@ -65,25 +65,34 @@ class ZkMultiLock(_Acquirable):
         at: float | None = None,
     ) -> None:
         blocking, deadline, once = self._start(blocking, timeout, cancel, at)
-        taken: list[ZkLock] = []
+        # What each member held for this owner before: a member whose acquire returned is given back even if an
+        # exception (a signal handler's) comes before the loop has noted it.
+        owner = holds.current_owner()
+        before = [len(lock._mine.get(owner, ())) for lock in self.locks]
         try:
             for lock in self.locks:
                 # A member reached past the deadline still asks the server once: only its answer says "held
                 # elsewhere" (LockTimeout); an outage is ZkUnavailable.
                 # timeout=0: one attempt per member; otherwise the members share the overall deadline.
                 lock._acquire(blocking, 0 if once else None, cancel, deadline.at)
-                taken.append(lock)
         except BaseException:
-            for lock in reversed(taken):
-                lock.release()
+            for lock, held in reversed(list(zip(self.locks, before, strict=True))):
+                if len(lock._mine.get(owner, ())) > held:
+                    lock.release()
             raise
 
     def describe(self) -> tuple[str, str]:
         return f"multi-lock {self.names!r}", self.names[0]
 
     def release(self, wait: bool = False) -> None:
+        error: BaseException | None = None
         for lock in reversed(self.locks):
-            lock.release(wait)
+            try:
+                lock.release(wait)
+            except BaseException as exc:  # e.g. a signal handler's: the other members are released all the same
+                error = error or exc
+        if error is not None:
+            raise error
 
     @property
     def tokens(self) -> dict[str, int | None]:

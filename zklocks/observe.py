@@ -138,7 +138,11 @@ def session_state(session: Any, state: str) -> None:
 def _safe(method, *args):
     try:
         return method(*args)
-    except Exception:  # an observer never breaks a lock
+    except Exception as exc:  # an observer never breaks a lock
+        from .interrupts import raised_by_signal_handler  # imports no zklocks module
+
+        if raised_by_signal_handler(exc):
+            raise  # not the observer's failure: a signal handler's exception reaches the caller
         import logging
 
         logging.getLogger("zklocks").debug("zklocks: observer %r failed", method, exc_info=True)

@@ -18,9 +18,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionClosedError, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KazooState, KeeperState
@@ -28,6 +29,7 @@ from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from . import clock, conf, dispatch, kazoo_compat, lease, observe
 from .exceptions import ZkAuthError, ZkUnavailable
+from .interrupts import raised_by_signal_handler
 from .iohandler import DEFAULT_HANDLER, read_without_select
 from .kazoolog import KazooLog
 
@@ -77,6 +79,53 @@ def tls_defaults(options: dict) -> dict:
     if options.get("use_ssl") and options.get("verify_certs", True) is not False:
         options.setdefault("check_hostname", True)
     return options
+
+
+def raise_through_wakeup(client: KazooClient) -> None:
+    """Let an exception raised by a signal handler while a request is sent reach the caller.
+
+    kazoo's ``_call`` queues the request, then wakes its connection thread inside a bare ``except:``: an
+    exception a signal handler raises there (KeyboardInterrupt, Celery's SoftTimeLimitExceeded) would be
+    swallowed, and the request failed with ConnectionClosedError although it is queued and goes out (a create
+    would leave a node nobody knows of, a read would report a live session as ended). This ``_call`` is
+    kazoo's, with only a socket error taken for a closed connection; any other exception reaches the caller
+    once the connection thread is woken for the queued request. ``create_async`` raises at once what kazoo's
+    keeps for the result (an answer would overwrite it).
+    """
+    kazoo_call = client._call
+
+    def _call(request, async_object):
+        if client._state in (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION):
+            return kazoo_call(request, async_object)  # fails the request at once, nothing is queued
+        client._queue.append((request, async_object))
+        write_sock = client._connection._write_sock
+        if write_sock is None:
+            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+            return None
+        try:
+            write_sock.send(b"\0")
+        except OSError:
+            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+        except BaseException:
+            try:
+                write_sock.send(b"\0")  # the request is queued: wake the connection thread all the same
+            except OSError:
+                pass
+            raise
+        return None
+
+    kazoo_create_async = client.create_async
+
+    def create_async(*args, **kwargs):
+        # kazoo's create_async keeps what its sending raised for the result, where a later answer overwrites it.
+        result = kazoo_create_async(*args, **kwargs)
+        error = result.exception
+        if error is not None and not isinstance(error, KazooException):
+            raise error
+        return result
+
+    client._call = _call
+    client.create_async = create_async
 
 
 class Session:
@@ -132,6 +181,7 @@ class Session:
             **options,
         )
         self._instrument(self.client._connection)
+        raise_through_wakeup(self.client)
         read_without_select(self.client._connection)  # with zklocks' handler only
         self.client.add_listener(self._on_state)
 
@@ -504,20 +554,40 @@ class Session:
 
     def start(self) -> None:
         """Connect within CONNECT_TIMEOUT or raise ZkUnavailable at once (kazoo's own start() would block
-        on stopping its connection thread)."""
+        on stopping its connection thread).
+
+        kazoo starts its threads from a thread of ours, so an exception raised by a signal handler in the
+        caller (KeyboardInterrupt, Celery's SoftTimeLimitExceeded) never leaves kazoo half started: it reaches
+        the caller unchanged, and the session is closed once kazoo's start is over.
+        """
+        started = threading.Event()
+        box: dict[str, Any] = {}
+
+        def start_kazoo() -> None:
+            try:
+                box["live"] = self.client.start_async()
+            except Exception as exc:  # kazoo's or the OS's: reported below as ZkUnavailable
+                box["error"] = exc
+            finally:
+                started.set()
+
         try:
-            live = self.client.start_async()
             limit = time.monotonic() + self.cfg.connect_timeout
-            while not live.is_set() and not self.auth_failed and time.monotonic() < limit:
-                live.wait(0.05)  # a rejected AUTH never sets ``live``: do not wait for CONNECT_TIMEOUT then
-            error = None if self.client.connected else KazooTimeoutError("connection time-out")
-        except Exception as exc:
-            error = exc
+            threading.Thread(target=start_kazoo, name="zklocks-start", daemon=True).start()
+            started.wait(self.cfg.connect_timeout)
+            live = box.get("live")
+            if live is not None:
+                while not live.is_set() and not self.auth_failed and time.monotonic() < limit:
+                    live.wait(0.05)  # a rejected AUTH never sets ``live``: do not wait for CONNECT_TIMEOUT then
+        except BaseException:
+            self._close_once_started(started)
+            raise
+        error = box.get("error")
+        if error is None and not self.client.connected:
+            error = KazooTimeoutError("connection time-out")
         if error is not None:
             auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
-            self.dead = True
-            self.dead_reason = "unreachable"
-            self.close(wait=False)
+            self._close_once_started(started, "unreachable")
             if auth_failed:
                 raise ZkAuthError(
                     f"zklocks alias {self.alias!r}: ZooKeeper rejected the AUTH credentials "
@@ -537,6 +607,18 @@ class Session:
         if observe.observers:
             observe.session_state(self, "connected")
 
+    def _close_once_started(self, started: threading.Event, reason: str = "closed") -> None:
+        """A start that did not end in a session: dead at once, closed (in the background) once kazoo's start
+        is over, so that its threads are never left running."""
+        self.dead = True
+        self.dead_reason = reason
+
+        def close() -> None:
+            started.wait()
+            self.close()
+
+        threading.Thread(target=close, name="zklocks-close", daemon=True).start()
+
     def close(self, wait: bool = True) -> None:
         """End the session on the server (its ephemeral nodes go at once) and stop kazoo's threads."""
         if self.pid != os.getpid():
@@ -552,7 +634,9 @@ class Session:
             try:
                 self.client.stop()
                 self.client.close()
-            except Exception:  # already stopped, or kazoo gave up waiting for its writer
+            except Exception as exc:  # already stopped, or kazoo gave up waiting for its writer
+                if raised_by_signal_handler(exc):
+                    raise  # interrupted while waiting for kazoo's threads: the caller's to handle
                 log.debug("zklocks: closing a session of %r failed", self.alias, exc_info=True)
 
         if wait:

@@ -6,6 +6,7 @@ from kazoo.exceptions import NoNodeError
 
 from .. import holder
 from ..connections import connections
+from ..interrupts import raised_by_signal_handler
 from ..names import join_path
 from ..recipes import layout
 from ..recipes.calls import Deadline, call
@@ -27,6 +28,8 @@ def holder_task_id(using: str, name: str) -> str | None:
         data, _ = call(session, lambda: session.client.get_async(first), deadline)
     except NoNodeError:
         return None
-    except Exception:  # advisory only: on any trouble, treat it as plain contention
+    except Exception as exc:  # advisory only: on any trouble, treat it as plain contention
+        if raised_by_signal_handler(exc):
+            raise  # SoftTimeLimitExceeded and the like reach the task
         return None
     return holder.parse(data).get("task_id")

@@ -1,15 +1,17 @@
 """One ephemeral-sequential node of one acquire: its per-acquire guid, its name and token once known, finding it
-again after a connection loss (RECIPES §6), and deleting it with a guarantee: through connection loss, until its
-session ends (RECIPES §2: an abandoned node would block everyone behind it)."""
+again after a connection loss (docs/design.md §3), and deleting it with a guarantee: through connection loss, until its
+session ends (docs/design.md §2: an abandoned node would block everyone behind it)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
+    KazooException,
     NoNodeError,
     OperationTimeoutError,
     RolledBackError,
@@ -17,10 +19,10 @@ from kazoo.exceptions import (
 )
 
 from .. import dispatch
-from ..exceptions import ZkAuthError
+from ..exceptions import ZkAuthError, ZkLocksError
 from ..session import Session
 from . import layout, steps
-from .calls import Deadline, SessionGone, wait_result
+from .calls import Deadline, DeadlinePassed, SessionGone, wait_result
 from .steps import Request, Steps
 
 log = logging.getLogger("zklocks")
@@ -40,7 +42,7 @@ class OwnNode:
         self.node: str | None = None  # full path once known
         self.name: str | None = None  # child name once known
         self.token: int | None = None
-        self._pending_create = None
+        self._pending_create: Any = None  # an IAsyncResult, SENDING or None
         self._abandoned = False
 
     def _find_own(self, children: list[str]) -> str | None:
@@ -82,8 +84,13 @@ class OwnNode:
             pass
         except ZkAuthError as exc:
             delete_failed(self, exc)
-        except Exception:
+        except (KazooException, ZkLocksError, DeadlinePassed):
             self.abandon()
+        except BaseException:
+            # Raised while we waited (a signal handler's: KeyboardInterrupt, SoftTimeLimitExceeded): it reaches
+            # the caller, and the node goes in the background.
+            self.abandon()
+            raise
 
     def delete_nowait(self, *, held: bool = False) -> None:
         """Send the delete and return: later requests of this session see it applied (FIFO per session).
@@ -131,6 +138,10 @@ class OwnNode:
 
 
 RELEASED = b"released"
+
+# ``_pending_create`` while the create is being sent: an exception raised by a signal handler inside kazoo's
+# create_async leaves a request that may be queued and no result to follow.
+SENDING = object()
 
 
 class _TransactionResult:
@@ -205,6 +216,8 @@ class GuaranteedDelete:
             return  # an ended session takes its ephemeral nodes with it
         if c.node is not None:
             self._delete()
+        elif c._pending_create is SENDING:
+            self._search()  # interrupted while sending its create: the node, if any, is found by its guid
         elif c._pending_create is not None:
             c._pending_create.rawlink(self._on_create)
         # else: no create was ever sent

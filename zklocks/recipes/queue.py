@@ -1,10 +1,10 @@
-"""The fair lock queue of RECIPES §2 and §3, in the alias's node layout (layout.py).
+"""The fair lock queue of docs/design.md §2 and §6, in the alias's node layout (layout.py).
 
 Contenders are ephemeral-sequential children of the lock node, e.g. ``<guid>__lock__<seq>`` (exclusive) and
 ``<guid>__rlock__<seq>`` (shared) in kazoo's layout. An exclusive contender holds the lock when it is first in its
 queue; a shared one when no exclusive contender is ahead of it. Each waiter watches exactly one node (its
 blocker), so a release wakes one waiter. The guid is fresh for every acquire, so after a connection loss
-during the create we find our own node instead of leaving an orphan (RECIPES §6).
+during the create we find our own node instead of leaving an orphan (docs/design.md §3).
 
 This module knows kazoo and paths, nothing of Django.
 """
@@ -39,7 +39,7 @@ from ..session import Session
 from . import steps
 from .calls import Deadline, DeadlinePassed, SessionGone
 from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, Layout, sequence_trusted
-from .node import OwnNode, layout_of
+from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
 from .steps import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
 
@@ -76,6 +76,7 @@ class Contender(OwnNode):
             if session.dead:
                 raise SessionGone()
             yield Pace(session, deadline)
+            self._pending_create = SENDING  # found by its guid if a signal handler's exception cuts the send short
             created = client.create_async(
                 self.prefix, data, acl=session.acl, ephemeral=True, sequence=True, include_data=True
             )

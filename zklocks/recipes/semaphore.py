@@ -1,4 +1,4 @@
-"""Semaphore with N leases (RECIPES §4), the shape of Curator's InterProcessSemaphoreV2.
+"""Semaphore with N leases (docs/design.md §7), the shape of Curator's InterProcessSemaphoreV2.
 
 Layout below the lock node ``NAMESPACE/<name>`` (kazoo's; Curator's keeps its mutex in ``locks/`` and its leases
 in ``leases/``, see layout.py):
@@ -24,7 +24,7 @@ from ..session import Session
 from . import queue
 from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
 from .layout import Kind
-from .node import layout_of
+from .node import SENDING, layout_of
 from .queue import Contender
 
 
@@ -197,6 +197,7 @@ def _create_lease(
                     continue
                 raise SessionGone() from None  # the semaphore node was deleted under us: start over
             if len(layout.leases(children)) < max_leases:
+                lease._pending_create = SENDING  # found by its guid if a signal handler's exception cuts it short
                 created = client.create_async(
                     lease.prefix, data, acl=session.acl, ephemeral=True, sequence=True, include_data=True
                 )
@@ -235,7 +236,7 @@ def _create_lease(
 
 def _recover_lease(lease: Contender, deadline: Deadline) -> bool:
     """After a connection loss during our lease create: True once our lease node is adopted, False if the
-    create was never applied (RECIPES §6, as the lock queue does)."""
+    create was never applied (docs/design.md §3, as the lock queue does)."""
     session, client = lease.session, lease.session.client
     session.wait_connected(deadline.at)
     # sync first: we may have reconnected to a server that has not applied our create yet.

@@ -145,7 +145,7 @@ class TcpProxy:
                             self._drop_next.clear()
                             self.dropped.set()
                             return
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a socket closed by reset() meanwhile (select on fd -1)
             return
         finally:
             if delayed is not None:

@@ -1,0 +1,238 @@
+"""Exceptions raised by OS signal handlers reach the caller from every wait of zklocks, and whatever the
+interrupted call had taken is given back (docs/reference.md, "Signals").
+
+(tests/locks/test_signals.py is about Django signals; this module is about OS signals.)
+
+A SIGALRM handler raises ``Alarm``; the timer is armed for a random fraction of a round, and the round runs one
+operation over and over until the alarm ends it: a contended ``with zk_lock`` (so the alarm lands in the
+session's start, the create, the listing, the wait for the predecessor and the release), ``ensure_held()``,
+``zk_semaphore`` and ``zk_multi_lock``. Every alarm must come out of the round as ``Alarm``; nothing else
+(nothing from kazoo above all) may come out; and no node of ours may be left in ZooKeeper afterwards.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from tests.support.helpers import tree, wait_until
+from zklocks import zk_lock, zk_multi_lock, zk_semaphore
+from zklocks.connections import connections
+
+ROUNDS = 30
+# The alarm lands this many seconds into a round: from inside the first request to a few turns of the lock.
+ALARM_AFTER = (0.0005, 0.04)
+# A round whose alarm never surfaced ends this long after the alarm was due ("swallowed").
+GRACE = 3.0
+
+
+class Alarm(Exception):
+    """What the test's SIGALRM handler raises (as Celery's soft time limit raises SoftTimeLimitExceeded)."""
+
+
+class Rounds:
+    """Runs rounds under SIGALRM and tells what ended each one."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.fired = 0
+        self.outcomes: Counter[str] = Counter()
+        self.escaped: list[BaseException] = []
+        self.lost_at: list[str] = []  # where the alarms that never surfaced were raised
+        self._where = ""
+
+    def _handler(self, signum, frame) -> None:
+        self.fired += 1
+        here = traceback.extract_stack(frame)[-4:]
+        self._where = " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in reversed(here))
+        raise Alarm()
+
+    @contextmanager
+    def installed(self) -> Iterator[Rounds]:
+        previous = signal.signal(signal.SIGALRM, self._handler)
+        try:
+            yield self
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def round(self, op: Callable[[], None]) -> None:
+        """Arm the alarm, then run ``op`` until it surfaces; record what ended the round."""
+        after = self.rng.uniform(*ALARM_AFTER)
+        fired_before = self.fired
+        outcome = "swallowed"
+        try:
+            try:
+                signal.setitimer(signal.ITIMER_REAL, after)
+                give_up = time.monotonic() + after + GRACE
+                while time.monotonic() < give_up:
+                    op()
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        except Alarm:
+            outcome = "alarm"
+        except Exception as exc:
+            outcome = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            self.escaped.append(exc)
+        if outcome != "alarm" and self.fired > fired_before:
+            self.lost_at.append(f"{outcome}: {self._where}")
+        if outcome == "swallowed" and self.fired == fired_before:
+            outcome = "never fired"
+        self.outcomes[outcome] += 1
+
+    def check(self, rounds: int) -> None:
+        assert self.escaped == [], (dict(self.outcomes), self.escaped[:3], self.lost_at)
+        assert self.lost_at == [], (dict(self.outcomes), self.lost_at)
+        assert self.outcomes == Counter(alarm=rounds), dict(self.outcomes)
+        assert self.fired == rounds
+
+
+class Rival:
+    """Another session (alias "other") that takes ``take()`` part of the time, in a thread of its own."""
+
+    def __init__(self, take: Callable[[], object], seed: int) -> None:
+        self.take = take
+        self.rng = random.Random(seed)
+        self.stop = threading.Event()
+        self.errors: list[BaseException] = []
+        self.turns = 0
+        self.thread = threading.Thread(target=self._run, name="rival", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                with self.take():
+                    self.turns += 1
+                    time.sleep(self.rng.uniform(0.0, 0.02))
+                self.stop.wait(self.rng.uniform(0.0, 0.02))
+        except BaseException as exc:
+            self.errors.append(exc)
+
+    def __enter__(self) -> Rival:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+        assert self.errors == []
+        assert self.turns > 0
+
+
+@pytest.fixture
+def aliases(zklocks_settings):
+    """'default' (the test's thread) and 'other' (the rival): two sessions on one namespace."""
+    alias = zklocks_settings()
+    return zklocks_settings(EXTRA_ALIASES={"other": dict(alias)})
+
+
+def ephemeral_nodes(kz, namespace: str) -> list[str]:
+    return [path for path in tree(kz, namespace) if (stat := kz.exists(path)) and stat.ephemeralOwner]
+
+
+def assert_nothing_left(kz, namespace: str) -> None:
+    """No contender, holder or lease node of ours is left (the releases and give-backs sent without waiting
+    are applied within a round trip; a node handed to the background delete within a few)."""
+    wait_until(lambda: not ephemeral_nodes(kz, namespace), timeout=5)
+
+
+def restart_session() -> None:
+    """End the test thread's session, so that the next acquire starts one (and the alarm may land there)."""
+    session = connections["default"].ready_session()
+    if session is not None:
+        session.close()
+
+
+def rounds_of(op: Callable[[], None], seed: int, *, restart_every: int = 0) -> Rounds:
+    rounds = Rounds(seed)
+    with rounds.installed():
+        for n in range(ROUNDS):
+            if restart_every and n % restart_every == 0:
+                restart_session()
+            rounds.round(op)
+    return rounds
+
+
+def test_alarm_reaches_a_contended_with_zk_lock(aliases, kz):
+    name = "sig-with"
+    rng = random.Random(1)
+
+    def op() -> None:
+        with zk_lock(name):
+            time.sleep(rng.uniform(0.0, 0.002))
+
+    with Rival(lambda: zk_lock(name, using="other"), seed=2) as rival:
+        rounds = rounds_of(op, seed=3, restart_every=3)
+    rounds.check(ROUNDS)
+    assert rival.turns > 0
+    assert_nothing_left(kz, aliases["NAMESPACE"])
+    assert zk_lock(name, using="other").acquire(blocking=False)
+    zk_lock(name, using="other").release()
+
+
+def test_alarm_reaches_ensure_held(aliases, kz):
+    name = "sig-ensure"
+    lock = zk_lock(name)
+
+    def op() -> None:
+        lock.ensure_held()
+
+    rounds = Rounds(seed=4)
+    with rounds.installed():
+        for n in range(ROUNDS):
+            if n % 5 == 0:
+                restart_session()
+            lock.acquire()
+            try:
+                rounds.round(op)
+            finally:
+                lock.release()
+    rounds.check(ROUNDS)
+    assert not lock.is_held
+    assert_nothing_left(kz, aliases["NAMESPACE"])
+    other = zk_lock(name, using="other")
+    assert other.acquire(blocking=False)
+    other.release()
+
+
+def test_alarm_reaches_a_contended_zk_semaphore(aliases, kz):
+    name = "sig-sem"
+    rng = random.Random(5)
+
+    def op() -> None:
+        with zk_semaphore(name, 1):
+            time.sleep(rng.uniform(0.0, 0.002))
+
+    with Rival(lambda: zk_semaphore(name, 1, using="other"), seed=6):
+        rounds = rounds_of(op, seed=7, restart_every=5)
+    rounds.check(ROUNDS)
+    assert_nothing_left(kz, aliases["NAMESPACE"])
+    other = zk_semaphore(name, 1, using="other")
+    assert other.acquire(blocking=False)
+    other.release()
+
+
+def test_alarm_reaches_a_contended_zk_multi_lock(aliases, kz):
+    names = ["sig-multi-a", "sig-multi-b"]
+    rng = random.Random(8)
+
+    def op() -> None:
+        with zk_multi_lock(names):
+            time.sleep(rng.uniform(0.0, 0.002))
+
+    with Rival(lambda: zk_lock(names[1], using="other"), seed=9):
+        rounds = rounds_of(op, seed=10, restart_every=5)
+    rounds.check(ROUNDS)
+    assert_nothing_left(kz, aliases["NAMESPACE"])
+    other = zk_multi_lock(names, using="other")
+    assert other.acquire(blocking=False)
+    other.release()
