@@ -63,18 +63,21 @@ def refuse_in_event_loop(handle) -> None:
         what, _ = handle.describe()
         raise SyncLockInEventLoop(
             f"{what} (alias {handle.using!r}): a blocking acquire on the thread of a running event loop would stop "
-            "the loop until the lock is granted; use `async with` or `await ....acquire_async()` in a coroutine"
+            "the loop until the lock is granted; in a coroutine, use `async with` or `await lock.acquire_async()`"
         )
 
 
-# How long past its deadline an async acquire waits for its thread's own LockTimeout before raising one itself.
+# How long past its deadline and CONNECT_TIMEOUT an async acquire waits for its thread's own verdict before raising
+# LockTimeout itself (a thread never taken up: every acquire thread is busy).
 _ASYNC_GRACE = 0.1
 
 
 async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None) -> None:
     """Acquire in a thread; if the awaiting task is cancelled, stop waiting and give back a late success.
 
-    The deadline counts from this call: when every acquire thread is busy, the call still times out on time.
+    The deadline counts from this call. Past it, the thread's verdict is waited for until CONNECT_TIMEOUT more: an
+    answer of the server backs its LockTimeout, and a server that cannot answer makes it ZkUnavailable (an outage
+    is never contention). A thread not taken up by then (every acquire thread busy) ends in LockTimeout.
     """
     resolved = handle.blocking if blocking is None else blocking
     wait = handle.timeout if timeout is None else timeout
@@ -88,7 +91,8 @@ async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None)
         if at is None:
             await asyncio.shield(future)
         else:
-            await asyncio.wait_for(asyncio.shield(future), max(0.0, at - time.monotonic()) + _ASYNC_GRACE)
+            answer = _connect_timeout(handle.using)
+            await asyncio.wait_for(asyncio.shield(future), max(0.0, at - time.monotonic()) + answer + _ASYNC_GRACE)
     except (TimeoutError, asyncio.CancelledError) as exc:
         cancel.set()
         future.add_done_callback(
@@ -98,3 +102,13 @@ async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None)
             what, name = handle.describe()
             raise LockTimeout(f"{what} (alias {handle.using!r}) not acquired within the timeout", name=name) from None
         raise
+
+
+def _connect_timeout(alias: str) -> float:
+    """The alias's CONNECT_TIMEOUT; 0 for an unknown alias (the thread reports it at once)."""
+    from . import conf
+
+    try:
+        return conf.alias_config(alias).connect_timeout
+    except Exception:
+        return 0.0

@@ -209,9 +209,16 @@ class SingleExecutionTask(Task):
                         )
                         got = lock.acquire(blocking=True, timeout=redelivery_wait(opts.lock_using))
                 except ZkUnavailable as exc:
+                    # An outage is never contention: the task is retried or fails with ZkUnavailable, never skipped.
                     if opts.on_unavailable == "retry":
                         log.warning("zklocks: %s[%s]: ZooKeeper unavailable (%s); retrying", self.name, request.id, exc)
                         raise self._retry(exc, opts) from exc
+                    log.warning(
+                        "zklocks: %s[%s]: ZooKeeper unavailable (%s); the task fails (on_unavailable='fail')",
+                        self.name,
+                        request.id,
+                        exc,
+                    )
                     raise
             finally:
                 holder.current_task.reset(token)

@@ -124,10 +124,29 @@ def overdue(session: Session, deadline: Deadline, *, finally_: bool) -> None:
         raise DeadlinePassed()
     if session.dead:
         raise SessionGone()
+    if session.unresponsive:
+        raise session.unavailable("connected, but the server answers nothing")
     if finally_:
         raise translate(KazooTimeoutError(), session.alias, timeout=session.cfg.connect_timeout)
     if not session.connected:
         raise session.unavailable("the connection was down when the call's timeout ran out")
+
+
+def silence_check(session: Session) -> float:
+    """While an answer is awaited: how often to look whether the session was marked unresponsive."""
+    return max(0.05, session.cfg.connect_timeout / 16)
+
+
+def answered(async_result, session: Session, limit: float) -> bool:
+    """Wait at most ``limit`` seconds for the answer; False sooner once the session is marked unresponsive
+    (Session._watch: a server silent since before the request was sent, a pause or a cut link that came while
+    something waited). CONNECT_TIMEOUT then counts from the silence, not from this request."""
+    end = time.monotonic() + limit
+    step = silence_check(session)
+    while not async_result.wait(max(0.0, min(end - time.monotonic(), step))):
+        if session.unresponsive or time.monotonic() >= end:
+            return False
+    return True
 
 
 def wait_result(async_result, session: Session, deadline: Deadline):
@@ -137,9 +156,9 @@ def wait_result(async_result, session: Session, deadline: Deadline):
     the caller: nothing here catches it.
     """
     first, rest = answer_limits(session, deadline)
-    if not async_result.wait(first):
+    if not answered(async_result, session, first):
         overdue(session, deadline, finally_=rest <= 0)
-        if not async_result.wait(rest):
+        if not answered(async_result, session, rest):
             overdue(session, deadline, finally_=True)
     return outcome(async_result, session)
 

@@ -18,6 +18,7 @@ import asyncio
 import contextvars
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,7 +28,17 @@ from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 
 from ..session import Session
 from . import gate
-from .calls import Deadline, DeadlinePassed, SessionGone, answer_limits, call, outcome, overdue, wait_result
+from .calls import (
+    Deadline,
+    DeadlinePassed,
+    SessionGone,
+    answer_limits,
+    call,
+    outcome,
+    overdue,
+    silence_check,
+    wait_result,
+)
 
 Steps = Generator["Step", Any, Any]
 
@@ -239,10 +250,20 @@ async def _answer(async_result, session: Session, deadline: Deadline) -> Any:
 async def _settled(future: asyncio.Future, session: Session, deadline: Deadline) -> None:
     """``wait_result``'s rule on the loop: the answer, or ZkUnavailable; never a timeout without an answer."""
     first, rest = answer_limits(session, deadline)
-    if not await _within(future, first):
+    if not await _answered(future, session, first):
         overdue(session, deadline, finally_=rest <= 0)
-        if not await _within(future, rest):
+        if not await _answered(future, session, rest):
             overdue(session, deadline, finally_=True)
+
+
+async def _answered(future: asyncio.Future, session: Session, limit: float) -> bool:
+    """``calls.answered`` on the loop: False sooner once the session is marked unresponsive."""
+    end = time.monotonic() + limit
+    step = silence_check(session)
+    while not await _within(future, max(0.0, min(end - time.monotonic(), step))):
+        if session.unresponsive or time.monotonic() >= end:
+            return False
+    return True
 
 
 async def _request(make: Callable[[], Any], session: Session, deadline: Deadline) -> Any:
