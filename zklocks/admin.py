@@ -7,6 +7,7 @@ force-release needs ``zklocks.force_release_lock``, is POST only, and writes a L
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import time
 from urllib.parse import urlencode
@@ -16,6 +17,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -30,7 +32,10 @@ from .names import decode_name
 from .release import force_release
 
 REFRESH_CHOICES = (0, 2, 5, 10, 30)
-QUEUE_PREVIEW = 10  # waiters shown per row of the list; the detail page shows all
+QUEUE_PREVIEW = 10  # holders and waiters shown per row of the list
+PER_PAGE = 100  # locks per page of the list
+DETAIL_LIMIT = 500  # holders, and waiters, shown on the detail page (and in its picture)
+PAGE_VAR = "p"
 
 
 def _when(epoch: float | None) -> datetime.datetime | None:
@@ -45,7 +50,13 @@ def _contender_row(c: inspect.Contender, now: float, position: int | None = None
         "queued_at": _when(c.queued_at),
         "acquired_at": _when(c.acquired_at),
         "created_at": _when(c.created_at),
+        "invalid": ", ".join(c.invalid),  # fields of hostile or broken node data, shown as "invalid"
     }
+
+
+def _limited(lock: inspect.LockInfo, limit: int) -> inspect.LockInfo:
+    """``lock`` with at most ``limit`` holders and ``limit`` waiters (for the picture)."""
+    return dataclasses.replace(lock, holders=lock.holders[:limit], waiters=lock.waiters[:limit])
 
 
 def shown_holders(values: list[str]) -> dict[str, int]:
@@ -138,18 +149,21 @@ class LockAdmin(admin.ModelAdmin):
         aliases = conf.aliases()
         snap = inspect.snapshot([alias_filter] if alias_filter in aliases else aliases)
         now = snap.taken_at
+        matching = [
+            lock
+            for lock in snap.locks
+            if (not query or query.casefold() in lock.name.casefold()) and (not kind_filter or lock.kind == kind_filter)
+        ]
+        page = Paginator(matching, PER_PAGE).get_page(request.GET.get(PAGE_VAR))
         rows = []
-        for lock in snap.locks:
-            if query and query.casefold() not in lock.name.casefold():
-                continue
-            if kind_filter and lock.kind != kind_filter:
-                continue
+        for lock in page.object_list:
             rows.append(
                 {
                     "lock": lock,
                     "url": self._detail_url(lock.alias, lock.node),
                     "held_for": duration(lock.held_for(now)),
-                    "holders": [_contender_row(h, now) for h in lock.holders],
+                    "holders": [_contender_row(h, now) for h in lock.holders[:QUEUE_PREVIEW]],
+                    "more_holders": max(0, len(lock.holders) - QUEUE_PREVIEW),
                     "queue": [_contender_row(w, now, i) for i, w in enumerate(lock.waiters[:QUEUE_PREVIEW], 1)],
                     "more": max(0, lock.queue_length - QUEUE_PREVIEW),
                 }
@@ -160,13 +174,25 @@ class LockAdmin(admin.ModelAdmin):
             merged = {k: v for k, v in {**params, **change}.items() if v not in ("", 0, None)}
             return "?" + urlencode(merged) if merged else "?"
 
+        found = [deadlocks.search(a.alias, a.locks) for a in snap.aliases]
+        page_number = page.number if page.paginator.num_pages > 1 else 0
+
         context = self._context(
             request,
             "Locks",
             rows=rows,
             errors=[a.error for a in snap.errors],
             answered=len(snap.aliases) - len(snap.errors),
-            deadlocks=[d for a in snap.aliases for d in deadlocks.find(a.alias, a.locks)],
+            deadlocks=[d for f in found for d in f.cycles],
+            deadlock_notes=[f for f in found if f.truncated],
+            page=page,
+            page_links={
+                "first": link(p=1),
+                "previous": link(p=page.previous_page_number()) if page.has_previous() else None,
+                "next": link(p=page.next_page_number()) if page.has_next() else None,
+                "last": link(p=page.paginator.num_pages),
+            },
+            matching=len(matching),
             query=query,
             refresh=refresh,
             taken_at=_when(now),
@@ -180,7 +206,7 @@ class LockAdmin(admin.ModelAdmin):
             kind_choices=[{"value": k, "selected": k == kind_filter, "url": link(kind=k)} for k in inspect.KINDS],
             kind_all_url=link(kind=""),
             refresh_choices=[{"value": r, "selected": r == refresh, "url": link(refresh=r)} for r in REFRESH_CHOICES],
-            refresh_url=link(),
+            refresh_url=link(p=page_number),
             **(extra_context or {}),
         )
         request.current_app = self.admin_site.name
@@ -203,9 +229,11 @@ class LockAdmin(admin.ModelAdmin):
             error=error,
             now=_when(now),
             held_for=duration(info.held_for(now)) if info else None,
-            holders=[_contender_row(h, now) for h in info.holders] if info else [],
-            queue=[_contender_row(w, now, i) for i, w in enumerate(info.waiters, 1)] if info else [],
-            picture=timeline.picture(info, now) if info else None,
+            holders=[_contender_row(h, now) for h in info.holders[:DETAIL_LIMIT]] if info else [],
+            queue=[_contender_row(w, now, i) for i, w in enumerate(info.waiters[:DETAIL_LIMIT], 1)] if info else [],
+            not_shown_holders=max(0, len(info.holders) - DETAIL_LIMIT) if info else 0,
+            not_shown_waiters=max(0, len(info.waiters) - DETAIL_LIMIT) if info else 0,
+            picture=timeline.picture(_limited(info, DETAIL_LIMIT), now) if info else None,
             release_url=self._release_url(alias, node),
             changelist_url=reverse(f"{self.admin_site.name}:zklocks_lock_changelist"),
         )

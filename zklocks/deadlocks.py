@@ -8,10 +8,18 @@ following those edges leads back to the actor, the cycle is a deadlock (nobody i
 left out: a waiter there needs any one of the leases, not all of them, so a cycle through a semaphore is not
 necessarily stuck. Contenders whose data does not name their owner, thread or task (foreign clients) are not
 actors.
+
+The graph is read from node data, which anyone may write on an alias without AUTH (docs/security.md, "Bounded
+admin work"): a few dozen forged nodes make a graph with millions of simple cycles. So :func:`search` finds the
+strongly connected components first (Tarjan's algorithm, iterative: every actor in a component of two or more is
+stuck), then lists at most MAX_CYCLES cycles of at most MAX_LENGTH steps, following at most MAX_STEPS edges in
+at most BUDGET seconds, and says when it stopped short. A real thread waits for one lock at a time, so real
+deadlocks are far below these bounds.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from .inspect import Contender, LockInfo
@@ -80,8 +88,77 @@ class Deadlock:
         return "; ".join(s.describe() for s in self.steps)
 
 
+MAX_CYCLES = 20  # cycles listed per alias
+MAX_LENGTH = 16  # actors in one listed cycle
+MAX_EDGES = 100_000  # wait-for edges built per alias
+MAX_STEPS = 100_000  # edges followed while listing cycles, per alias
+BUDGET = 0.25  # seconds spent listing cycles, per alias
+
+
+@dataclass(frozen=True)
+class Found:
+    """The deadlocks of one alias: ``cycles`` (each listed once), the actors in some cycle (``stuck``: those in
+    strongly connected components of two or more actors, in ``groups`` components), and whether the listing
+    stopped short of every cycle (``truncated``)."""
+
+    alias: str
+    cycles: list[Deadlock]
+    stuck: int = 0
+    groups: int = 0
+    truncated: bool = False
+
+
 def find(alias: str, locks: list[LockInfo]) -> list[Deadlock]:
-    """Every cycle of the wait-for graph of ``locks`` (one alias), each reported once."""
+    """The cycles of the wait-for graph of ``locks`` (one alias), each reported once (at most MAX_CYCLES)."""
+    return search(alias, locks).cycles
+
+
+def components(graph: dict[Actor, set[Actor]]) -> list[list[Actor]]:
+    """The strongly connected components of two or more actors (Tarjan's algorithm, without recursion)."""
+    index: dict[Actor, int] = {}
+    low: dict[Actor, int] = {}
+    stack: list[Actor] = []
+    on_stack: set[Actor] = set()
+    out: list[list[Actor]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(sorted(graph.get(root, ()))))]
+        while work:
+            node, successors = work[-1]
+            for nxt in successors:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph.get(nxt, ())))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        out.append(sorted(group))
+    return out
+
+
+def search(alias: str, locks: list[LockInfo], *, limit: int = MAX_CYCLES, budget: float = BUDGET) -> Found:
+    """The stuck actors of ``locks`` (one alias) and at most ``limit`` of their cycles, within ``budget``
+    seconds."""
     holds: dict[Actor, list[str]] = {}  # actor -> names of locks it holds
     holders_of: dict[str, list[Actor]] = {}
     waits: dict[Actor, list[str]] = {}  # actor -> names of locks it waits for
@@ -98,28 +175,70 @@ def find(alias: str, locks: list[LockInfo]) -> list[Deadlock]:
             if a is not None:
                 waits.setdefault(a, []).append(lock.name)
     # edges: a -> b when a waits for a lock b holds (labelled with that lock)
-    edges: dict[Actor, list[tuple[Actor, str]]] = {
-        a: [(b, name) for name in names for b in holders_of.get(name, ()) if b != a] for a, names in waits.items()
-    }
+    truncated = False
+    count = 0
+    edges: dict[Actor, list[tuple[Actor, str]]] = {}
+    for a, names in waits.items():
+        out = edges[a] = []
+        for name in names:
+            for b in holders_of.get(name, ()):
+                if b != a:
+                    out.append((b, name))
+            count += len(holders_of.get(name, ()))
+            if count > MAX_EDGES:
+                break
+        if count > MAX_EDGES:
+            truncated = True  # forged data only: the graph seen is a part of it
+            break
+    groups = components({a: {b for b, _ in targets} for a, targets in edges.items()})
     found: list[Deadlock] = []
     seen: set[frozenset] = set()
-
-    def walk(start: Actor, node: Actor, path: list[tuple[Actor, str]], on_path: set[Actor]) -> None:
-        for nxt, lock_name in edges.get(node, ()):
-            if nxt == start:
-                cycle = [*path, (node, lock_name)]
-                key = frozenset((a, n) for a, n in cycle)
-                if key not in seen:
-                    seen.add(key)
-                    found.append(_deadlock(alias, cycle, holds))
-            elif nxt not in on_path and nxt > start:  # each cycle is found from its smallest actor only
-                on_path.add(nxt)
-                walk(start, nxt, [*path, (node, lock_name)], on_path)
-                on_path.discard(nxt)
-
-    for start in sorted(edges):
-        walk(start, start, [], {start})
-    return found
+    steps = 0
+    longer = False
+    deadline = time.monotonic() + budget
+    for group in groups:
+        members = set(group)
+        inner = {a: [(b, n) for b, n in edges.get(a, ()) if b in members] for a in group}
+        for start in group:
+            # Each cycle is found from its smallest actor only, walking through larger ones (no recursion).
+            path: list[tuple[Actor, str]] = []  # (actor, the lock it waits for), from start to the current actor
+            on_path = {start}
+            work = [(start, iter(inner[start]))]
+            while work:
+                node, successors = work[-1]
+                step = next(successors, None)
+                if step is None:
+                    work.pop()
+                    if path:
+                        path.pop()
+                        on_path.discard(node)
+                    continue
+                steps += 1
+                if steps > MAX_STEPS or (steps % 1000 == 0 and time.monotonic() > deadline):
+                    truncated = True
+                    break
+                nxt, lock_name = step
+                if nxt == start:
+                    cycle = [*path, (node, lock_name)]
+                    key = frozenset(cycle)
+                    if key not in seen:
+                        if len(found) == limit:
+                            truncated = True
+                            break
+                        seen.add(key)
+                        found.append(_deadlock(alias, cycle, holds))
+                elif nxt > start and nxt not in on_path:
+                    if len(path) + 2 > MAX_LENGTH:
+                        longer = True  # a cycle through here would be longer than MAX_LENGTH: not listed
+                        continue
+                    path.append((node, lock_name))
+                    on_path.add(nxt)
+                    work.append((nxt, iter(inner[nxt])))
+            if truncated:
+                break
+        if truncated:
+            break
+    return Found(alias, found, sum(map(len, groups)), len(groups), truncated or longer)
 
 
 def _deadlock(alias: str, cycle: list[tuple[Actor, str]], holds: dict[Actor, list[str]]) -> Deadlock:

@@ -51,9 +51,24 @@ def parse_hold_record(raw: bytes | None) -> tuple[str, float] | None:
     """(child, acquired_at) of a lock node's hold_record; None for any other data (a semaphore's marker, none)."""
     data = parse(raw)
     child, acquired_at = data.get("holder"), data.get("acquired_at")
-    if isinstance(child, str) and isinstance(acquired_at, (int, float)) and not isinstance(acquired_at, bool):
-        return child, float(acquired_at)
+    if isinstance(child, str) and (moment := timestamp(acquired_at)) is not None:
+        return child, moment
     return None
+
+
+# The epoch seconds a reader accepts from node data: from 1970 to the year 5138, so that a date can be shown.
+LATEST = 1e11
+
+
+def timestamp(value: Any) -> float | None:
+    """``value`` as epoch seconds if it is a finite number in [0, LATEST], else None (NaN, 1e999, a bool, a
+    400-digit integer, a string)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, int) and not 0 <= value <= LATEST:
+        return None  # before float(): a huge integer does not fit a float
+    moment = float(value)
+    return moment if 0.0 <= moment <= LATEST else None  # NaN fails both comparisons
 
 
 def _current_owner() -> object:
@@ -135,13 +150,50 @@ def _encode(data: dict[str, Any], extra: dict[str, Any]) -> bytes:
     return raw
 
 
+# Node data is read from a namespace anyone may write to (without AUTH): it is parsed only when it is no longer
+# than what any zklocks writes (with room to spare) and nests no deeper than MAX_DEPTH; anything else is foreign.
+MAX_PARSE = 4 * MAX_BYTES
+MAX_DEPTH = 8
+
+
+def _shallow(text: str, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON ``text`` nests arrays and objects at most ``limit`` deep (a scan: no recursion)."""
+    if text.count("[") + text.count("{") <= limit:
+        return True
+    depth, in_string, escaped = 0, False, False
+    for ch in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
 def parse(raw: bytes | None) -> dict[str, Any]:
-    """Holder data as a dict. Foreign data (e.g. a kazoo identifier) comes back as {"raw": <text>}."""
+    """Holder data as a dict. Foreign data (e.g. a kazoo identifier) comes back as {"raw": <text>}, and so does
+    data longer than MAX_PARSE bytes or nested deeper than MAX_DEPTH: never parsed, so never a cost or an error.
+    Values are not checked here: a reader takes each field only when it has the expected type and range."""
     if not raw:
         return {}
+    if len(raw) > MAX_PARSE:
+        return {"raw": raw[:MAX_PARSE].decode("utf-8", errors="replace")}
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        text = raw.decode("utf-8")
+        if not _shallow(text):
+            return {"raw": text}
+        data = json.loads(text)
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return {"raw": raw.decode("utf-8", errors="replace")}
     if isinstance(data, dict) and data.get("v") == 1:
         return data

@@ -58,6 +58,7 @@ class Contender:
     ident: int | str | None = None  # the thread ident of the owner (an asyncio task's: its loop's thread)
     owner: int | str | None = None  # the owner's number in its process (holds.Owner): a thread or an asyncio task
     asyncio_task: str | None = None  # the asyncio task's name, when the owner is one
+    invalid: tuple[str, ...] = ()  # fields of the node data that were there but unusable (wrong type, range)
 
     @property
     def session_hex(self) -> str:
@@ -179,24 +180,53 @@ class _Results:
         return result.get_nowait()
 
 
-def _int(value: Any) -> int | str | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, str)):
-        return value
-    return None
+# Node data may come from anyone (docs/security.md, "Hostile node data"): each field is taken only with the type
+# and range a zklocks writes; any other value is dropped and the field named in Contender.invalid.
+TEXT_LIMIT = 200  # characters kept of a text field (zklocks writes at most 120)
+RAW_LIMIT = 300  # characters kept of foreign data shown verbatim
+_INVALID = object()
 
 
-def _float(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
-
-
-def _str(value: Any) -> str | None:
+def _int(value: Any) -> Any:
+    """A pid, ident or owner number: an int of at most 64 bits, or a short string."""
     if value is None:
         return None
-    return value if isinstance(value, str) else str(value)
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**64) < value < 2**64:
+        return value
+    if isinstance(value, str) and len(value) <= TEXT_LIMIT:
+        return value
+    return _INVALID
+
+
+def _float(value: Any) -> Any:
+    return None if value is None else _INVALID if (moment := holder.timestamp(value)) is None else moment
+
+
+def _str(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value if value is None or len(value) <= TEXT_LIMIT else value[:TEXT_LIMIT] + "…"
+    return _INVALID
+
+
+def _raw(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value if value is None or len(value) <= RAW_LIMIT else value[:RAW_LIMIT] + "…"
+    return _INVALID
+
+
+_FIELDS = (
+    ("host", _str),
+    ("pid", _int),
+    ("thread", _str),
+    ("task_id", _str),
+    ("task_name", _str),
+    ("queued_at", _float),
+    ("acquired_at", _float),
+    ("raw", _raw),
+    ("ident", _int),
+    ("owner", _int),
+    ("asyncio_task", _str),
+)
 
 
 def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None:
@@ -205,9 +235,17 @@ def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None
     raw, stat = answer
     data = holder.parse(raw)
     created = stat.ctime / 1000.0
-    acquired = _float(data.get("acquired_at"))
+    fields: dict[str, Any] = {}
+    invalid = []
+    for name, take in _FIELDS:
+        value = take(data.get(name))
+        if value is _INVALID:
+            invalid.append(name)
+            value = None
+        fields[name] = value
+    fields["queued_at"] = fields["queued_at"] or created
     if mode == "lease":
-        acquired = created  # a lease node is created at the moment the lease is taken
+        fields["acquired_at"] = created  # a lease node is created at the moment the lease is taken
     return Contender(
         node=child,
         mode=mode,
@@ -215,18 +253,22 @@ def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None
         token=stat.czxid,
         session_id=stat.ephemeralOwner,
         created_at=created,
-        host=_str(data.get("host")),
-        pid=_int(data.get("pid")),
-        thread=_str(data.get("thread")),
-        task_id=_str(data.get("task_id")),
-        task_name=_str(data.get("task_name")),
-        queued_at=_float(data.get("queued_at")) or created,
-        acquired_at=acquired,
-        raw=data.get("raw"),
-        ident=_int(data.get("ident")),
-        owner=_int(data.get("owner")),
-        asyncio_task=_str(data.get("asyncio_task")),
+        invalid=tuple(invalid),
+        **fields,
     )
+
+
+def _max_leases(raw: bytes | None) -> int | None:
+    """A semaphore marker's lease count; None for other data, and for a marker whose count is no sane number."""
+    if not raw or len(raw) > holder.MAX_PARSE or not holder._shallow(raw.decode("utf-8", errors="replace")):
+        return None
+    try:
+        value = stored_max_leases(raw)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31:
+        return value
+    return None
 
 
 def read_namespace(
@@ -263,7 +305,7 @@ def read_namespace(
         record = holder.parse_hold_record(data[0])
         if record is not None:
             records[f"{ns}/{node}"] = record
-        max_leases = stored_max_leases(data[0])
+        max_leases = _max_leases(data[0])
         lock = LockInfo(
             alias=alias,
             name=decode_name(node),

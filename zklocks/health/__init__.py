@@ -6,7 +6,9 @@ Add ``"zklocks.health"`` next to ``"health_check"`` in INSTALLED_APPS and list t
 
 For each alias (or only ``alias``) it reaches a session within CONNECT_TIMEOUT and makes a ``sync`` + read round
 trip; it fails naming the alias and the cause. With ``settings.ZKLOCKS_HEALTH = {"MAX_HOLD_SECONDS": N}`` it also
-fails while some lock has been held longer than N seconds (read from zklocks.inspect, the read model).
+fails while some lock has been held longer than N seconds (read from zklocks.inspect, the read model), and
+fails when that read has an error (the alias's namespace cannot be listed, e.g. NoAuth): a lock it cannot see may
+be the one held too long.
 
 Elections (kind ``election``: ``zk_leader``, the leader-elected Celery beat, Curator's LeaderLatch) are left out
 of MAX_HOLD_SECONDS: a leader holds its election node for as long as it leads, which is no stuck lock. Exclusive
@@ -54,13 +56,19 @@ def probe(alias: str) -> str | None:
 
 
 def long_holds(aliases: list[str], max_hold: float) -> list[str]:
-    """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder.
-    Elections are left out: their leader holds them for as long as it leads."""
+    """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder, and
+    the aliases whose locks could not be read (naming the error). Elections are left out: their leader holds them
+    for as long as it leads."""
     from ..inspect import snapshot
 
     snap = snapshot(aliases)
     now = time.time()
     found = []
+    for failed in snap.errors:
+        error = str(failed.error)
+        for prefix in (f"zklocks alias {failed.alias!r}: ", f"alias {failed.alias!r}: "):
+            error = error.removeprefix(prefix)
+        found.append(f"alias {failed.alias!r}: locks not checked against MAX_HOLD_SECONDS={max_hold:g}: {error}")
     for lock in snap.locks:
         if lock.kind == Kind.ELECTION:
             continue

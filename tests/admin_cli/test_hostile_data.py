@@ -1,0 +1,162 @@
+"""Hostile namespace content (docs/security.md, "Bounded admin work"): without AUTH anyone may write nodes into the
+namespace. The admin list and detail pages answer 200 within 2 s whatever they read, show a bad field as
+"invalid", keep the alias's other locks, and stay bounded in size; the deadlock banner stays bounded for a forged
+wait-for graph; the health check with MAX_HOLD_SECONDS fails when the locks cannot be read."""
+
+import asyncio
+import json
+import time
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.test import override_settings
+from django.urls import reverse
+from kazoo.security import ACL, Id, Permissions
+
+from tests.support.threads import hold
+from zklocks import conf, zk_lock
+from zklocks.health import ZooKeeperHealthCheck
+from zklocks.models import Lock
+from zklocks.names import encode_name
+
+pytestmark = [pytest.mark.zk, pytest.mark.django_db]
+
+LIST = "/admin/zklocks/lock/"
+FAST = 2.0  # seconds a page may take, whatever the namespace holds
+PAGE_BYTES = 1_000_000
+
+
+def ours(**fields) -> bytes:
+    """Node data as a zklocks contender writes it, with ``fields`` put in (raw JSON text for a value)."""
+    base = {"v": 1, "marks": "release", "host": "web-1", "pid": 4242, "thread": "forged", "queued_at": 1.0}
+    text = json.dumps(base, separators=(",", ":"))[:-1]
+    for key, value in fields.items():
+        text += f',"{key}":{value}'
+    return (text + "}").encode()
+
+
+# lock name -> the holder node's data; the ones marked True must show "invalid" (a field of ours with a bad value)
+HOSTILE = {
+    "acquired-1e300": (ours(acquired_at="1e300"), True),
+    "acquired-1e999": (ours(acquired_at="1e999"), True),
+    "acquired-nan": (ours(acquired_at="NaN"), True),
+    "queued-400-digits": (ours(queued_at="9" * 400), True),
+    "acquired-400-digits": (ours(acquired_at="9" * 400), True),
+    "pid-400-digits": (ours(pid="9" * 400), True),
+    "raw-not-a-string": (ours(raw='{"a":[1,2,3]}'), True),
+    "thread-not-a-string": (ours(thread="[1,2]"), True),
+    "deep-nesting": (b"[" * 100_000, False),
+    "deep-object": (b'{"v":1,"host":' + b'{"a":' * 5_000 + b"1" + b"}" * 5_000 + b"}", False),
+    "huge-data": (b"x" * 900_000, False),
+    "not-utf8": (b"\xff\xfe" * 100, False),
+}
+
+
+def lock_node(name: str) -> str:
+    return f"{conf.alias_config().namespace}/{encode_name(name)}"
+
+
+def forge(kz, name: str, data: bytes) -> str:
+    """A contender node of ``name`` written by an anonymous raw client, as a queue entry of the kazoo layout."""
+    return kz.create(f"{lock_node(name)}/forged__lock__", data, ephemeral=True, sequence=True, makepath=True)
+
+
+def detail_url(name: str) -> str:
+    return reverse("admin:zklocks_lock_change", args=(quote(Lock.make_key("default", encode_name(name))),))
+
+
+def timed_get(client, url, **params):
+    started = time.monotonic()
+    response = client.get(url, params)
+    return response, time.monotonic() - started
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_one_hostile_node(admin_client, kz, name):
+    data, marked = HOSTILE[name]
+    alive = hold("still-here", "alive")
+    try:
+        forge(kz, name, data)
+        response, took = timed_get(admin_client, LIST)
+        html = response.content.decode()
+        assert response.status_code == 200 and took < FAST, took
+        assert len(response.content) < PAGE_BYTES
+        assert "zk-alias-error" not in html  # one node does not blank the alias
+        assert 'data-name="still-here"' in html and "alive" in html and f'data-name="{name}"' in html
+        assert ("invalid: " in html) == marked
+        response, took = timed_get(admin_client, detail_url(name))
+        page = response.content.decode()
+        assert response.status_code == 200 and took < FAST, took
+        assert len(response.content) < PAGE_BYTES
+        assert "zk-alias-error" not in page and "zk-holder-row" in page
+        assert ("invalid: " in page) == marked
+    finally:
+        alive.release()
+
+
+def test_all_of_them_at_once(admin_client, kz):
+    for name, (data, _) in HOSTILE.items():
+        forge(kz, name, data)
+    response, took = timed_get(admin_client, LIST)
+    html = response.content.decode()
+    assert response.status_code == 200 and took < FAST, took
+    assert len(response.content) < PAGE_BYTES
+    assert all(f'data-name="{name}"' in html for name in HOSTILE)
+    assert "invalid: acquired_at" in html and "invalid: raw" in html and "invalid: pid" in html
+
+
+def test_the_list_is_paginated(admin_client, kz):
+    ns = conf.alias_config().namespace
+    kz.ensure_path(ns)
+    transaction = kz.transaction()
+    for i in range(250):
+        transaction.create(f"{ns}/bulk-{i:03d}")
+    assert all(r is True or isinstance(r, str) for r in transaction.commit())
+    response, took = timed_get(admin_client, LIST)
+    html = response.content.decode()
+    assert response.status_code == 200 and took < FAST
+    assert html.count('<tr class="zk-lock"') == 100 and "page 1 of 3" in html
+    assert 'data-name="bulk-000"' in html and 'data-name="bulk-100"' not in html
+    last = admin_client.get(LIST, {"p": "3"}).content.decode()
+    assert last.count('<tr class="zk-lock"') == 50 and 'data-name="bulk-249"' in last
+    assert admin_client.get(LIST, {"p": "junk"}).status_code == 200  # a bad page number is the first page
+    searched = admin_client.get(LIST, {"q": "bulk-24"}).content.decode()
+    assert searched.count('<tr class="zk-lock"') == 10 and "page 1 of" not in searched
+
+
+def test_a_forged_wait_for_graph_gives_a_bounded_banner(admin_client, kz):
+    """81 forged nodes: 9 actors, each holding one lock and waiting for the 8 others (every cycle of 9 actors)."""
+    actors = range(9)
+
+    def data(actor: int) -> bytes:
+        return ours(owner=str(actor), ident="1", thread=json.dumps(f"t{actor}"))
+
+    for lock in actors:
+        forge(kz, f"ring/{lock}", data(lock))  # the holder: first in the queue
+        for actor in actors:
+            if actor != lock:
+                forge(kz, f"ring/{lock}", data(actor))
+    response, took = timed_get(admin_client, LIST)
+    html = response.content.decode()
+    assert response.status_code == 200 and took < FAST, took
+    assert len(response.content) < PAGE_BYTES
+    assert 0 < html.count('class="error zk-deadlock"') <= 20
+    assert "zk-deadlock-truncated" in html and "9 actors in 1 group wait for each other" in html
+
+
+def test_health_fails_when_the_locks_cannot_be_read(kz):
+    """The namespace lets zklocks create lock nodes but not list them (no READ): the probe passes, the snapshot
+    has an error, and a lock held too long would go unseen."""
+    ns = conf.alias_config().namespace
+    no_read = Permissions.ALL & ~Permissions.READ
+    kz.create(ns, makepath=True, acl=[ACL(no_read, Id("world", "anyone"))])
+    try:
+        with override_settings(ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 0.5}):
+            with zk_lock("nightly/report"):
+                time.sleep(1.0)
+                result = asyncio.run(ZooKeeperHealthCheck().get_result())
+        assert result.error is not None
+        text = str(result.error)
+        assert "'default'" in text and "MAX_HOLD_SECONDS" in text and "(NoAuth)" in text, text
+    finally:
+        kz.set_acls(ns, [ACL(Permissions.ALL, Id("world", "anyone"))])
