@@ -8,7 +8,7 @@ from django.core.exceptions import SynchronousOnlyOperation
 
 from zklocks import SyncLockInEventLoop, zk_lock, zk_multi_lock, zk_semaphore
 
-HINT = "use `async with` or `await ....acquire_async()` in a coroutine"
+HINT = "in a coroutine, use `async with` or `await lock.acquire_async()`"
 
 
 def run(coro):

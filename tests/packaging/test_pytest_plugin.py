@@ -1,9 +1,10 @@
 """The pytest plugin used the way the README tells a user to: a project of its own with pytest-django, its
 DJANGO_SETTINGS_MODULE and ``pytest_plugins = ["zklocks.testing.pytest_plugin"]`` in conftest.py."""
 
+import re
 import sys
 
-from tests.support.project import Project
+from tests.support.project import ROOT, Project
 
 USER_TESTS = """\
     import threading
@@ -78,3 +79,31 @@ def test_fixtures_are_documented_where_pytest_lists_them(tmp_path):
     for fixture in ("zk_server", "zk_ensemble", "zk_expire", "zklocks_settings"):
         assert fixture in section
     assert "settings.ZKLOCKS" in section
+
+
+def readme_example() -> dict[str, str]:
+    """The files of the README's pytest example, as written there: the ``ini`` block that starts with
+    ``# pytest.ini`` and the ``python`` block after it, split at its ``# <path>.py`` header comments."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```$", readme, flags=re.M | re.S)
+    start = next(i for i, (lang, text) in enumerate(blocks) if lang == "ini" and text.startswith("# pytest.ini"))
+    files = {"pytest.ini": blocks[start][1]}
+    lang, code = blocks[start + 1]
+    assert lang == "python", blocks[start + 1]
+    for part in re.split(r"\n(?=# \S+\.py\b)", code):
+        path = re.match(r"# (\S+\.py)\b", part)
+        assert path is not None, part
+        files[path.group(1).rstrip(",")] = part.rstrip("\n") + "\n"
+    return files
+
+
+def test_the_readme_example_runs_as_written(tmp_path):
+    files = readme_example()
+    assert set(files) == {"pytest.ini", "conftest.py", "shop/tests.py"}, files
+    project = Project(tmp_path, hosts="zk.example.invalid:2181")
+    for path, text in files.items():
+        project.write(path, text)
+    # As a user runs it: plain pytest at the project's root, no path given.
+    result = project.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert re.search(r"\b1 passed\b", result.stdout.splitlines()[-1]), result.stdout
