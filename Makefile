@@ -3,8 +3,9 @@
 #               certificates, default-jdk-headless for javac, which compiles the snapshot writer and the Curator
 #               contenders of zklocks/testing/java, libcurator-recipes-java (Apache Curator 5.4 with guava,
 #               slf4j and jackson) for the Curator interop tests; a venv with requirements.txt)
-#               and runs the suite against servers it starts itself.
-# make bench  — every figure against its floor (BENCHMARKS.md); make bench-view: the demo's reservation view under
+#               and runs the suite against servers it starts itself; it builds the site first (make docs).
+# make docs   — the documentation site (mkdocs.yml, docs/) built with mkdocs build --strict into site/; requirements-docs.txt
+# make bench  — every figure against its floor (docs/benchmarks.md); make bench-view: the demo's reservation view under
 #               gunicorn and uvicorn on PostgreSQL, driven by wrk (both install postgresql and wrk when missing).
 # make demo   — the same set-up, then the demo site with ZooKeeper, Redis, a Celery worker and a load generator
 #               (make demo DEMO_PORT=8001 when port 8000 is taken).
@@ -14,8 +15,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEB_PACKAGES := zookeeper redis-server chromium
 STAMP := $(VENV)/.requirements-stamp
+DOCS_STAMP := $(VENV)/.docs-requirements-stamp
 
-.PHONY: test lint chaos test-matrix demo bench bench-view system-deps bench-deps venv clean
+.PHONY: test lint docs chaos test-matrix demo bench bench-view system-deps bench-deps venv clean
 
 system-deps:
 	@missing=""; \
@@ -60,8 +62,19 @@ lint: venv
 	$(BIN)/ruff format --check $(LINTED)
 	timeout 600 $(BIN)/mypy
 
-test: system-deps venv lint
+test: system-deps venv lint docs
 	timeout 1800 $(BIN)/python -m pytest -q -p no:randomly
+
+# Only the site needs these (make demo does not).
+$(DOCS_STAMP): requirements-docs.txt
+	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -r requirements-docs.txt
+	@touch $(DOCS_STAMP)
+
+# The API pages read the sources (mkdocstrings), so the site builds without importing zklocks.
+# Not --quiet: it hides the warnings that --strict counts. NO_MKDOCS_2_WARNING silences Material's notice about MkDocs 2.0, printed on every build; it is not about these pages.
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 timeout 300 $(BIN)/mkdocs build --strict
 
 chaos: system-deps venv
 	timeout 1800 $(BIN)/python -m pytest -q -m chaos -p no:randomly tests/chaos/test_chaos.py --chaos-long
@@ -82,4 +95,4 @@ bench-view: system-deps bench-deps venv
 	timeout 600 $(BIN)/python -m benchmarks.view_load
 
 clean:
-	rm -rf $(VENV) .nox .demo build dist *.egg-info
+	rm -rf $(VENV) .nox .demo build dist site *.egg-info

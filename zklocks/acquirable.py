@@ -57,6 +57,7 @@ class _Acquirable:
         return True
 
     async def acquire_async(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """``acquire`` for coroutines: the same arguments and result, without blocking the event loop."""
         try:
             await self._acquire_async(blocking, timeout)
         except LockNotAcquired:

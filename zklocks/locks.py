@@ -321,6 +321,7 @@ class _BaseHandle(_Acquirable):
         await run_off_loop(self.__exit__, exc_type, exc, tb)
 
     async def release_async(self, wait: bool = False) -> None:
+        """``release`` for coroutines: the same ``wait``, without blocking the event loop."""
         if self.waits_on_loop and not wait:
             self.release()
             return
