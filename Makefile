@@ -72,7 +72,8 @@ $(DOCS_STAMP): requirements-docs.txt
 	@touch $(DOCS_STAMP)
 
 # The API pages read the sources (mkdocstrings), so the site builds without importing zklocks.
-# Not --quiet: it hides the warnings that --strict counts. NO_MKDOCS_2_WARNING silences Material's notice about MkDocs 2.0, printed on every build; it is not about these pages.
+# Not --quiet: it hides the warnings that --strict counts. NO_MKDOCS_2_WARNING silences Material's notice about
+# MkDocs 2.0, printed on every build; it is not about these pages.
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 timeout 300 $(BIN)/mkdocs build --strict
 
