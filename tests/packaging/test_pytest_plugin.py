@@ -81,11 +81,12 @@ def test_fixtures_are_documented_where_pytest_lists_them(tmp_path):
     assert "settings.ZKLOCKS" in section
 
 
-def readme_example() -> dict[str, str]:
-    """The files of the README's pytest example, as written there: the ``ini`` block that starts with
-    ``# pytest.ini`` and the ``python`` block after it, split at its ``# <path>.py`` header comments."""
-    readme = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"^```(\w+)\n(.*?)^```$", readme, flags=re.M | re.S)
+def example_files(document: str = "README.md") -> dict[str, str]:
+    """The files of the pytest example in ``document`` (the README, or docs/testing.md), as written there: the
+    ``ini`` block that starts with ``# pytest.ini`` and the ``python`` block after it, split at its ``# <path>.py``
+    header comments."""
+    text = (ROOT / document).read_text()
+    blocks = re.findall(r"^```(\w+)\n(.*?)^```$", text, flags=re.M | re.S)
     start = next(i for i, (lang, text) in enumerate(blocks) if lang == "ini" and text.startswith("# pytest.ini"))
     files = {"pytest.ini": blocks[start][1]}
     lang, code = blocks[start + 1]
@@ -98,7 +99,7 @@ def readme_example() -> dict[str, str]:
 
 
 def test_the_readme_example_runs_as_written(tmp_path):
-    files = readme_example()
+    files = example_files()
     assert set(files) == {"pytest.ini", "conftest.py", "shop/tests.py"}, files
     project = Project(tmp_path, hosts="zk.example.invalid:2181")
     for path, text in files.items():
@@ -107,3 +108,8 @@ def test_the_readme_example_runs_as_written(tmp_path):
     result = project.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(r"\b1 passed\b", result.stdout.splitlines()[-1]), result.stdout
+
+
+def test_the_docs_show_the_readme_example():
+    """docs/testing.md repeats the README's example: the same files, so the test above covers both."""
+    assert example_files("docs/testing.md") == example_files()
