@@ -152,7 +152,7 @@ def _ratio(a: list[float], b: list[float]) -> float:
     return med_a / med_b if med_b else float("nan")
 
 
-FLOOR_TARGET = 0.9  # a figure below 90 % of its floor is explained in BENCHMARKS.md
+FLOOR_TARGET = 0.9  # a figure below 90 % of its floor is explained in docs/benchmarks.md
 
 
 def floors(r: dict) -> list[tuple[str, str, str, float]]:
@@ -236,7 +236,7 @@ def report(r: dict) -> str:
     lines.append("")
     lines.append("figure against its floor (same server, same run)                   figure      floor  fraction")
     for name, figure, floor, fraction in floors(r):
-        mark = "" if fraction >= FLOOR_TARGET else "   < 90 %: see BENCHMARKS.md"
+        mark = "" if fraction >= FLOOR_TARGET else "   < 90 %: see docs/benchmarks.md"
         lines.append(f"{name:<62} {figure:>10} {floor:>10} {fraction:9.2f}{mark}")
     lines.append("")
     lines.append(
@@ -258,7 +258,7 @@ def report(r: dict) -> str:
 
 
 def markdown(r: dict) -> str:
-    """The same figures as a Markdown table, for BENCHMARKS.md."""
+    """The same figures as a Markdown table, for docs/benchmarks.md."""
     med = workloads.median
     u, f, h, q = r["uncontended"], r["failed_trylock"], r["handoffs"], r["requests_per_cycle"]
     eight = 8 if 8 in h["zklocks"] else max(h["zklocks"])

@@ -8,7 +8,7 @@ session timeout then SIGCONT, a partition of the leader's ZooKeeper connections,
 no two executions of one tick, sends in token order (no stale leader sends after a newer one), no gap longer
 than the failover bound, and nothing sent by the woken zombie.
 
-ZKLOCKS_BEAT_FIGURES=<file> appends the failover times of each run as JSON lines (benchmarks and README).
+ZKLOCKS_BEAT_FIGURES=<file> appends the failover times of each run as JSON lines (the table in docs/celery.md).
 """
 
 from __future__ import annotations
