@@ -5,7 +5,8 @@ E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZ
 E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias),
 W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
 E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E040 (unknown LAYOUT), E041 (two aliases with
-different LAYOUTs on the same HOSTS and NAMESPACE). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
+different LAYOUTs on the same HOSTS and NAMESPACE), E042 (one alias's NAMESPACE inside another's on a shared
+server: see zklocks/securitychecks.py). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
 option that neither SingleExecutionTask nor Celery knows, e.g. ``lock_timout``), W022 (the tasks of a Celery app
 could not be loaded). The checks load the tasks of the project's Celery apps first, as a worker does.
 
@@ -25,7 +26,9 @@ Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they nev
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
 W002 (the namespace or lock nodes have a weaker ACL than configured), W003 (the ACLs could not be checked),
 E017 (a server's tickTime or session bounds, read through the ``conf`` four-letter word, leave the lease's relay
-gap shorter than a tick: see zklocks/serverconf.py), W004 (the servers negotiate different session timeouts).
+gap shorter than a tick: see zklocks/serverconf.py), W004 (the servers negotiate different session timeouts),
+W070 (with DEBUG off, zklocks' metrics view or a health view running the ZooKeeper check answers an anonymous
+request: see zklocks/securitychecks.py).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import time
 
 from django.core import checks
 
-from . import conf, kazoo_compat
+from . import conf, kazoo_compat, securitychecks
 from .celery import conf as celery_conf
 from .celery import discover
 from .exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
@@ -42,11 +45,12 @@ from .exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     discover.load_tasks()  # tasks declare their aliases (E012) when their classes are created
-    _, problems = conf.validate(_raw_setting())
+    configs, problems = conf.validate(_raw_setting())
     messages: list[checks.CheckMessage] = []
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
         messages.append(cls(p.msg, hint=p.hint, id=p.id))
+    messages.extend(securitychecks.nested_namespaces(configs))
     raw = _raw_setting()
     known = set(raw) if isinstance(raw, dict) else set()
     for alias, where in conf.declared_aliases():

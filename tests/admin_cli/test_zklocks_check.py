@@ -60,7 +60,9 @@ def run_check(*args):
 
 
 def deploy_messages():
-    return [m for m in checks.run_checks(include_deployment_checks=True) if m.id and m.id.startswith("zklocks.")]
+    """What `manage.py check --deploy` shows of zklocks (silenced ids left out, as the command does)."""
+    found = checks.run_checks(include_deployment_checks=True)
+    return [m for m in found if m.id and m.id.startswith("zklocks.") and not m.is_silenced()]
 
 
 def make_locks(hosts, namespace, auth=None):
