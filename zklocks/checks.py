@@ -24,7 +24,10 @@ is no longer called through ``self``: no session would start; see zklocks/kazoo_
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
-W002 (the namespace or lock nodes have a weaker ACL than configured), W003 (the ACLs could not be checked),
+W002 (the namespace or a node below it has a weaker ACL than configured), W003 (the ACLs could not be checked),
+W005 (a parent of the namespace lets another identity delete or create it), W006 (ZooKeeper hides the digest ids
+of a node from this identity, which the configured ACL gives ADMIN), E018 (the audit stopped at
+security.DEPLOY_LIMIT nodes: the rest was not checked),
 E017 (a server's tickTime or session bounds, read through the ``conf`` four-letter word, leave the lease's relay
 gap shorter than a tick: see zklocks/serverconf.py), W004 (the servers negotiate different session timeouts),
 W070 (with DEBUG off, zklocks' metrics view or a health view running the ZooKeeper check answers an anonymous
@@ -88,7 +91,9 @@ def check_namespace_acls(app_configs=None, **kwargs) -> list[checks.CheckMessage
             messages.append(_unchecked(where, cfg, exc))
             continue
         try:
-            result = security.audit(session, deadline=time.monotonic() + cfg.connect_timeout)
+            result = security.audit(
+                session, limit=security.DEPLOY_LIMIT, deadline=time.monotonic() + cfg.connect_timeout
+            )
         except (ZkUnavailable, ZkAuthError) as exc:
             messages.append(_unchecked(where, cfg, exc))
             continue
@@ -171,6 +176,37 @@ def acl_messages(where: str, result) -> list[checks.CheckMessage]:
                 hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
                 "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
                 id="zklocks.W002",
+            )
+        )
+    for finding in result.of_kind("ancestor"):
+        out.append(
+            checks.Warning(
+                f"{where}: {finding.path} (above the namespace {result.namespace}): {finding.detail}.",
+                hint="Give that node an ACL that grants CREATE, DELETE and ADMIN only to this identity (setAcl), or "
+                "choose a NAMESPACE below a node you own, e.g. one zklocks creates: ancestors it creates get the "
+                "configured ACL.",
+                id="zklocks.W005",
+            )
+        )
+    hidden = result.of_kind("hidden")
+    if hidden:
+        more = f" (and {len(hidden) - 1} more node(s))" if len(hidden) > 1 else ""
+        out.append(
+            checks.Warning(
+                f"{where}: {hidden[0].path}: {hidden[0].detail}{more}.",
+                hint="Someone with ADMIN changed the node's ACL or made the node. Look at it with a super user or "
+                "the identity that made it, and give it the configured ACL.",
+                id="zklocks.W006",
+            )
+        )
+    if result.truncated:
+        out.append(
+            checks.Error(
+                f"{where}: the ACL audit stopped after {result.checked - 1} node(s) below {result.namespace}; "
+                f"{result.not_checked} or more were not checked.",
+                hint="Run `manage.py zklocks_check`, which audits every node (there is no limit unless --limit is "
+                "given).",
+                id="zklocks.E018",
             )
         )
     return out
