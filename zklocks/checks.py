@@ -14,10 +14,11 @@ Celery: E020/W020/E021 (ZKLOCKS_CELERY, task options; see celery/conf.py). Beat 
 E030 (SCHEDULER is no importable Celery scheduler class), E031 (USING names no configured alias), E032 (not a dict,
 or ELECTION not a valid name), W030 (unknown key).
 
-Other settings (each checked when set): E050 (ZKLOCKS_HEALTH not a dict, or its MAX_HOLD_SECONDS not a positive
-number), W050 (unknown key in ZKLOCKS_HEALTH), E051 (ZKLOCKS_TRACING not True/False), E052 (ZKLOCKS_METRICS not
-True/False), E053 (ZKLOCKS_METRICS_FAMILY neither a callable nor an importable dotted path to one; the metrics
-then run without the family label), E054 (ZKLOCKS_UNAVAILABLE_RETRY_AFTER not a whole number of seconds >= 0).
+Other settings (each checked when set): E050 (ZKLOCKS_HEALTH not a dict, its MAX_HOLD_SECONDS not a positive number,
+or its SHOW_LOCK_DETAILS not a bool or None), W050 (unknown key in ZKLOCKS_HEALTH), E051 (ZKLOCKS_TRACING not
+True/False), E052 (ZKLOCKS_METRICS not True/False), E053 (ZKLOCKS_METRICS_FAMILY neither a callable nor an
+importable dotted path to one; the metrics then run without the family label), E054 (ZKLOCKS_UNAVAILABLE_RETRY_AFTER
+not a whole number of seconds >= 0).
 
 The installed kazoo: E060 (a kazoo internal that zklocks hooks for its lease is missing, has another signature or
 is no longer called through ``self``: no session would start; see zklocks/kazoo_compat.py).
@@ -282,7 +283,7 @@ def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     return messages
 
 
-HEALTH_KEYS = frozenset({"MAX_HOLD_SECONDS"})
+HEALTH_KEYS = frozenset({"MAX_HOLD_SECONDS", "SHOW_LOCK_DETAILS"})
 _SWITCHES = (
     ("ZKLOCKS_TRACING", "zklocks.E051", "OpenTelemetry spans"),
     ("ZKLOCKS_METRICS", "zklocks.E052", "Prometheus metrics"),
@@ -355,6 +356,16 @@ def health_messages(raw: object) -> list[checks.CheckMessage]:
             checks.Error(
                 f"ZKLOCKS_HEALTH: MAX_HOLD_SECONDS must be a positive number of seconds, not {max_hold!r}.",
                 hint=hint,
+                id="zklocks.E050",
+            )
+        )
+    show = raw.get("SHOW_LOCK_DETAILS")
+    if show is not None and not isinstance(show, bool):
+        messages.append(
+            checks.Error(
+                f"ZKLOCKS_HEALTH: SHOW_LOCK_DETAILS must be True, False or None, not {show!r}.",
+                hint="None (the default) names locks, hosts and pids only for aliases anyone may read; True names "
+                "them for every alias, False for none.",
                 id="zklocks.E050",
             )
         )
