@@ -159,7 +159,7 @@ def check_exposed_views(app_configs=None, **kwargs) -> list[checks.CheckMessage]
                 "every lock family, alias and session count."
                 if what == "metrics"
                 else "the state of ZooKeeper "
-                "and, with ZKLOCKS_HEALTH['MAX_HOLD_SECONDS'], the names of locks held too long."
+                "and, with ZKLOCKS_HEALTH['MAX_HOLD_SECONDS'], which locks are held too long."
             ),
             hint=PROTECT_HINT,
             id="zklocks.W070",

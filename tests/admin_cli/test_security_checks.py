@@ -69,7 +69,7 @@ def w070(path, what):
     text = (
         "every lock family, alias and session count."
         if what == "metrics"
-        else "the state of ZooKeeper and, with ZKLOCKS_HEALTH['MAX_HOLD_SECONDS'], the names of locks held too long."
+        else "the state of ZooKeeper and, with ZKLOCKS_HEALTH['MAX_HOLD_SECONDS'], which locks are held too long."
     )
     name = "zklocks' metrics view" if what == "metrics" else "the ZooKeeper health check"
     return Warning(
