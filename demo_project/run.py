@@ -8,6 +8,8 @@
 3. Migrates the SQLite database (.demo/demo.sqlite3), seeds the shop, creates the admin user and prints its login.
 4. A Celery worker, the development server and a small load generator.
 
+DEBUG is off unless DJANGO_DEBUG=1, and the SECRET_KEY is drawn at start unless DJANGO_SECRET_KEY is set.
+
 Ctrl-C (SIGINT) or SIGTERM stops everything it started: each child runs in its own process group and the
 whole group is stopped. Logs are under .demo/logs/. While it runs, .demo/services.json holds the ZooKeeper hosts
 and the broker URL, which demo_project/settings.py reads: ``python manage.py zklocks_status`` in another terminal
@@ -74,6 +76,12 @@ def http_ok(url: str) -> bool:
             return response.status < 500
     except Exception:
         return False
+
+
+def web_argv(port: int) -> list[str]:
+    """The development server of the demo. ``--insecure`` serves the admin's static files with DEBUG off too (the
+    demo's default): it listens on 127.0.0.1 only."""
+    return [PY, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload", "--insecure"]
 
 
 class Demo:
@@ -230,7 +238,7 @@ class Demo:
     def start_web(self) -> str:
         port = self.args.port or free_port()
         url = f"http://127.0.0.1:{port}"
-        self.spawn("web", [PY, "manage.py", "runserver", f"127.0.0.1:{port}", "--noreload"])
+        self.spawn("web", web_argv(port))
         wait_for(lambda: http_ok(url + "/admin/login/"), "the web server", 60, self.procs)
         self.say(f"web: {url}/ (log: .demo/logs/web.log)")
         return url
@@ -265,6 +273,8 @@ class Demo:
         self.env["DJANGO_SETTINGS_MODULE"] = "demo_project.settings"
         self.env["PYTHONPATH"] = str(ROOT) + os.pathsep + self.env.get("PYTHONPATH", "")
         self.env.setdefault("PYTHONUNBUFFERED", "1")
+        # One random key for every process it starts (settings.py would draw one per process otherwise).
+        self.env["DJANGO_SECRET_KEY"] = os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50)
         signal.signal(signal.SIGINT, _raise_stop)
         signal.signal(signal.SIGTERM, _raise_stop)
         try:

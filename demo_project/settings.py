@@ -2,6 +2,7 @@
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -19,8 +20,10 @@ def _service(name: str, default: str) -> str:
     return os.environ.get(name) or _SERVICES.get(name) or default
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "zklocks-demo-not-secret")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
+# A fresh random key unless DJANGO_SECRET_KEY is set (`make demo` sets one for all the processes it starts), so no
+# published key signs the demo's sessions. DEBUG only when asked for: DJANGO_DEBUG=1.
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50)
+DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
 ALLOWED_HOSTS = ["*"]
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -98,5 +101,8 @@ LOGGING = {
 }
 USE_TZ = True
 TIME_ZONE = os.environ.get("DEMO_TIME_ZONE", "UTC")  # the admin shows "held since" in this zone
-STATIC_URL = "/static/"
+STATIC_URL = "/static/"  # served by `runserver --insecure` (demo_project/run.py), DEBUG or not
+# The demo serves /metrics and /ht/ to anyone who reaches 127.0.0.1, the only address its server listens on; a
+# deployment protects them (docs/security.md, "Metrics and health pages").
+SILENCED_SYSTEM_CHECKS = ["zklocks.W070"]
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"

@@ -50,3 +50,6 @@ TEMPLATES = [
 ZKLOCKS = {"default": {"HOSTS": os.environ.get("ZKLOCKS_HOSTS", "127.0.0.1:2181"), "NAMESPACE": "/zklocks-test"}}
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 STATIC_URL = "/static/"
+# The test project serves /metrics and /ht/ to anyone on purpose (the tests call them anonymously): it is no
+# deployment. tests/admin_cli/test_security_checks.py turns the warning back on.
+SILENCED_SYSTEM_CHECKS = ["zklocks.W070"]

@@ -303,6 +303,9 @@ class LockAdmin(admin.ModelAdmin):
             detail_url=detail_url,
             name=info.name if info else decode_name(node),
             holders=[_contender_row(h, now) for h in info.holders] if info else [],
+            # Host, pid, thread, task and session are what the view permission shows: without it, the page
+            # names each holder node and its token only (what the confirmation posts back).
+            show_details=self.has_view_permission(request),
         )
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/zklocks/lock/release_confirmation.html", context)

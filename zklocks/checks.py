@@ -5,7 +5,8 @@ E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZ
 E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias),
 W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
 E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E040 (unknown LAYOUT), E041 (two aliases with
-different LAYOUTs on the same HOSTS and NAMESPACE). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
+different LAYOUTs on the same HOSTS and NAMESPACE), E042 (one alias's NAMESPACE inside another's on a shared
+server: see zklocks/securitychecks.py). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
 option that neither SingleExecutionTask nor Celery knows, e.g. ``lock_timout``), W022 (the tasks of a Celery app
 could not be loaded). The checks load the tasks of the project's Celery apps first, as a worker does.
 
@@ -13,19 +14,25 @@ Celery: E020/W020/E021 (ZKLOCKS_CELERY, task options; see celery/conf.py). Beat 
 E030 (SCHEDULER is no importable Celery scheduler class), E031 (USING names no configured alias), E032 (not a dict,
 or ELECTION not a valid name), W030 (unknown key).
 
-Other settings (each checked when set): E050 (ZKLOCKS_HEALTH not a dict, or its MAX_HOLD_SECONDS not a positive
-number), W050 (unknown key in ZKLOCKS_HEALTH), E051 (ZKLOCKS_TRACING not True/False), E052 (ZKLOCKS_METRICS not
-True/False), E053 (ZKLOCKS_METRICS_FAMILY neither a callable nor an importable dotted path to one; the metrics
-then run without the family label), E054 (ZKLOCKS_UNAVAILABLE_RETRY_AFTER not a whole number of seconds >= 0).
+Other settings (each checked when set): E050 (ZKLOCKS_HEALTH not a dict, its MAX_HOLD_SECONDS not a positive number,
+or its SHOW_LOCK_DETAILS not a bool or None), W050 (unknown key in ZKLOCKS_HEALTH), E051 (ZKLOCKS_TRACING not
+True/False), E052 (ZKLOCKS_METRICS not True/False), E053 (ZKLOCKS_METRICS_FAMILY neither a callable nor an
+importable dotted path to one; the metrics then run without the family label), E054 (ZKLOCKS_UNAVAILABLE_RETRY_AFTER
+not a whole number of seconds >= 0).
 
 The installed kazoo: E060 (a kazoo internal that zklocks hooks for its lease is missing, has another signature or
 is no longer called through ``self``: no session would start; see zklocks/kazoo_compat.py).
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
-W002 (the namespace or lock nodes have a weaker ACL than configured), W003 (the ACLs could not be checked),
+W002 (the namespace or a node below it has a weaker ACL than configured), W003 (the ACLs could not be checked),
+W005 (a parent of the namespace lets another identity delete or create it), W006 (ZooKeeper hides the digest ids
+of a node from this identity, which the configured ACL gives ADMIN), E018 (the audit stopped at
+security.DEPLOY_LIMIT nodes: the rest was not checked),
 E017 (a server's tickTime or session bounds, read through the ``conf`` four-letter word, leave the lease's relay
-gap shorter than a tick: see zklocks/serverconf.py), W004 (the servers negotiate different session timeouts).
+gap shorter than a tick: see zklocks/serverconf.py), W004 (the servers negotiate different session timeouts),
+W070 (with DEBUG off, zklocks' metrics view or a health view running the ZooKeeper check answers an anonymous
+request: see zklocks/securitychecks.py).
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import time
 
 from django.core import checks
 
-from . import conf, kazoo_compat
+from . import conf, kazoo_compat, securitychecks
 from .celery import conf as celery_conf
 from .celery import discover
 from .exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
@@ -42,11 +49,12 @@ from .exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     discover.load_tasks()  # tasks declare their aliases (E012) when their classes are created
-    _, problems = conf.validate(_raw_setting())
+    configs, problems = conf.validate(_raw_setting())
     messages: list[checks.CheckMessage] = []
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
         messages.append(cls(p.msg, hint=p.hint, id=p.id))
+    messages.extend(securitychecks.nested_namespaces(configs))
     raw = _raw_setting()
     known = set(raw) if isinstance(raw, dict) else set()
     for alias, where in conf.declared_aliases():
@@ -84,7 +92,9 @@ def check_namespace_acls(app_configs=None, **kwargs) -> list[checks.CheckMessage
             messages.append(_unchecked(where, cfg, exc))
             continue
         try:
-            result = security.audit(session, deadline=time.monotonic() + cfg.connect_timeout)
+            result = security.audit(
+                session, limit=security.DEPLOY_LIMIT, deadline=time.monotonic() + cfg.connect_timeout
+            )
         except (ZkUnavailable, ZkAuthError) as exc:
             messages.append(_unchecked(where, cfg, exc))
             continue
@@ -169,6 +179,37 @@ def acl_messages(where: str, result) -> list[checks.CheckMessage]:
                 id="zklocks.W002",
             )
         )
+    for finding in result.of_kind("ancestor"):
+        out.append(
+            checks.Warning(
+                f"{where}: {finding.path} (above the namespace {result.namespace}): {finding.detail}.",
+                hint="Give that node an ACL that grants CREATE, DELETE and ADMIN only to this identity (setAcl), or "
+                "choose a NAMESPACE below a node you own, e.g. one zklocks creates: ancestors it creates get the "
+                "configured ACL.",
+                id="zklocks.W005",
+            )
+        )
+    hidden = result.of_kind("hidden")
+    if hidden:
+        more = f" (and {len(hidden) - 1} more node(s))" if len(hidden) > 1 else ""
+        out.append(
+            checks.Warning(
+                f"{where}: {hidden[0].path}: {hidden[0].detail}{more}.",
+                hint="Someone with ADMIN changed the node's ACL or made the node. Look at it with a super user or "
+                "the identity that made it, and give it the configured ACL.",
+                id="zklocks.W006",
+            )
+        )
+    if result.truncated:
+        out.append(
+            checks.Error(
+                f"{where}: the ACL audit stopped after {result.checked - 1} node(s) below {result.namespace}; "
+                f"{result.not_checked} or more were not checked.",
+                hint="Run `manage.py zklocks_check`, which audits every node (there is no limit unless --limit is "
+                "given).",
+                id="zklocks.E018",
+            )
+        )
     return out
 
 
@@ -242,7 +283,7 @@ def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     return messages
 
 
-HEALTH_KEYS = frozenset({"MAX_HOLD_SECONDS"})
+HEALTH_KEYS = frozenset({"MAX_HOLD_SECONDS", "SHOW_LOCK_DETAILS"})
 _SWITCHES = (
     ("ZKLOCKS_TRACING", "zklocks.E051", "OpenTelemetry spans"),
     ("ZKLOCKS_METRICS", "zklocks.E052", "Prometheus metrics"),
@@ -315,6 +356,16 @@ def health_messages(raw: object) -> list[checks.CheckMessage]:
             checks.Error(
                 f"ZKLOCKS_HEALTH: MAX_HOLD_SECONDS must be a positive number of seconds, not {max_hold!r}.",
                 hint=hint,
+                id="zklocks.E050",
+            )
+        )
+    show = raw.get("SHOW_LOCK_DETAILS")
+    if show is not None and not isinstance(show, bool):
+        messages.append(
+            checks.Error(
+                f"ZKLOCKS_HEALTH: SHOW_LOCK_DETAILS must be True, False or None, not {show!r}.",
+                hint="None (the default) names locks, hosts and pids only for aliases anyone may read; True names "
+                "them for every alias, False for none.",
                 id="zklocks.E050",
             )
         )

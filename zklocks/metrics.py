@@ -4,7 +4,8 @@ Installed into the default registry by the app's ready() when prometheus_client 
 ``settings.ZKLOCKS_METRICS`` is not False. Lock names are never label values: ``ZKLOCKS_METRICS_FAMILY`` (a
 callable or its dotted path) may map a name to a bounded ``family`` label of the lock metrics. If it is neither,
 ready() does not fail: the metrics are installed without the ``family`` label, a warning is logged, and
-``manage.py check`` reports zklocks.E053.
+``manage.py check`` reports zklocks.E053. A process keeps at most FAMILY_LIMIT (100) distinct family values:
+later new ones are counted as ``family="other"``.
 
 =========================  =========  =====================================================
 zklocks_acquire_seconds    histogram  alias, kind, [family,] result
@@ -54,7 +55,7 @@ class Metrics(observe.Observer):
             raise RuntimeError("zklocks metrics need prometheus_client: pip install 'django-zklocks[metrics]'")
         registry = pc.REGISTRY if registry is None else registry
         lock_labels = ("alias", "kind", "family") if family is not None else ("alias", "kind")
-        self.family = None if family is None else functools.lru_cache(maxsize=4096)(lambda name: str(family(name)))
+        self.family = None if family is None else functools.lru_cache(maxsize=4096)(_Bounded(family))
         self.acquire_seconds = pc.Histogram(
             "zklocks_acquire_seconds",
             "Wait time of acquire attempts, by result (acquired, timeout, not_acquired, unavailable)",
@@ -173,6 +174,41 @@ class Metrics(observe.Observer):
         for gauge in (self.held_now, self.waiting_now, self.sessions):
             gauge._lock = threading.Lock()  # another thread of the parent may have held it at the fork
             gauge.clear()
+
+
+# At most this many distinct ``family`` label values per process; later ones are counted as "other".
+FAMILY_LIMIT = 100
+OTHER_FAMILY = "other"
+
+
+class _Bounded:
+    """``ZKLOCKS_METRICS_FAMILY`` with at most FAMILY_LIMIT distinct values: each one past them is folded into
+    "other" (a warning is logged once), so a function that returns user ids cannot make unbounded series."""
+
+    def __init__(self, family: Callable[[str], object]) -> None:
+        self.family = family
+        self.seen: set[str] = set()
+        self.lock = threading.Lock()
+        self.warned = False
+
+    def __call__(self, name: str) -> str:
+        value = str(self.family(name))
+        with self.lock:
+            if value in self.seen or value == OTHER_FAMILY:
+                return value
+            if len(self.seen) < FAMILY_LIMIT:
+                self.seen.add(value)
+                return value
+            warn, self.warned = not self.warned, True
+        if warn:
+            log.warning(
+                "zklocks: ZKLOCKS_METRICS_FAMILY gave more than %d distinct values; %r and later new ones are "
+                "counted as family=%r",
+                FAMILY_LIMIT,
+                value[:100],
+                OTHER_FAMILY,
+            )
+        return OTHER_FAMILY
 
 
 _instances: weakref.WeakSet = weakref.WeakSet()

@@ -8,6 +8,8 @@ from __future__ import annotations
 from django.contrib.admin.utils import quote, unquote
 from django.db import models
 
+from .names import MAX_NODE_LENGTH
+
 
 class Lock(models.Model):
     # "<alias, admin-quoted>/<lock node name>": unique per lock, and the node name already has no "/".
@@ -34,7 +36,7 @@ class Lock(models.Model):
     def split_key(key: str) -> tuple[str, str]:
         """(alias, lock node name); ValueError for a key that cannot be one."""
         alias, sep, node = key.partition("/")
-        if not sep or not alias or not node or "/" in node or node in (".", "..") or len(node) > 1000:
+        if not sep or not alias or not node or "/" in node or node in (".", "..") or len(node) > MAX_NODE_LENGTH:
             raise ValueError(f"not a lock key: {key!r}")
         if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in node):
             raise ValueError(f"not a lock key: {key!r}")

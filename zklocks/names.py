@@ -11,6 +11,7 @@ import functools
 import inspect
 import re
 import string
+import unicodedata
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -18,13 +19,31 @@ from urllib.parse import unquote
 from .exceptions import InvalidLockName
 
 MAX_NAME_LENGTH = 200
+# The longest node name a valid name encodes to: 200 four-byte characters, each byte as "%XX".
+MAX_NODE_LENGTH = 3 * 4 * MAX_NAME_LENGTH
 _SAFE = frozenset(string.ascii_letters + string.digits + "-_:")
 _PLAIN = re.compile(r"[A-Za-z0-9_:\-]+\Z")
+
+
+# Bidirectional controls: they make a name display in another order than it is stored (an admin row, a log
+# line or a health message that reads as another lock's name).
+BIDI_CONTROLS = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Joiners that scripts (Persian, Indic) and emoji sequences need: the only format characters names may hold.
+_JOINERS = frozenset("\u200c\u200d")
 
 
 def _is_control(ch: str) -> bool:
     code = ord(ch)
     return code < 0x20 or 0x7F <= code <= 0x9F
+
+
+def _is_hidden_format(ch: str) -> bool:
+    """A bidi control or another invisible format character (Unicode category Cf: U+200B, U+2060, U+FEFF...)."""
+    return ch in BIDI_CONTROLS or (unicodedata.category(ch) == "Cf" and ch not in _JOINERS)
+
+
+def _char_name(ch: str) -> str:
+    return f"U+{ord(ch):04X} {unicodedata.name(ch, 'FORMAT CHARACTER')}"
 
 
 def validate_name(name: object) -> str:
@@ -37,6 +56,12 @@ def validate_name(name: object) -> str:
         raise InvalidLockName(f"lock name is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}")
     if any(_is_control(ch) for ch in name):
         raise InvalidLockName(f"lock name {name!r} contains a control character")
+    hidden = next((ch for ch in name if _is_hidden_format(ch)), None)
+    if hidden is not None:
+        what = "a bidirectional control" if hidden in BIDI_CONTROLS else "an invisible format character"
+        raise InvalidLockName(
+            f"lock name {name!r} contains {what} ({_char_name(hidden)}): it would display differently from what it is"
+        )
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:

@@ -11,7 +11,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
     """The Prometheus exposition (of every process in prometheus_client's multiprocess mode).
 
     Serves the whole default registry, so a project without django-prometheus gets its other metrics too.
+    ``OPTIONS`` builds no exposition (the deploy check zklocks.W070 asks with it whether anyone may call the view).
     """
+    if request.method == "OPTIONS":
+        return HttpResponse(headers={"Allow": "GET, HEAD, OPTIONS"})
     try:
         body, content_type = _metrics.exposition()
     except RuntimeError as exc:

@@ -288,11 +288,24 @@ def test_bad_health_setting(value, wrong):
     assert run_other(ZKLOCKS_HEALTH=value) == [Error(wrong, hint=HEALTH_HINT, id="zklocks.E050")]
 
 
+@pytest.mark.parametrize("value", [1, "yes", "False"])
+def test_show_lock_details_must_be_a_bool(value):
+    assert run_other(ZKLOCKS_HEALTH={"SHOW_LOCK_DETAILS": value}) == [
+        Error(
+            f"ZKLOCKS_HEALTH: SHOW_LOCK_DETAILS must be True, False or None, not {value!r}.",
+            hint="None (the default) names locks, hosts and pids only for aliases anyone may read; True names them "
+            "for every alias, False for none.",
+            id="zklocks.E050",
+        )
+    ]
+    assert run_other(ZKLOCKS_HEALTH={"SHOW_LOCK_DETAILS": True, "MAX_HOLD_SECONDS": 5}) == []
+
+
 def test_unknown_health_key_suggests_the_closest_known_one():
     assert run_other(ZKLOCKS_HEALTH={"MAX_HOLD": 60, "COLOUR": "red"}) == [
         Warning(
             "ZKLOCKS_HEALTH: unknown option(s) COLOUR, MAX_HOLD; the health check does not read them.",
-            hint="MAX_HOLD: did you mean MAX_HOLD_SECONDS? Known options: MAX_HOLD_SECONDS.",
+            hint="MAX_HOLD: did you mean MAX_HOLD_SECONDS? Known options: MAX_HOLD_SECONDS, SHOW_LOCK_DETAILS.",
             id="zklocks.W050",
         )
     ]

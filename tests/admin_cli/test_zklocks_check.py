@@ -14,6 +14,7 @@ from django.core.checks import Error, Warning
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 from kazoo.exceptions import NoAuthError
+from kazoo.security import make_digest_acl
 
 from tests.support.helpers import ROOT, raw_client
 from zklocks import zk_lock, zk_semaphore
@@ -60,7 +61,9 @@ def run_check(*args):
 
 
 def deploy_messages():
-    return [m for m in checks.run_checks(include_deployment_checks=True) if m.id and m.id.startswith("zklocks.")]
+    """What `manage.py check --deploy` shows of zklocks (silenced ids left out, as the command does)."""
+    found = checks.run_checks(include_deployment_checks=True)
+    return [m for m in found if m.id and m.id.startswith("zklocks.") and not m.is_silenced()]
 
 
 def make_locks(hosts, namespace, auth=None):
@@ -70,6 +73,22 @@ def make_locks(hosts, namespace, auth=None):
         with zk_lock("reports:daily"), zk_lock("a/b"), zk_semaphore("pool", 2):
             pass
         close_all()
+
+
+PARENT_OPEN = (
+    "a parent of the namespace: world:anyone may CREATE, DELETE, ADMIN there: they can delete {ns} whenever it has "
+    "no lock nodes and create it again with an ACL of their own"
+)
+
+
+def parent_warning(parent, ns):
+    return Warning(
+        f"ZKLOCKS['default']: {parent} (above the namespace {ns}): world:anyone may CREATE, DELETE, ADMIN there: "
+        f"they can delete {ns} whenever it has no lock nodes and create it again with an ACL of their own.",
+        hint="Give that node an ACL that grants CREATE, DELETE and ADMIN only to this identity (setAcl), or choose "
+        "a NAMESPACE below a node you own, e.g. one zklocks creates: ancestors it creates get the configured ACL.",
+        id="zklocks.W005",
+    )
 
 
 def test_a_healthy_alias_passes(zk_server, ns):
@@ -92,7 +111,9 @@ def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(z
     make_locks(zk_server.hosts, ns)  # before AUTH was configured: ZooKeeper's open ACL
     with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
         lines, failed = run_check()
-        assert failed == "zklocks_check: 5 problem(s) found"
+        assert failed == "zklocks_check: 6 problem(s) found"
+        parent = ns.rsplit("/", 1)[0]
+        assert lines[3] == f"default: FAILED {parent}: {PARENT_OPEN.format(ns=ns)}"
         weak = "weaker ACL than configured: world:anyone may WRITE, CREATE, DELETE, ADMIN"
         assert f"default: FAILED {ns}: {weak}" in lines
         assert f"default: FAILED {ns}/reports:daily: {weak}" in lines
@@ -104,14 +125,25 @@ def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(z
                 hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
                 "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
                 id="zklocks.W002",
-            )
+            ),
+            parent_warning(parent, ns),
         ]
 
+        # --fix-acls fixes the nodes of the namespace, never a parent (other projects may share it).
         lines, failed = run_check("--fix-acls")
-        assert failed is None, lines
+        assert failed == "zklocks_check: 1 problem(s) found", lines
         assert f"default: ok fixed the ACL of {ns}" in lines
+        assert f"default: FAILED {parent}: {PARENT_OPEN.format(ns=ns)}" in lines
+        assert deploy_messages() == [parent_warning(parent, ns)]
+        client = raw_client(zk_server.hosts, auth_data=[RIGHT])
+        try:
+            client.set_acls(parent, [make_digest_acl("app", "s3cret", all=True)])
+        finally:
+            client.stop()
+        lines, failed = run_check()
+        assert failed is None, lines
         assert f"default: ok ACLs as configured on {ns} and 4 node(s) below it" in lines
-        assert run_check()[1] is None and deploy_messages() == []
+        assert deploy_messages() == []
     client = raw_client(zk_server.hosts)
     try:
         with pytest.raises(NoAuthError):
@@ -124,7 +156,13 @@ def test_a_wrong_password_is_caught_before_the_first_lock(zk_server, ns):
     make_locks(zk_server.hosts, ns, auth=RIGHT)
     with settings_for(zk_server.hosts, ns, AUTH=[WRONG]):
         lines, failed = run_check()
-        assert failed == "zklocks_check: 6 problem(s) found"
+        assert failed == "zklocks_check: 7 problem(s) found"
+        # The parent's entry for app (made by the right password) is masked and has ADMIN: not this identity.
+        assert (
+            f"default: FAILED {ns.rsplit('/', 1)[0]}: a parent of the namespace: digest:app (another password) "
+            f"may CREATE, DELETE, ADMIN there: they can delete {ns} whenever it has no lock nodes and create it again "
+            "with an ACL of their own"
+        ) in lines
         assert (
             f"default: FAILED {ns}: the configured identity may not CREATE, DELETE (every lock would fail with NoAuth)"
         ) in lines
@@ -133,7 +171,8 @@ def test_a_wrong_password_is_caught_before_the_first_lock(zk_server, ns):
             "(NoAuth). Check the AUTH credentials: ZooKeeper accepts any digest password at connect time."
         )
         assert not any("weaker" in line for line in lines)  # the right identity's entry is no weakness
-        assert deploy_messages() == [
+        assert [m.id for m in deploy_messages()] == ["zklocks.E015", "zklocks.W005"]
+        assert deploy_messages()[:1] == [
             Error(
                 f"ZKLOCKS['default']: in {ns}, the configured identity may not CREATE, DELETE (and 4 more node(s)); "
                 "every lock of this alias will fail with NoAuth.",
@@ -174,7 +213,12 @@ def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
 def test_a_new_namespace_and_an_alias_without_auth(zk_server, ns):
     with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
         lines, failed = run_check()
-        assert failed is None
+        # ZooKeeper's "/" is open to everyone: anyone may make the namespace before the alias does.
+        assert failed == "zklocks_check: 1 problem(s) found"
+        assert lines[-2] == (
+            "default: FAILED /: a parent of the namespace: world:anyone may CREATE, ADMIN there: they can create "
+            f"{ns} before this alias does, with an ACL of their own"
+        )
         assert lines[-1] == f"default: ok {ns} does not exist yet; it is created with the configured ACL on first use"
     make_locks(zk_server.hosts, ns)
     with settings_for(zk_server.hosts, ns):

@@ -57,3 +57,32 @@ def test_invalid_names_raise_value_error(bad, reason):
     with pytest.raises(ValueError, match=reason) as info:
         validate_name(bad)
     assert isinstance(info.value, ZkLocksError)
+
+
+@pytest.mark.parametrize(
+    "char",
+    [chr(c) for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)],
+)
+def test_bidi_controls_are_refused_with_a_clear_error(char):
+    with pytest.raises(ValueError) as info:
+        validate_name(f"invoice:{char}42")
+    text = str(info.value)
+    assert "bidirectional control" in text and f"U+{ord(char):04X}" in text, text
+
+
+@pytest.mark.parametrize("char", ["\u200b", "\u2060", "\ufeff", "\u00ad"])
+def test_other_invisible_format_characters_are_refused(char):
+    with pytest.raises(ValueError, match="invisible format character"):
+        validate_name(f"a{char}b")
+
+
+def test_joiners_that_scripts_and_emoji_need_stay_valid():
+    for name in ("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645", "family:\U0001f468\u200d\U0001f469"):
+        assert decode_name(encode_name(validate_name(name))) == name
+
+
+def test_zk_lock_refuses_a_bidi_name_before_any_request():
+    from zklocks import InvalidLockName, zk_lock
+
+    with pytest.raises(InvalidLockName, match="U\\+202E"):
+        zk_lock("user:\u202e1234")

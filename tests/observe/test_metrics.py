@@ -121,6 +121,35 @@ def test_family_label_from_dotted_path():
     assert value(registry, "zklocks_acquire_seconds_count", family="report", **labels) == 1
 
 
+def test_family_label_values_are_bounded_and_the_rest_folded_into_other(caplog):
+    """A family function that returns something per lock (here the whole name) makes at most FAMILY_LIMIT series
+    per metric; the acquires past them still count, as family="other"."""
+    registry = CollectorRegistry()
+    m = metrics.start(metrics.Metrics(registry, family=lambda name: name))
+    extra = 30
+    try:
+        for i in range(metrics.FAMILY_LIMIT + extra):
+            with zk_lock(f"user:{i}"):
+                pass
+        with zk_lock("user:0"):  # a value seen before the bound keeps its own series
+            pass
+    finally:
+        metrics.stop(m)
+    families = {
+        sample.labels["family"]
+        for family in registry.collect()
+        if family.name == "zklocks_acquire_seconds"
+        for sample in family.samples
+    }
+    assert len(families) == metrics.FAMILY_LIMIT + 1 and metrics.OTHER_FAMILY in families
+    labels = dict(alias="default", kind="exclusive", result="acquired")
+    assert value(registry, "zklocks_acquire_seconds_count", family="other", **labels) == extra
+    assert value(registry, "zklocks_acquire_seconds_count", family="user:0", **labels) == 2
+    assert value(registry, "zklocks_hold_seconds_count", family="other", alias="default", kind="exclusive") == extra
+    warnings = [r for r in caplog.records if "ZKLOCKS_METRICS_FAMILY gave more than" in r.getMessage()]
+    assert len(warnings) == 1
+
+
 def test_family_must_be_callable():
     from zklocks import ZkConfigError
 

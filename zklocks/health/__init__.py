@@ -5,10 +5,13 @@ Add ``"zklocks.health"`` next to ``"health_check"`` in INSTALLED_APPS and list t
     path("ht/", HealthCheckView.as_view(checks=[..., "zklocks.health.ZooKeeperHealthCheck"]))
 
 For each alias (or only ``alias``) it reaches a session within CONNECT_TIMEOUT and makes a ``sync`` + read round
-trip; it fails naming the alias and the cause. With ``settings.ZKLOCKS_HEALTH = {"MAX_HOLD_SECONDS": N}`` it also
-fails while some lock has been held longer than N seconds (read from zklocks.inspect, the read model), and
-fails when that read has an error (the alias's namespace cannot be listed, e.g. NoAuth): a lock it cannot see may
-be the one held too long.
+trip; under an ACL that keeps READ to the alias's identity (READ_ACL="auth") the read is of the namespace's data,
+which a wrong AUTH password fails. It fails naming the alias and the cause. With ``settings.ZKLOCKS_HEALTH =
+{"MAX_HOLD_SECONDS": N}`` it also fails while some lock has been held longer than N seconds (read from
+zklocks.inspect, the read model), and fails when that read has an error (the alias's namespace cannot be listed,
+e.g. NoAuth): a lock it cannot see may be the one held too long. For an alias whose nodes only its identity may
+read (READ_ACL="auth", or an ACL without world READ) it counts the locks held too long without naming them, their
+hosts or pids, unless ``ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"]`` is True (False hides them for every alias).
 
 Elections (kind ``election``: ``zk_leader``, the leader-elected Celery beat, Curator's LeaderLatch) are left out
 of MAX_HOLD_SECONDS: a leader holds its election node for as long as it leads, which is no stuck lock. Exclusive
@@ -23,12 +26,15 @@ import time
 
 from health_check.base import HealthCheck
 from health_check.exceptions import ServiceUnavailable
+from kazoo.exceptions import NoNodeError
+from kazoo.security import Permissions
 
 from .. import conf
 from ..connections import connections
 from ..exceptions import ZkLocksError
 from ..recipes.calls import Deadline, DeadlinePassed, SessionGone, call
 from ..recipes.layout import Kind
+from ..session import build_acl
 
 
 def probe(alias: str) -> str | None:
@@ -40,11 +46,17 @@ def probe(alias: str) -> str | None:
         client = session.client
         path = cfg.namespace or "/"
 
+        readable = world_readable(cfg)
+
         def synced_read():
             client.sync_async(path)
-            return client.exists_async(path)
+            # exists needs no right at all. Under an ACL that keeps READ to the identity, a read of the
+            # namespace's data does: a wrong password answers NoAuth here (ZooKeeper takes any at connect).
+            return client.exists_async(path) if readable else client.get_async(path)
 
         call(session, synced_read, deadline)
+    except NoNodeError:
+        return None  # the namespace is made on first use
     except ZkLocksError as exc:
         text = str(exc)
         return text if repr(alias) in text else f"alias {alias!r}: {text}"
@@ -55,15 +67,35 @@ def probe(alias: str) -> str | None:
     return None
 
 
+def world_readable(cfg: conf.AliasConfig) -> bool:
+    """Whether anyone may read the alias's lock nodes (no ACL, or one that gives world:anyone READ)."""
+    acl = build_acl(cfg)
+    return acl is None or any(
+        e.id.scheme == "world" and e.id.id == "anyone" and e.perms & Permissions.READ for e in acl
+    )
+
+
+def shows_details(alias: str) -> bool:
+    """Whether the check's output may name the alias's locks, hosts and pids: ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"]
+    when set, else only for an alias whose nodes anyone may read anyway."""
+    from django.conf import settings
+
+    chosen = (getattr(settings, "ZKLOCKS_HEALTH", None) or {}).get("SHOW_LOCK_DETAILS")
+    if chosen is not None:
+        return bool(chosen)
+    return world_readable(conf.alias_config(alias))
+
+
 def long_holds(aliases: list[str], max_hold: float) -> list[str]:
-    """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder, and
-    the aliases whose locks could not be read (naming the error). Elections are left out: their leader holds them
-    for as long as it leads."""
+    """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder (or,
+    where the alias's READ_ACL hides them, counting them), and the aliases whose locks could not be read (naming
+    the error). Elections are left out: their leader holds them for as long as it leads."""
     from ..inspect import snapshot
 
     snap = snapshot(aliases)
     now = time.time()
     found = []
+    hidden: dict[str, list[float]] = {}
     for failed in snap.errors:
         error = str(failed.error)
         for prefix in (f"zklocks alias {failed.alias!r}: ", f"alias {failed.alias!r}: "):
@@ -73,12 +105,20 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
         if lock.kind == Kind.ELECTION:
             continue
         held_for = lock.held_for(now)
-        if held_for is not None and held_for > max_hold:
+        if held_for is not None and held_for > max_hold and not shows_details(lock.alias):
+            hidden.setdefault(lock.alias, []).append(held_for)
+        elif held_for is not None and held_for > max_hold:
             who = ", ".join(f"{h.host or '?'} pid {h.pid or '?'}" for h in lock.holders)
             found.append(
                 f"alias {lock.alias!r}: lock {lock.name!r} held for {held_for:.0f}s > MAX_HOLD_SECONDS={max_hold:g} "
                 f"(by {who})"
             )
+    for alias, times in hidden.items():
+        found.append(
+            f"alias {alias!r}: {len(times)} lock(s) held for longer than MAX_HOLD_SECONDS={max_hold:g} (the longest "
+            f"{max(times):.0f}s); names, hosts and pids not shown, as the alias's ACL keeps them from other readers "
+            '(ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"] = True shows them)'
+        )
     return found
 
 

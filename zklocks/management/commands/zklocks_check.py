@@ -1,10 +1,11 @@
 """``manage.py zklocks_check``: can each alias reach ZooKeeper, and are its namespace's ACLs as configured?
 
-Per alias: connect within CONNECT_TIMEOUT, compare the ACLs of the namespace and of every lock node with the
-configured ones, and create and delete one ephemeral node in the namespace (which proves that the AUTH
-credentials are right: ZooKeeper accepts any digest password at connect time). Where a server answers the
-``conf`` four-letter word, its tickTime and session bounds are checked against the lease's needs
-(zklocks/serverconf.py): a configuration the lease cannot cover fails. Exits non-zero on any problem.
+Per alias: connect within CONNECT_TIMEOUT, compare the ACLs of the namespace's parent, of the namespace and of
+every node below it (lock nodes, semaphore mutexes, holders and waiters) with the configured ones, and create and
+delete one ephemeral node in the namespace (which proves that the AUTH credentials are right: ZooKeeper accepts
+any digest password at connect time). Where a server answers the ``conf`` four-letter word, its tickTime and
+session bounds are checked against the lease's needs (zklocks/serverconf.py): a configuration the lease cannot
+cover fails. Exits non-zero on any problem. What ZooKeeper hides from the audit: zklocks/security.py.
 """
 
 from __future__ import annotations
@@ -14,6 +15,13 @@ from kazoo.exceptions import KazooException
 
 from zklocks import conf, security, serverconf
 from zklocks.exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
+
+_FINDING = {
+    "weaker": "weaker ACL than configured: {detail}",
+    "no-access": "{detail} (every lock would fail with NoAuth)",
+    "ancestor": "a parent of the namespace: {detail}",
+    "hidden": "{detail}",
+}
 
 
 class Command(BaseCommand):
@@ -80,6 +88,9 @@ class Command(BaseCommand):
                 self._fail(name, f"could not read the ACLs of {cfg.namespace}: {exc}")
                 return 1
             if not result.exists:
+                for finding in result.findings:  # a parent that lets others make the namespace first
+                    self._fail(name, f"{finding.path}: {_FINDING[finding.kind].format(detail=finding.detail)}")
+                    failures += 1
                 self._ok(
                     name, f"{cfg.namespace} does not exist yet; it is created with the configured ACL on first use"
                 )
@@ -93,21 +104,26 @@ class Command(BaseCommand):
                     self._fail(name, f"could not fix the ACLs: {exc!r}")
                     failures += 1
             for finding in result.findings:
-                self._fail(
-                    name,
-                    f"{finding.path}: "
-                    + (
-                        f"weaker ACL than configured: {finding.detail}"
-                        if finding.kind == "weaker"
-                        else f"{finding.detail} (every lock would fail with NoAuth)"
-                    ),
-                )
+                self._fail(name, f"{finding.path}: {_FINDING[finding.kind].format(detail=finding.detail)}")
                 failures += 1
+            scope = f"{cfg.namespace} and {result.checked - 1} node(s) below it"
+            if result.truncated:
+                self._note(
+                    name,
+                    f"the audit stopped at --limit {limit}: {result.not_checked} or more node(s) below "
+                    f"{cfg.namespace} were not checked",
+                )
+            if result.unproven:
+                users = ", ".join(repr(u.split(":", 1)[0]) for _, u in sorted(security.identities(cfg)))
+                self._note(
+                    name,
+                    f"ZooKeeper shows digest ids without their password hash ('user:x') to a client without ADMIN, "
+                    f"which the configured ACL does not give: on {len(result.unproven)} node(s) an entry of user "
+                    f"{users} cannot be told from another password of that user by reading; the write probe below "
+                    f"proves this identity's CREATE and DELETE in {cfg.namespace} only",
+                )
             if not result.findings:
-                scope = f"{cfg.namespace} and {result.checked - 1} node(s) below it"
-                if result.truncated:
-                    scope += f" (stopped at --limit {limit})"
-                self._ok(name, f"ACLs as configured on {scope}")
+                self._ok(name, f"ACLs as configured on {scope}" + (" (the part checked)" if result.truncated else ""))
             try:
                 security.probe(session)
                 self._ok(name, f"created and deleted a node in {cfg.namespace}")
