@@ -417,6 +417,36 @@ def test_outage_is_never_contention(server, proxy, call, fault):
         observer.close()
 
 
+# -- the admin list page of a process whose admin served before the fault --
+
+
+@pytest.mark.django_db
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("fault", [f for f in FAULTS if not f.while_waiting], ids=lambda f: f.label)
+def test_admin_list_reports_the_outage_within_connect_timeout(server, proxy, admin_client, fault):
+    with settings(proxy.hosts):
+        held_here = zk_lock("admin/seen")
+        assert held_here.acquire(timeout=10)
+        try:
+            assert "admin/seen" in admin_client.get("/admin/zklocks/lock/").content.decode()
+            fault.hit(server, proxy)
+            try:
+                started = time.monotonic()
+                response = admin_client.get("/admin/zklocks/lock/")
+                elapsed = time.monotonic() - started
+            finally:
+                fault.mend(server, proxy)
+            html = response.content.decode()
+            MEASURED.append(("admin list page", fault.label, f"HTTP {response.status_code}, error shown", elapsed))
+            assert response.status_code == 200, html[:500]
+            assert "zk-alias-error" in html and "&#x27;default&#x27;" in html, html[:2000]
+            assert "No locks could be read" in html
+            assert elapsed <= CONNECT_TIMEOUT + SLACK, elapsed
+        finally:
+            held_here.release()
+            close_all(wait=False)
+
+
 # -- a Django view behind ZkUnavailableMiddleware --
 
 

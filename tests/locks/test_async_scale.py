@@ -70,7 +70,13 @@ def roomy_zk():
 def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_queue_order(
     zklocks_settings, roomy_zk, waiters, locks
 ):
-    zklocks_settings(HOSTS=roomy_zk.hosts, SESSION_TIMEOUT=20.0, CONNECT_TIMEOUT=10.0, TICK_TIME=1.0, POOL_SIZE=1)
+    # Without AUTH anyone may write a waiter's node, so a waiter confirms each handoff with a listing of the queue
+    # (docs/security.md, "No forged handoff"): O(queue) per handoff. The 10,000 waiters wait under AUTH, where the
+    # release mark alone hands over (one notification, no listing); the 2,000 without it.
+    guarded = {"AUTH": [("digest", "scale:crowd-secret")]} if waiters >= WAITERS else {}
+    zklocks_settings(
+        HOSTS=roomy_zk.hosts, SESSION_TIMEOUT=20.0, CONNECT_TIMEOUT=10.0, TICK_TIME=1.0, POOL_SIZE=1, **guarded
+    )
     names = [f"crowd-{locks}-{j}" for j in range(locks)]
     paths = [zk_lock(name).path for name in names]
     served: dict[str, list[int]] = {name: [] for name in names}
