@@ -61,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench-results")
     p.add_argument("--no-redis", action="store_true")
     p.add_argument("--quick", action="store_true", help="a short run (smoke test)")
+    p.add_argument(
+        "--auth", action="store_true", help="zklocks on a guarded alias (AUTH): the handoff needs no listing"
+    )
     args = p.parse_args(argv)
+    if args.auth:
+        os.environ["ZKLOCKS_BENCH_AUTH"] = "1"  # the contender processes configure Django from it too
     exit_on_sigterm()
     if args.quick:
         args.rounds, args.seconds, args.handoff_seconds, args.handoff_rounds = 2, 0.3, 1.0, 1

@@ -6,6 +6,7 @@ Every comparison runs in one process against one server, in alternating rounds, 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import statistics
 import threading
 import time
@@ -32,6 +33,8 @@ def configure_django(hosts: str, namespace: str = "/zklocks-bench", pool_size: i
                     "CONNECT_TIMEOUT": 10.0,
                     "POOL_SIZE": pool_size,
                     "REAP_INTERVAL": 0,
+                    # --auth: a guarded alias (its nodes refuse writes by anyone else), inherited by the contenders
+                    **({"AUTH": [("digest", "bench:bench-secret")]} if os.environ.get("ZKLOCKS_BENCH_AUTH") else {}),
                 }
             },
         )

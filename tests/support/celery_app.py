@@ -34,6 +34,8 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
     django.setup()
 
 from celery import Celery  # noqa: E402
+from celery.exceptions import SoftTimeLimitExceeded  # noqa: E402
+from celery.signals import task_prerun  # noqa: E402
 
 from zklocks import LockLost, LockNotAcquired, signals, zk_lock  # noqa: E402
 from zklocks.celery import SingleExecutionTask  # noqa: E402
@@ -259,3 +261,43 @@ def unique_long(self, key, hold=0.2, fail=False):
 def session_info(self, n=0):
     hold = next(iter(self.request.zk_lock._mine.values()))[0]
     return {"pid": os.getpid(), "session_id": hold.session.client.client_id[0]}
+
+
+SOFT_LIMIT = 1.0
+_prerun_at: dict[str, float] = {}
+
+
+@task_prerun.connect
+def _note_prerun(sender=None, task_id=None, **kwargs):
+    _prerun_at[task_id] = time.monotonic()  # before SingleExecutionTask takes its lock
+
+
+@app.task(
+    bind=True,
+    base=SingleExecutionTask,
+    lock_key="soft:{key}",
+    on_locked="raise",
+    soft_time_limit=SOFT_LIMIT,
+    time_limit=SOFT_LIMIT + 20,
+)
+def soft_limited(self, key, how="ensure_held"):
+    """Loops on ``ensure_held()`` (or waits for the contended lock ``soft-inner:<key>``) until Celery's soft time
+    limit; returns how long after SOFT_LIMIT (counted from task_prerun) SoftTimeLimitExceeded arrived, and any
+    other exception that came instead."""
+    start = _prerun_at.pop(self.request.id, time.monotonic())
+    lock = self.request.zk_lock
+    outcome = {"late": None, "error": "never interrupted", "pid": os.getpid()}
+    try:
+        while time.monotonic() - start < SOFT_LIMIT + 15:
+            if how == "ensure_held":
+                lock.ensure_held()
+            else:
+                with zk_lock(f"soft-inner:{key}", timeout=30):
+                    outcome["error"] = "the inner lock was granted"
+                    break
+    except SoftTimeLimitExceeded:
+        outcome.update(late=time.monotonic() - start - SOFT_LIMIT, error=None)
+    except BaseException as exc:  # what the test must never see: reported, not raised
+        outcome.update(late=time.monotonic() - start - SOFT_LIMIT, error=f"{type(exc).__module__}.{exc!r}")
+    outcome["held_after"] = lock.is_held
+    return outcome
