@@ -7,7 +7,8 @@
 # make docs   — the documentation site (mkdocs.yml, docs/) built with mkdocs build --strict into site/; requirements-docs.txt
 # make bench  — every figure against its floor (docs/benchmarks.md); make bench-view: the demo's reservation view under
 #               gunicorn and uvicorn on PostgreSQL, driven by wrk (both install postgresql and wrk when missing).
-# make demo   — the same set-up, then the demo site with ZooKeeper, Redis, a Celery worker and a load generator
+# make demo   — ZooKeeper and Redis when missing (no JDK, Curator or Chromium), the venv, then the demo site with
+#               ZooKeeper, Redis, a Celery worker and a load generator
 #               (make demo DEMO_PORT=8001 when port 8000 is taken).
 SHELL := /bin/bash
 PY ?= python3
@@ -17,8 +18,20 @@ DEB_PACKAGES := zookeeper redis-server chromium
 STAMP := $(VENV)/.requirements-stamp
 DOCS_STAMP := $(VENV)/.docs-requirements-stamp
 
-.PHONY: test lint docs chaos test-matrix demo bench bench-view system-deps bench-deps venv clean
+.PHONY: test lint docs chaos test-matrix demo bench bench-view system-deps demo-deps bench-deps venv clean
 
+# What the demo needs: ZooKeeper (with the JRE it depends on) and Redis.
+demo-deps:
+	@missing=""; \
+	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y $$missing; \
+	fi
+
+# The tests need more: headless Chromium (the admin), a JDK and Curator (the interop tests), openssl (TLS).
 system-deps:
 	@missing=""; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
@@ -85,7 +98,7 @@ test-matrix: system-deps venv
 
 DEMO_PORT ?= 8000
 
-demo: system-deps venv
+demo: demo-deps venv
 	$(BIN)/python -m demo_project.run --port $(DEMO_PORT)
 
 bench: system-deps bench-deps venv
