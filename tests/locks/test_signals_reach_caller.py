@@ -48,11 +48,18 @@ class Rounds:
         self.escaped: list[BaseException] = []
         self.lost_at: list[str] = []  # where the alarms that never surfaced were raised
         self._where = ""
+        self._in_finalizer = False
 
     def _handler(self, signum, frame) -> None:
         self.fired += 1
-        here = traceback.extract_stack(frame)[-4:]
+        stack = traceback.extract_stack(frame)
+        here = stack[-4:]
         self._where = " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in reversed(here))
+        # CPython reports an exception raised inside a weakref callback or a __del__ (run by the garbage
+        # collector at whatever line dropped the last reference) as unraisable, and the code that was running
+        # never sees it: no library can deliver such an alarm (docs/reference.md, "Exceptions raised by signal
+        # handlers").
+        self._in_finalizer = any(f.name == "__del__" or f.filename.endswith("_weakrefset.py") for f in stack[-2:])
         raise Alarm()
 
     @contextmanager
@@ -82,7 +89,9 @@ class Rounds:
         except Exception as exc:
             outcome = f"{type(exc).__module__}.{type(exc).__qualname__}"
             self.escaped.append(exc)
-        if outcome != "alarm" and self.fired > fired_before:
+        if outcome == "swallowed" and self.fired > fired_before and self._in_finalizer:
+            outcome = "raised in a finalizer"
+        elif outcome != "alarm" and self.fired > fired_before:
             self.lost_at.append(f"{outcome}: {self._where}")
         if outcome == "swallowed" and self.fired == fired_before:
             outcome = "never fired"
@@ -91,7 +100,9 @@ class Rounds:
     def check(self, rounds: int) -> None:
         assert self.escaped == [], (dict(self.outcomes), self.escaped[:3], self.lost_at)
         assert self.lost_at == [], (dict(self.outcomes), self.lost_at)
-        assert self.outcomes == Counter(alarm=rounds), dict(self.outcomes)
+        in_finalizer = self.outcomes["raised in a finalizer"]
+        assert in_finalizer <= rounds // 10, dict(self.outcomes)  # rare: the GC's timing, not zklocks' waits
+        assert self.outcomes["alarm"] + in_finalizer == rounds, dict(self.outcomes)
         assert self.fired == rounds
 
 

@@ -361,6 +361,13 @@ def acquire_steps(
                     continue  # woken by the session's state: look at the same node again
                 if held and _exclusive(layout, blocker):
                     break  # an exclusive holder held only once nothing was ahead of it: nothing is now
+                if not session.writes_guarded:
+                    # An open alias: anyone may have written and deleted that node, so only the queue itself
+                    # shows who is ahead now: one listing (the classic recipe's), not a walk node by node.
+                    children = yield Listing(parent, session, deadline)
+                    view, index = contender.place(children)
+                    ahead, gone_at_once = view.previous(index), 0
+                    continue
                 ahead = view.previous(ahead)  # it left (released, timed out, or its session ended)
                 gone_at_once = gone_at_once + 1 if at_once else 0
                 if gone_at_once >= WALK_BACK and ahead >= 0:
