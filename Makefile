@@ -4,6 +4,10 @@
 #               contenders of zklocks/testing/java, libcurator-recipes-java (Apache Curator 5.4 with guava,
 #               slf4j and jackson) for the Curator interop tests; a venv with requirements.txt)
 #               and runs the suite against servers it starts itself; it builds the site first (make docs).
+#               The suite runs the comparison's smoke form, so make test also installs what make compare needs.
+# make compare — zklocks against kazoo, python-redis-lock, pottery's Redlock, django-pglock (direct and behind
+#               PgBouncer) and an etcd lease lock, on the same faults (docs/comparison.md); installs postgresql,
+#               pgbouncer and etcd-server when missing, and requirements-compare.txt.
 # make docs   — the documentation site (mkdocs.yml, docs/) built with mkdocs build --strict into site/; requirements-docs.txt
 # make bench  — every figure against its floor (docs/benchmarks.md); make bench-view: the demo's reservation view under
 #               gunicorn and uvicorn on PostgreSQL, driven by wrk (both install postgresql and wrk when missing).
@@ -17,8 +21,10 @@ BIN := $(VENV)/bin
 DEB_PACKAGES := zookeeper redis-server chromium
 STAMP := $(VENV)/.requirements-stamp
 DOCS_STAMP := $(VENV)/.docs-requirements-stamp
+COMPARE_STAMP := $(VENV)/.compare-requirements-stamp
 
-.PHONY: test lint docs chaos test-matrix demo bench bench-view system-deps demo-deps bench-deps venv clean
+.PHONY: test lint docs chaos test-matrix demo bench bench-view compare system-deps demo-deps bench-deps compare-deps \
+	venv compare-venv clean
 
 # What the demo needs: ZooKeeper (with the JRE it depends on) and Redis.
 demo-deps:
@@ -59,6 +65,19 @@ bench-deps:
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y $$missing; \
 	fi
 
+# Only make compare and its smoke test need these (not make demo): PostgreSQL, PgBouncer and etcd, each started by
+# the comparison itself (as root, PostgreSQL and PgBouncer run as nobody).
+compare-deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || missing="$$missing pgbouncer"; \
+	command -v etcd >/dev/null || missing="$$missing etcd-server"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y $$missing; \
+	fi
+
 $(STAMP): requirements.txt pyproject.toml
 	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
@@ -68,6 +87,13 @@ $(STAMP): requirements.txt pyproject.toml
 
 venv: $(STAMP)
 
+# The locks the comparison runs against (make test runs its smoke form).
+$(COMPARE_STAMP): requirements-compare.txt $(STAMP)
+	$(BIN)/pip install -q -r requirements-compare.txt
+	@touch $(COMPARE_STAMP)
+
+compare-venv: $(COMPARE_STAMP)
+
 LINTED := zklocks tests benchmarks demo_project manage.py noxfile.py
 
 lint: venv
@@ -75,8 +101,8 @@ lint: venv
 	$(BIN)/ruff format --check $(LINTED)
 	timeout 600 $(BIN)/mypy
 
-test: system-deps venv lint docs
-	timeout 1800 $(BIN)/python -m pytest -q -p no:randomly
+test: system-deps compare-deps venv compare-venv lint docs
+	timeout 2700 $(BIN)/python -m pytest -q -p no:randomly
 
 # Only the site needs these (make demo does not).
 $(DOCS_STAMP): requirements-docs.txt
@@ -107,6 +133,9 @@ bench: system-deps bench-deps venv
 
 bench-view: system-deps bench-deps venv
 	timeout 600 $(BIN)/python -m benchmarks.view_load
+
+compare: system-deps compare-deps venv compare-venv
+	timeout 1500 $(BIN)/python -m benchmarks.compare
 
 clean:
 	rm -rf $(VENV) .nox .demo build dist site *.egg-info

@@ -1,0 +1,56 @@
+"""The comparison's smoke form (``python -m benchmarks.compare --quick``) runs in ``make test``, so it cannot rot.
+
+It starts every store itself (ZooKeeper, Redis, PostgreSQL, PgBouncer, etcd: make test installs them) and runs each
+system's speed figures and one round of the fault schedule, four systems at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SYSTEMS = {"zklocks", "kazoo", "redis-lock", "redlock", "pglock", "pglock-pgbouncer", "etcd"}
+KEYS = {
+    "system",
+    "p50_ms",
+    "p99_ms",
+    "handoffs_per_s",
+    "holds",
+    "double_holders",
+    "double_holders_fenced",
+    "max_stall_s",
+}
+
+
+@pytest.mark.timeout(150)
+def test_compare_quick(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "benchmarks.compare", "--quick", "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=130,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    results = json.loads((tmp_path / "compare.json").read_text())
+    assert {r["system"] for r in results} == SYSTEMS
+    for r in results:
+        assert KEYS <= r.keys(), r
+        assert 0 < r["p50_ms"] <= r["p99_ms"] < 10_000, r
+        assert r["handoffs_per_s"] > 0, r
+        assert r["holds"] > 0, r
+        assert r["faults_injected"] == 4, r  # one round: pause, pause after the check, partition, kill
+        assert 0 <= r["double_holders"] <= r["holds"], r
+        assert 0 < r["max_stall_s"] < 60, r
+        if r["system"] in ("zklocks", "etcd"):  # the systems with a fencing token
+            assert r["double_holders_fenced"] is not None and r["double_holders_fenced"] <= r["double_holders"], r
+        else:
+            assert r["double_holders_fenced"] is None, r
+    # The schedule is strong enough to break a lock without fencing: some system shows a double holder.
+    assert any(r["double_holders"] > 0 for r in results), results
+    assert "| zklocks |" in (tmp_path / "compare.md").read_text()
