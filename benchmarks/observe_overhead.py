@@ -16,7 +16,8 @@ from benchmarks import workloads
 
 
 def _variants() -> dict[str, tuple]:
-    from zklocks import metrics, observe, tracing
+    from zklocks import observe
+    from zklocks.contrib import metrics, tracing
 
     installed = tuple(observe.observers)
     m = metrics.installed() or metrics.start(metrics.Metrics())
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(json.dumps(run(zk.hosts, args.rounds, args.seconds), indent=2))
     finally:
-        from zklocks.connections import close_all
+        from zklocks.client.pools import close_all
 
         close_all()
         zk.cleanup()

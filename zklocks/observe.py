@@ -1,6 +1,6 @@
 """Where lower layers report what locks and sessions do, for whoever observes (metrics.py, tracing.py).
 
-This module imports nothing of zklocks: session.py, holds.py and locks.py call it, and the observers register
+This module imports nothing of zklocks: session.py, hold_registry.py and locks.py call it, and the observers register
 themselves here. With no observer registered every call is one test of an empty tuple.
 
 Observer methods (all optional; see :class:`Observer`) must be cheap and must not raise: they run on the
@@ -139,7 +139,7 @@ def _safe(method, *args):
     try:
         return method(*args)
     except Exception as exc:  # an observer never breaks a lock
-        from .interrupts import raised_by_signal_handler  # imports no zklocks module
+        from .client.interrupts import raised_by_signal_handler  # imports no zklocks module
 
         if raised_by_signal_handler(exc):
             raise  # not the observer's failure: a signal handler's exception reaches the caller

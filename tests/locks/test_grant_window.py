@@ -12,9 +12,9 @@ import pytest
 from tests.support.helpers import wait_until
 from tests.support.threads import in_thread
 from zklocks import zk_lock, zk_semaphore
-from zklocks.connections import Session, connections
-from zklocks.holds import Hold, LongHolds, current_owner
-from zklocks.locks import _BaseHandle
+from zklocks.client.pools import Session, connections
+from zklocks.handles.hold_registry import Hold, LongHolds, current_owner
+from zklocks.handles.locks import _BaseHandle
 from zklocks.recipes import queue
 
 pytestmark = pytest.mark.zk

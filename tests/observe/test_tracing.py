@@ -7,7 +7,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from tests.support.threads import in_thread
 from zklocks import ZkUnavailable, observe, zk_lock, zk_semaphore
-from zklocks.tracing import Tracing
+from zklocks.contrib.tracing import Tracing
 
 pytestmark = pytest.mark.zk
 

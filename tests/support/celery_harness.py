@@ -247,7 +247,7 @@ def celery_settings(request):
     """settings.ZKLOCKS of this process pointed at the workers' namespace (for unique_queued producers)."""
     from django.test import override_settings
 
-    from zklocks.connections import close_all
+    from zklocks.client.pools import close_all
 
     env = request.getfixturevalue("celery_env")
     override = override_settings(ZKLOCKS=env.settings())

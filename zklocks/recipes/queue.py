@@ -26,7 +26,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType
 
-from .. import holder
+from ..client.session import Session
 from ..exceptions import (
     LockNotAcquired,
     LockTimeout,
@@ -35,13 +35,12 @@ from ..exceptions import (
     ZkAuthError,
     ZkUnavailable,
 )
-from ..session import Session
-from . import steps
-from .calls import Deadline, DeadlinePassed, SessionGone
+from . import node_data, step_runner
+from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
 from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, Layout, sequence_trusted
 from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
-from .steps import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
+from .step_runner import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
 
 log = logging.getLogger("zklocks")
 
@@ -53,7 +52,7 @@ WALK_BACK = 3
 class Contender(OwnNode):
     """One enqueued node of one acquire attempt on one session.
 
-    Its steps (enqueue, read the queue, wait for the blocker) are generators of steps.py, driven by a thread or
+    Its steps (enqueue, read the queue, wait for the blocker) are generators of step_runner.py, driven by a thread or
     by an event loop (see :func:`acquire` and :func:`acquire_steps`).
     """
 
@@ -159,7 +158,7 @@ class Contender(OwnNode):
         it was gone already: ``at_once``), and whether it is known to have held the lock: a contender writes its
         node only once it holds.
 
-        One watch, on the blocker's data. An exclusive blocker with the release-only promise (holder.py) writes
+        One watch, on the blocker's data. An exclusive blocker with the release-only promise (node_data.py) writes
         its node only in the transaction that deletes it, so the first change means "held, and gone": we hold
         at that one notification, with no request in between. Any other blocker's write (a long hold's
         acquired_at, of a reader or of an older client) only says it held: the watch is set again without
@@ -273,7 +272,9 @@ def acquire(
     name: str,
 ) -> Contender:
     """Enqueue and wait until held, in the calling thread. See :func:`acquire_steps`."""
-    return steps.run(acquire_steps(get_session, parent, marker, data, blocking=blocking, deadline=deadline, name=name))
+    return step_runner.run(
+        acquire_steps(get_session, parent, marker, data, blocking=blocking, deadline=deadline, name=name)
+    )
 
 
 def acquire_steps(
@@ -413,7 +414,7 @@ def _wait_reading(contender: Contender, children: list[str], deadline: Deadline)
 
 def _promised(read) -> bool:
     """Whether the node a successful read answered for carries the release-only promise."""
-    return read.successful() and holder.marks_release_only(read.value[0])
+    return read.successful() and node_data.marks_release_only(read.value[0])
 
 
 def _exclusive(layout: Layout, child: str) -> bool:

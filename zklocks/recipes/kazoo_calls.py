@@ -25,7 +25,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from ..exceptions import ZkAuthError, ZkLocksError, ZkUnavailable
 
 if TYPE_CHECKING:
-    from ..session import Session
+    from ..client.session import Session
 
 NOAUTH_HINT = "Check the alias's AUTH credentials and the ACL of its NAMESPACE."
 

@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
 from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
-from . import conf
-from .exceptions import ZkUnavailable
-from .recipes import layout
-from .recipes.calls import translate
-from .session import Session, build_acl
+from .. import conf
+from ..client.session import Session, build_acl
+from ..exceptions import ZkUnavailable
+from ..recipes import layout
+from ..recipes.kazoo_calls import translate
 
 PERMISSIONS = (
     ("READ", Permissions.READ),

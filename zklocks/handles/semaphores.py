@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from . import holder, holds
-from .connections import connections
-from .exceptions import ZkUnavailable
-from .holds import Grant, Hold
+from ..client.pools import connections
+from ..exceptions import ZkUnavailable
+from ..names import join_path
+from ..recipes import node_data, semaphore
+from ..recipes.kazoo_calls import Deadline
+from ..recipes.layout import Kind
+from . import hold_registry
+from .hold_registry import Grant, Hold
 from .locks import _BaseHandle
-from .names import join_path
-from .recipes import semaphore
-from .recipes.calls import Deadline
-from .recipes.layout import Kind
 
 
 class ZkSemaphore(_BaseHandle):
@@ -52,7 +52,7 @@ class ZkSemaphore(_BaseHandle):
                 pool.session,
                 path,
                 self.max_leases,
-                holder.payload(),
+                node_data.payload(),
                 blocking=blocking,
                 deadline=deadline,
                 name=self.name,
@@ -60,7 +60,7 @@ class ZkSemaphore(_BaseHandle):
             )
             hold = grant.hold = Hold(self.using, self.name, self.kind, lease, None)
             if lease.session.add_hold(hold):
-                holds.long_holds.add(hold, lease.waited)
+                hold_registry.long_holds.add(hold, lease.waited)
                 return hold
             if deadline.expired():  # the session ended between the grant and now: an outage, not contention
                 raise ZkUnavailable(

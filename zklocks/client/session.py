@@ -27,8 +27,9 @@ from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KazooState, KeeperState
 from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
-from . import clock, conf, dispatch, kazoo_compat, lease, observe
-from .exceptions import ZkAuthError, ZkUnavailable
+from .. import conf, observe
+from ..exceptions import ZkAuthError, ZkUnavailable
+from . import clock, kazoo_compat, lease, worker_threads
 from .interrupts import raised_by_signal_handler
 from .iohandler import DEFAULT_HANDLER, read_without_select
 from .kazoolog import KazooLog
@@ -277,7 +278,7 @@ class Session:
             self._connected.clear()
             if state == KazooState.SUSPENDED and self._down_since is None:
                 down_since = self._down_since = clock.now()
-                dispatch.get().call_later(self.timeout, lambda: self._drop_if_still_down(down_since))
+                worker_threads.get().call_later(self.timeout, lambda: self._drop_if_still_down(down_since))
         if observe.observers and not self.dead and state != KazooState.LOST:
             observe.session_state(self, "connected" if state == KazooState.CONNECTED else "suspended")
         if state == KazooState.LOST:
@@ -304,7 +305,7 @@ class Session:
             gen = self._keeper_gen
         if at is None:
             at = max(clock.now(), self.lease_deadline() - self.renew_ahead())
-        dispatch.get().call_at(at, lambda: self._keep(gen))
+        worker_threads.get().call_at(at, lambda: self._keep(gen))
 
     def _keep(self, gen: int) -> None:
         """On the dispatch thread: declare the loss at the lease deadline, renew ahead of it."""
@@ -377,7 +378,7 @@ class Session:
 
     def _declare_lost_soon(self, reason: str) -> None:
         if self._mark_dead(reason):
-            dispatch.get().call_soon(lambda: self._finish_loss(reason))
+            worker_threads.get().call_soon(lambda: self._finish_loss(reason))
 
     # -- public --
 
@@ -451,7 +452,7 @@ class Session:
             watch = not self._watching
             self._watching = True
         if watch:
-            dispatch.get().call_later(self.cfg.connect_timeout / 4, self._watch)
+            worker_threads.get().call_later(self.cfg.connect_timeout / 4, self._watch)
         self._arm_keeper()
         try:
             yield event
@@ -529,7 +530,7 @@ class Session:
                     self.client.exists_async("/")
                 except Exception:
                     log.debug("zklocks: probe of alias %r not sent", self.alias, exc_info=True)
-        dispatch.get().call_later(period, self._watch)
+        worker_threads.get().call_later(period, self._watch)
 
     def _drop_if_still_down(self, down_since: float) -> None:
         """Disconnected for a whole session timeout: the session is over on every server that still knows it.

@@ -72,13 +72,13 @@ def timestamp(value: Any) -> float | None:
 
 
 def _current_owner() -> object:
-    from .holds import current_owner  # holds imports this module
+    from ..handles.hold_registry import current_owner  # holds imports this module
 
     return current_owner()
 
 
 def thread_name(owner: object) -> str:
-    """The name of the thread of ``owner`` (a holds.Owner; for an asyncio task, its event loop's thread), read
+    """The name of the thread of ``owner`` (a hold_registry.Owner; for an asyncio task, its event loop's thread), read
     now when called in that thread."""
     if getattr(owner, "ident", None) == threading.get_ident():
         return threading.current_thread().name
@@ -101,7 +101,7 @@ def payload(
 ) -> bytes:
     """Node data for a contender. The fixed part is encoded once per (thread, task, owner, pid).
 
-    ``thread``, ``task`` and ``owner`` (holds.Owner) default to the caller's; give them when writing for another
+    ``thread``, ``task`` and ``owner`` (hold_registry.Owner) default to the caller's; give them when writing for another
     thread. The owner is written as ``ident`` (its thread's ident), ``owner`` (its number, never reused within
     the process) and, for an asyncio task, ``asyncio_task`` (the task's name): the deadlock finder tells actors
     apart by them. Data with only ``extra`` (a Celery unique-task marker) names no owner.

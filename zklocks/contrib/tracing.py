@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import observe
+from .. import observe
 
 try:
     from opentelemetry import trace
@@ -24,7 +24,7 @@ class Tracing(observe.Observer):
     def __init__(self, tracer_provider: Any = None) -> None:
         if trace is None:
             raise RuntimeError("zklocks tracing needs opentelemetry-api")
-        from . import __version__
+        from .. import __version__
 
         self.tracer = trace.get_tracer("zklocks", __version__, tracer_provider=tracer_provider)
 

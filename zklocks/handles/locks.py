@@ -1,8 +1,8 @@
 """Lock handles: context manager, decorator and explicit acquire/release; reentrancy, tokens, loss.
 
 A handle may be shared by threads: each owner (a thread, or an asyncio task for ``async with``) has its own
-hold (holds.py). ``zk_multi_lock`` lives in multilock.py, async bridging in offloop.py, release on commit in
-commit.py.
+hold (hold_registry.py). ``zk_multi_lock`` lives in multilock.py, async bridging in async_bridge.py, release on
+commit in on_commit.py.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ from typing import Any, TypeVar
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from . import conf, holder, holds, names, observe, signals
-from .acquirable import _Acquirable
-from .commit import release_after_commit
-from .connections import connections
-from .exceptions import (
+from .. import conf, names, observe, signals
+from ..client.pools import connections
+from ..exceptions import (
     InvalidLockName,
     LockLost,
     LockNotAcquired,
@@ -30,14 +28,17 @@ from .exceptions import (
     LockUpgradeError,
     ZkUnavailable,
 )
-from .holds import Grant, Hold, current_owner
-from .names import join_path, validate_name
-from .offloop import acquire_off_loop, run_off_loop
-from .recipes import layout, queue, steps
-from .recipes.calls import Deadline, translate
-from .recipes.layout import Kind
-from .recipes.node import layout_of
-from .recipes.steps import Blocking, Steps
+from ..names import join_path, validate_name
+from ..recipes import layout, node_data, queue, step_runner
+from ..recipes.kazoo_calls import Deadline, translate
+from ..recipes.layout import Kind
+from ..recipes.node import layout_of
+from ..recipes.step_runner import Blocking, Steps
+from . import hold_registry
+from .acquire_base import _Acquirable
+from .async_bridge import acquire_off_loop, run_off_loop
+from .hold_registry import Grant, Hold, current_owner
+from .on_commit import release_after_commit
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -62,15 +63,15 @@ class _BaseHandle(_Acquirable):
 
     # -- to be provided by subclasses --
 
-    # Whether ``async with`` waits on the event loop itself (recipes/steps.py) rather than in a thread.
+    # Whether ``async with`` waits on the event loop itself (recipes/step_runner.py) rather than in a thread.
     waits_on_loop = False
 
     def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
-        """Take the lock; record in ``grant`` what is taken as soon as it is (see holds.Grant)."""
+        """Take the lock; record in ``grant`` what is taken as soon as it is (see hold_registry.Grant)."""
         raise NotImplementedError
 
     def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
-        """``_acquire_hold`` as steps. Handles that cannot wait on the loop run it in a thread (offloop.py)."""
+        """``_acquire_hold`` as steps. Handles that cannot wait on the loop run it in a thread (async_bridge.py)."""
         return (yield Blocking(lambda: self._acquire_hold(blocking, deadline, grant)))
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
@@ -99,14 +100,14 @@ class _BaseHandle(_Acquirable):
         cancel: threading.Event | None = None,
         at: float | None = None,
     ) -> None:
-        steps.run(self._acquire_steps(blocking, timeout, cancel, at))
+        step_runner.run(self._acquire_steps(blocking, timeout, cancel, at))
 
     async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
         if not self.waits_on_loop:
             await acquire_off_loop(self, blocking, timeout)
         else:
-            await steps.run_async(self._acquire_steps(blocking, timeout, None, None, on_loop=True))
-        holds.note_async_holder()
+            await step_runner.run_async(self._acquire_steps(blocking, timeout, None, None, on_loop=True))
+        hold_registry.note_async_holder()
 
     def _acquire_steps(
         self,
@@ -116,7 +117,7 @@ class _BaseHandle(_Acquirable):
         at: float | None,
         on_loop: bool = False,
     ) -> Steps:
-        """The whole acquire, as steps (recipes/steps.py): a thread or the event loop drives it."""
+        """The whole acquire, as steps (recipes/step_runner.py): a thread or the event loop drives it."""
         blocking, deadline, once = self._start(blocking, timeout, cancel, at, on_loop)
         started = time.monotonic()
         if deadline.cancelled():  # an async call cancelled before a thread took it up
@@ -186,7 +187,7 @@ class _BaseHandle(_Acquirable):
         with self._mine_lock:
             stack = self._mine.get(owner)
             if not stack:
-                holder = holds.releasing_for()
+                holder = hold_registry.releasing_for()
                 stack = self._mine.get(holder) if holder is not None else None
                 if stack:
                     owner = holder
@@ -220,11 +221,11 @@ class _BaseHandle(_Acquirable):
 
     def _drop(self, hold: Hold, wait: bool = False) -> None:
         if hold.key is not None:
-            with holds.registry_lock:
+            with hold_registry.registry_lock:
                 hold.count -= 1
                 last = hold.count == 0
-                if last and holds.registry.get(hold.key) is hold:
-                    del holds.registry[hold.key]
+                if last and hold_registry.registry.get(hold.key) is hold:
+                    del hold_registry.registry[hold.key]
         else:
             hold.count -= 1
             last = hold.count == 0
@@ -422,7 +423,7 @@ class ZkLock(_BaseHandle):
     waits_on_loop = True
 
     def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
-        return steps.run(self._hold_steps(blocking, deadline, grant))
+        return step_runner.run(self._hold_steps(blocking, deadline, grant))
 
     def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
         pool = connections[self.using]
@@ -432,8 +433,8 @@ class ZkLock(_BaseHandle):
         if self.rw and lay.read != lay.shared:
             key += ("rw",)  # Curator's read/write lock and its mutex are separate locks on one path
         if self.reentrant:
-            with holds.registry_lock:
-                existing = holds.registry.get(key)
+            with hold_registry.registry_lock:
+                existing = hold_registry.registry.get(key)
                 if existing is not None:
                     if existing.lost or not existing.is_held:
                         reason = existing.lost_reason or "suspended"
@@ -453,7 +454,7 @@ class ZkLock(_BaseHandle):
                     grant.hold = existing
                     return existing
         parent = join_path(pool.cfg.namespace, self.name)
-        data = holder.payload()
+        data = node_data.payload()
         while True:
             grant.hold = None
             contender = grant.contender = yield from queue.acquire_steps(
@@ -474,11 +475,11 @@ class ZkLock(_BaseHandle):
                     f"{self.kind} lock {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
                     "acquiring, and the timeout ran out"
                 )
-        holds.long_holds.add(hold, contender.waited)
-        with holds.registry_lock:
+        hold_registry.long_holds.add(hold, contender.waited)
+        with hold_registry.registry_lock:
             # A non-reentrant hold (SingleExecutionTask) is registered too: a plain zk_lock of the same name in
             # the task body nests in it instead of queueing behind itself. It never displaces an existing entry.
-            if holds.registry.setdefault(key, hold) is not hold:
+            if hold_registry.registry.setdefault(key, hold) is not hold:
                 hold.key = None
         return hold
 
@@ -505,6 +506,6 @@ def zk_lock(
 
 def lock_path(name: str, using: str = "default") -> str:
     """The lock node of ``name`` for alias ``using``, as other ZooKeeper clients see it."""
-    from .conf import alias_config
+    from ..conf import alias_config
 
     return join_path(alias_config(using).namespace, name)

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core import checks
 
-from . import conf
+from .. import conf
 
 
 def _inside(inner: str, outer: str) -> bool:
@@ -59,7 +59,7 @@ PROTECT_HINT = (
 def _target(callback: Any) -> str | None:
     """'metrics' or 'health' for a URL callback that ends in zklocks' metrics view or a health view running the
     ZooKeeper check, whatever decorators wrap it; else None."""
-    from . import views
+    from .. import views
 
     seen = 0
     func = callback

@@ -26,9 +26,9 @@ from typing import Any
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 
-from ..session import Session
+from ..client.session import Session
 from . import gate
-from .calls import (
+from .kazoo_calls import (
     Deadline,
     DeadlinePassed,
     SessionGone,
@@ -257,7 +257,7 @@ async def _settled(future: asyncio.Future, session: Session, deadline: Deadline)
 
 
 async def _answered(future: asyncio.Future, session: Session, limit: float) -> bool:
-    """``calls.answered`` on the loop: False sooner once the session is marked unresponsive."""
+    """``kazoo_calls.answered`` on the loop: False sooner once the session is marked unresponsive."""
     end = time.monotonic() + limit
     step = silence_check(session)
     while not await _within(future, max(0.0, min(end - time.monotonic(), step))):
@@ -267,7 +267,7 @@ async def _answered(future: asyncio.Future, session: Session, limit: float) -> b
 
 
 async def _request(make: Callable[[], Any], session: Session, deadline: Deadline) -> Any:
-    late_tries = 0  # as in calls.call: one more try after a reconnect past the deadline
+    late_tries = 0  # as in kazoo_calls.call: one more try after a reconnect past the deadline
     while True:
         if session.dead:
             raise SessionGone()

@@ -19,10 +19,10 @@ from typing import Protocol
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
-from .conf import AliasConfig
-from .recipes import layout
-from .recipes.layout import INTERNAL_CHILDREN, SEQUENCE_WARN
-from .session import Session
+from ..client.session import Session
+from ..conf import AliasConfig
+from ..recipes import layout
+from ..recipes.layout import INTERNAL_CHILDREN, SEQUENCE_WARN
 
 log = logging.getLogger("zklocks")
 

@@ -23,12 +23,12 @@ from typing import Any
 
 from kazoo.exceptions import NoAuthError, NoNodeError
 
-from . import holder
-from .multiread import CHILDREN, DATA, fetch
-from .names import decode_name, encode_name, validate_name
-from .recipes.calls import translate
-from .recipes.layout import KAZOO, Kind, Layout, get, sequence_trusted
-from .recipes.semaphore import stored_max_leases
+from ..client.multiread import CHILDREN, DATA, fetch
+from ..names import decode_name, encode_name, validate_name
+from ..recipes import node_data
+from ..recipes.kazoo_calls import translate
+from ..recipes.layout import KAZOO, Kind, Layout, get, sequence_trusted
+from ..recipes.semaphore import stored_max_leases
 
 KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE, Kind.ELECTION)
 
@@ -56,7 +56,7 @@ class Contender:
     acquired_at: float | None = None
     raw: str | None = None  # foreign node data (e.g. a kazoo Lock identifier), verbatim
     ident: int | str | None = None  # the thread ident of the owner (an asyncio task's: its loop's thread)
-    owner: int | str | None = None  # the owner's number in its process (holds.Owner): a thread or an asyncio task
+    owner: int | str | None = None  # its number in its process (hold_registry.Owner): a thread or an asyncio task
     asyncio_task: str | None = None  # the asyncio task's name, when the owner is one
     invalid: tuple[str, ...] = ()  # fields of the node data that were there but unusable (wrong type, range)
 
@@ -199,7 +199,7 @@ def _int(value: Any) -> Any:
 
 
 def _float(value: Any) -> Any:
-    return None if value is None else _INVALID if (moment := holder.timestamp(value)) is None else moment
+    return None if value is None else _INVALID if (moment := node_data.timestamp(value)) is None else moment
 
 
 def _str(value: Any) -> Any:
@@ -233,7 +233,7 @@ def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None
     if answer is None:
         return None  # gone since the listing
     raw, stat = answer
-    data = holder.parse(raw)
+    data = node_data.parse(raw)
     created = stat.ctime / 1000.0
     fields: dict[str, Any] = {}
     invalid = []
@@ -260,7 +260,7 @@ def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None
 
 def _max_leases(raw: bytes | None) -> int | None:
     """A semaphore marker's lease count; None for other data, and for a marker whose count is no sane number."""
-    if not raw or len(raw) > holder.MAX_PARSE or not holder._shallow(raw.decode("utf-8", errors="replace")):
+    if not raw or len(raw) > node_data.MAX_PARSE or not node_data._shallow(raw.decode("utf-8", errors="replace")):
         return None
     try:
         value = stored_max_leases(raw)
@@ -302,7 +302,7 @@ def read_namespace(
         data, children = answers[2 * idx], answers[2 * idx + 1]
         if data is None or children is None:
             continue  # reaped since the listing
-        record = holder.parse_hold_record(data[0])
+        record = node_data.parse_hold_record(data[0])
         if record is not None:
             records[f"{ns}/{node}"] = record
         max_leases = _max_leases(data[0])
@@ -387,8 +387,8 @@ def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.
     """One alias's locks (or only the lock nodes ``nodes``); problems become ``error``, never an exception.
 
     ``connected`` is set once a session is at hand (or the attempt is over)."""
-    from .connections import connections
-    from .exceptions import ZkLocksError
+    from ..client.pools import connections
+    from ..exceptions import ZkLocksError
 
     started = time.monotonic()
     cfg = None
@@ -431,7 +431,7 @@ def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.
 def _read_all(wanted: list[tuple[str, list[str] | None]]) -> list[AliasSnapshot]:
     """Read aliases in parallel. Getting a session is bounded by the alias's CONNECT_TIMEOUT even when another
     thread is already starting one; the reads themselves are bounded by answers arriving (``_Results``)."""
-    from . import conf
+    from .. import conf
 
     found: dict[int, AliasSnapshot] = {}
     running = []
@@ -467,7 +467,7 @@ def _read_all(wanted: list[tuple[str, list[str] | None]]) -> list[AliasSnapshot]
 def snapshot(aliases: list[str] | None = None) -> Snapshot:
     """All locks of every configured alias (or of ``aliases``), read in parallel: an unreachable alias costs
     its own CONNECT_TIMEOUT, not the sum of them."""
-    from . import conf
+    from .. import conf
 
     wanted = list(conf.aliases() if aliases is None else aliases)
     taken_at = time.time()

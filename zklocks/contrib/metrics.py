@@ -31,8 +31,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import observe
-from .exceptions import ZkConfigError
+from .. import observe
+from ..exceptions import ZkConfigError
 
 try:
     import prometheus_client

@@ -30,7 +30,7 @@ from kazoo.client import KazooClient
 from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import Connect, ReplyHeader
 
-from .exceptions import ZkConfigError
+from ..exceptions import ZkConfigError
 
 # The kazoo releases zklocks is tested with (noxfile.py's kazoo cells: the lowest and the highest); the same range
 # as pyproject.toml's dependency.

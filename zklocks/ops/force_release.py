@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from .connections import connections
-from .exceptions import ZkLocksError
-from .inspect import Contender, LockInfo, lock_info
-from .recipes.calls import translate
+from ..client.pools import connections
+from ..exceptions import ZkLocksError
+from ..recipes.kazoo_calls import translate
+from .read_model import Contender, LockInfo, lock_info
 
 
 @dataclass

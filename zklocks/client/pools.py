@@ -6,8 +6,9 @@ import atexit
 import os
 import threading
 
-from . import conf, reaper
-from .exceptions import ZkUnavailable
+from .. import conf
+from ..exceptions import ZkUnavailable
+from ..ops import reaper
 from .session import Session
 
 

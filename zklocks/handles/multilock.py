@@ -6,12 +6,12 @@ import functools
 import inspect
 import threading
 
-from . import holds
-from .acquirable import _Acquirable
-from .commit import release_after_commit
+from ..recipes.layout import Kind
+from . import hold_registry
+from .acquire_base import _Acquirable
+from .async_bridge import acquire_off_loop, run_off_loop
 from .locks import F, ZkLock
-from .offloop import acquire_off_loop, run_off_loop
-from .recipes.layout import Kind
+from .on_commit import release_after_commit
 
 MemberSpec = str | tuple[str, str] | ZkLock
 
@@ -67,7 +67,7 @@ class ZkMultiLock(_Acquirable):
         blocking, deadline, once = self._start(blocking, timeout, cancel, at)
         # What each member held for this owner before: a member whose acquire returned is given back even if an
         # exception (a signal handler's) comes before the loop has noted it.
-        owner = holds.current_owner()
+        owner = hold_registry.current_owner()
         before = [len(lock._mine.get(owner, ())) for lock in self.locks]
         try:
             for lock in self.locks:
@@ -119,7 +119,7 @@ class ZkMultiLock(_Acquirable):
 
     async def __aenter__(self):
         await acquire_off_loop(self, None, None)
-        holds.note_async_holder()
+        hold_registry.note_async_holder()
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:

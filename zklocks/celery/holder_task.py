@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from kazoo.exceptions import NoNodeError
 
-from .. import holder
-from ..connections import connections
-from ..interrupts import raised_by_signal_handler
+from ..client.interrupts import raised_by_signal_handler
+from ..client.pools import connections
 from ..names import join_path
-from ..recipes import layout
-from ..recipes.calls import Deadline, call
+from ..recipes import layout, node_data
+from ..recipes.kazoo_calls import Deadline, call
 
 
 def holder_task_id(using: str, name: str) -> str | None:
@@ -32,4 +31,4 @@ def holder_task_id(using: str, name: str) -> str | None:
         if raised_by_signal_handler(exc):
             raise  # SoftTimeLimitExceeded and the like reach the task
         return None
-    return holder.parse(data).get("task_id")
+    return node_data.parse(data).get("task_id")

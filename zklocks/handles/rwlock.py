@@ -7,8 +7,8 @@ which is a lock of its own next to Curator's mutex (``zk_lock(name)``) on the sa
 
 from __future__ import annotations
 
+from ..names import validate_name
 from .locks import ZkLock
-from .names import validate_name
 
 
 class ZkRwLock:

@@ -14,15 +14,15 @@ increasing over successive leaders.
 
 from __future__ import annotations
 
-from . import holder, holds
-from .connections import connections
-from .exceptions import LockLost, ZkUnavailable
-from .holds import Grant, Hold
+from ..client.pools import connections
+from ..exceptions import LockLost, ZkUnavailable
+from ..names import join_path
+from ..recipes import layout, node_data, queue
+from ..recipes.kazoo_calls import Deadline
+from ..recipes.layout import Kind
+from . import hold_registry
+from .hold_registry import Grant, Hold
 from .locks import _BaseHandle
-from .names import join_path
-from .recipes import layout, queue
-from .recipes.calls import Deadline
-from .recipes.layout import Kind
 
 
 class ZkLeader(_BaseHandle):
@@ -54,7 +54,7 @@ class ZkLeader(_BaseHandle):
         pool = connections[self.using]
         parent = join_path(pool.cfg.namespace, self.name)
         latch = layout.get(pool.cfg.layout).latch  # kazoo layout: __elect__; Curator's LeaderLatch: latch-
-        data = holder.payload()
+        data = node_data.payload()
         while True:
             grant.hold = None
             contender = grant.contender = queue.acquire(
@@ -68,7 +68,7 @@ class ZkLeader(_BaseHandle):
                     f"{self.kind} {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
                     "acquiring, and the timeout ran out"
                 )
-        holds.long_holds.add(hold, contender.waited)  # watches our node: a deleted node is a lost leadership
+        hold_registry.long_holds.add(hold, contender.waited)  # watches our node: a deleted node is a lost leadership
         return hold
 
     # -- what the leader sees --

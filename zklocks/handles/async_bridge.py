@@ -11,8 +11,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from .exceptions import LockTimeout, SyncLockInEventLoop
-from .holds import owner_context
+from ..exceptions import LockTimeout, SyncLockInEventLoop
+from .hold_registry import owner_context
 
 _async_executor: ThreadPoolExecutor | None = None
 _release_executor: ThreadPoolExecutor | None = None
@@ -106,7 +106,7 @@ async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None)
 
 def _connect_timeout(alias: str) -> float:
     """The alias's CONNECT_TIMEOUT; 0 for an unknown alias (the thread reports it at once)."""
-    from . import conf
+    from .. import conf
 
     try:
         return conf.alias_config(alias).connect_timeout

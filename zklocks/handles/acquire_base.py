@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from .exceptions import LockNotAcquired
-from .offloop import acquire_off_loop, refuse_in_event_loop
-from .recipes.calls import Deadline
+from ..exceptions import LockNotAcquired
+from ..recipes.kazoo_calls import Deadline
+from .async_bridge import acquire_off_loop, refuse_in_event_loop
 
 
 class _Acquirable:

@@ -19,12 +19,13 @@ from contextlib import contextmanager
 
 from kazoo.protocol.states import EventType
 
-from . import dispatch, holder, observe, signals
-from .exceptions import ZkUnavailable
-from .recipes import layout
-from .recipes.calls import Deadline, DeadlinePassed, SessionGone, call
-from .recipes.queue import Contender
-from .session import Session
+from .. import observe, signals
+from ..client import worker_threads
+from ..client.session import Session
+from ..exceptions import ZkUnavailable
+from ..recipes import layout, node_data
+from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
+from ..recipes.queue import Contender
 
 _thread_local = threading.local()
 _numbers = itertools.count(1)
@@ -38,7 +39,7 @@ class Owner:
 
     Compared by identity. Not the thread ident alone: idents are reused by later threads (which would "re-enter"
     a dead thread's hold), and every task of one event loop shares its thread. ``number`` is never reused
-    within the process; contenders write it into their node data (holder.payload) with the thread ident, and,
+    within the process; contenders write it into their node data (node_data.payload) with the thread ident, and,
     for a task, the task's name.
     """
 
@@ -158,10 +159,10 @@ class Hold:
         self.own_writes = 0  # writes of ours to our node: its version past this means someone else wrote it
         self.acquired_at = time.monotonic()
         self.key = key
-        task = self.task = holder.current_task.get()
+        task = self.task = node_data.current_task.get()
         self.task_id = task[0] if task else None
         owner = self.owner = current_owner()
-        self.thread_name = holder.thread_name(owner)
+        self.thread_name = node_data.thread_name(owner)
 
     @property
     def token(self) -> int:
@@ -268,7 +269,7 @@ class LongHolds:
     ACL), from LONG_HOLD on, so that short holds keep the fast path's three requests. Holds younger than
     LONG_HOLD are looked at by one periodic tick on the dispatch thread: once a hold that waited has lasted that
     long we record acquired_at with one asynchronous set: an exclusive holder's in the lock node (its own node
-    changes only at the release, holder.marks_release_only), a reader's or a lease's in its own node (a
+    changes only at the release, node_data.marks_release_only), a reader's or a lease's in its own node (a
     successor's data watch re-arms without waking, see queue.Contender.wait_steps; our own watch knows the write
     is ours by the node's version).
     """
@@ -288,7 +289,7 @@ class LongHolds:
             if self._ticking:
                 return
             self._ticking = True
-        dispatch.get().call_later(LONG_HOLD, self._tick)
+        worker_threads.get().call_later(LONG_HOLD, self._tick)
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -303,7 +304,7 @@ class LongHolds:
                     watch_own_node(hold)  # only our identity may touch it: a force-release, heard from now on
                 record_acquired_at(hold, waited, acquired_at)
         if next_at is not None:
-            dispatch.get().call_at(next_at, self._tick)
+            worker_threads.get().call_at(next_at, self._tick)
 
 
 def watch_own_node(hold: Hold) -> None:
@@ -329,12 +330,12 @@ def watch_own_node(hold: Hold) -> None:
             rearm()  # ours (a hold record) or someone else's: the version tells
         elif event.type == EventType.NONE:
             # A connection blip cleared the watch: set it again once the session is back.
-            dispatch.get().call_later(0.05, rearm)
+            worker_threads.get().call_later(0.05, rearm)
 
     def on_exists(result) -> None:
         if not result.successful():
             if not session.dead:
-                dispatch.get().call_later(0.1, rearm)
+                worker_threads.get().call_later(0.1, rearm)
         else:
             judge(result.value)
 
@@ -342,7 +343,7 @@ def watch_own_node(hold: Hold) -> None:
         if hold.count <= 0 or hold.lost or session.dead:
             return
         if not session.connected:
-            dispatch.get().call_later(0.05, rearm)
+            worker_threads.get().call_later(0.05, rearm)
             return
         client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
 
@@ -357,13 +358,13 @@ def record_acquired_at(hold: Hold, waited: bool, acquired_at: float) -> None:
     node_layout = layout.get(session.cfg.layout)
     if waited and node_layout.holders_write:
         if node_layout.is_exclusive(getattr(contender, "marker", "")):
-            # Our own node must change only at the release (holder.marks_release_only): the lock node says it.
-            _record_in_lock_node(client, contender.parent, holder.hold_record(contender.name or "", acquired_at))
+            # Our own node must change only at the release (node_data.marks_release_only): the lock node says it.
+            _record_in_lock_node(client, contender.parent, node_data.hold_record(contender.name or "", acquired_at))
         else:
             hold.own_writes += 1  # before the write: our own watch may see it before its answer
             client.set_async(
                 contender.node,
-                holder.payload(
+                node_data.payload(
                     thread=hold.thread_name,
                     task=hold.task,
                     owner=hold.owner,
@@ -382,7 +383,7 @@ def _record_in_lock_node(client, parent: str, record: bytes) -> None:
             data, stat = result.get_nowait()
         except Exception:
             return  # gone, refused or disconnected: the record is for display only
-        if data and holder.parse_hold_record(data) is None:
+        if data and node_data.parse_hold_record(data) is None:
             return
         client.set_async(parent, record, version=stat.version)
 

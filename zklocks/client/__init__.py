@@ -1,0 +1,2 @@
+"""The ZooKeeper client side: sessions and their lease, per-alias pools, the I/O handler, multiRead, kazoo's log,
+the worker threads, and the checks of kazoo's internals and of the servers' zoo.cfg."""
