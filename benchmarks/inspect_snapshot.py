@@ -68,9 +68,9 @@ def run(hosts: str, locks: int, runs: int, multiread: bool = True) -> dict:
     writer.start(timeout=30)
     reader.start(timeout=30)
     if not multiread:
-        from zklocks.client.multiread import _support
+        from zklocks.client.multiread import multiread_support
 
-        _support[reader] = False  # as against a server older than 3.6: one request per read
+        multiread_support[reader] = False  # as against a server older than 3.6: one request per read
     try:
         nodes = populate(writer, namespace, locks)
         read_namespace(reader, namespace)  # warm up the connection and the server's caches

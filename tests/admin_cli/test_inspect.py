@@ -12,7 +12,7 @@ from benchmarks.inspect_snapshot import populate
 from tests.support.helpers import raw_client, wait_until
 from tests.support.threads import hold, lease, queue_behind
 from zklocks import lock_path
-from zklocks.client.multiread import _support, fetch
+from zklocks.client.multiread import fetch, multiread_support
 from zklocks.client.pools import connections
 from zklocks.ops import read_model
 from zklocks.testing import free_port
@@ -152,8 +152,8 @@ def test_multiread_and_single_reads_agree(zk_server):
         ns = f"/zklocks-test/bench-{uuid.uuid4().hex[:8]}"
         nodes = populate(kz, ns, 30)
         fast = read_model.read_namespace(reader, ns)
-        assert _support.get(reader) is True  # Debian's 3.8 server speaks multiRead
-        _support[reader] = False
+        assert multiread_support.get(reader) is True  # Debian's 3.8 server speaks multiRead
+        multiread_support[reader] = False
         slow = read_model.read_namespace(reader, ns)
         assert [lock.to_dict(0) for lock in fast] == [lock.to_dict(0) for lock in slow]
         assert len(fast) == 30 and nodes == 150

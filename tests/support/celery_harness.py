@@ -268,11 +268,11 @@ def bad_tasks():
     """The misconfigured tasks; their system-check problems are forgotten afterwards."""
     from tests.support import celery_bad_tasks
     from zklocks.celery import conf as celery_conf
-    from zklocks.celery.task import _declare
+    from zklocks.celery.task import record_option_problems
 
     tasks = (celery_bad_tasks.bad_key_missing, celery_bad_tasks.bad_key_format)
     for task in tasks:
-        _declare(type(task._get_current_object()) if hasattr(task, "_get_current_object") else type(task))
+        record_option_problems(type(task._get_current_object()) if hasattr(task, "_get_current_object") else type(task))
     try:
         yield celery_bad_tasks
     finally:

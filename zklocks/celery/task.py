@@ -91,7 +91,7 @@ class SingleExecutionTask(Task):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _declare(cls)
+        record_option_problems(cls)
 
     # -- options and key --
 
@@ -276,7 +276,7 @@ class SingleExecutionTask(Task):
             )
 
 
-def _declare(cls: type) -> None:
+def record_option_problems(cls: type) -> None:
     """Record option problems of a task class for ``manage.py check`` (zklocks.E021); never raise here."""
     where = getattr(cls, "name", None) or f"{cls.__module__}.{cls.__qualname__}"
     for attr, key in celery_conf.OPTION_KEYS:

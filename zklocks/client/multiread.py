@@ -29,7 +29,7 @@ from kazoo.protocol.serialization import (
 DATA, CHILDREN = "data", "children"
 BATCH = 200  # operations per request: answers stay far below ZooKeeper's 1 MB packet limit (data is <= 1 KB)
 _UNSUPPORTED = (UnimplementedError,)  # what a server older than 3.6 answers to an unknown opcode
-_support: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # client -> bool
+multiread_support: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # client -> bool
 
 
 class MultiRead(namedtuple("MultiRead", "operations")):
@@ -95,7 +95,7 @@ def fetch(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any]) -> lis
     """
     if not ops:
         return []
-    supported = _support.get(client)
+    supported = multiread_support.get(client)
     out: list[Any] = []
     if supported is not False:
         batches = [ops[i : i + BATCH] for i in range(0, len(ops), BATCH)]
@@ -105,9 +105,9 @@ def fetch(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any]) -> lis
             try:
                 answers = wait(first)
             except _UNSUPPORTED:
-                _support[client] = False
+                multiread_support[client] = False
                 return fetch(client, ops, wait)
-            _support[client] = True
+            multiread_support[client] = True
             out.extend(answers)
             batches = batches[1:]
         pending = [_send(client, batch) for batch in batches]

@@ -9,7 +9,7 @@ from ..recipes.kazoo_calls import Deadline
 from .async_bridge import acquire_off_loop, refuse_in_event_loop
 
 
-class _Acquirable:
+class Acquirable:
     """``acquire() -> bool`` on top of a raising ``_acquire``."""
 
     blocking: bool

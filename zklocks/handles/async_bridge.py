@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..exceptions import LockTimeout, SyncLockInEventLoop
-from .hold_registry import owner_context
+from ..owners import owner_context
 
 _async_executor: ThreadPoolExecutor | None = None
 _release_executor: ThreadPoolExecutor | None = None

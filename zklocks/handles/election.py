@@ -22,10 +22,10 @@ from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from . import hold_registry
 from .hold_registry import Grant, Hold
-from .locks import _BaseHandle
+from .locks import BaseHandle
 
 
-class ZkLeader(_BaseHandle):
+class ZkLeader(BaseHandle):
     """A candidacy in the election ``name``. Re-entrant per owner: a nested acquire while leading succeeds."""
 
     kind: str = Kind.ELECTION

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from .. import conf, names, observe, signals
+from .. import conf, names, observe, owners, signals
 from ..client.pools import connections
 from ..exceptions import (
     InvalidLockName,
@@ -29,21 +29,22 @@ from ..exceptions import (
     ZkUnavailable,
 )
 from ..names import join_path, validate_name
+from ..owners import current_owner
 from ..recipes import layout, node_data, queue, step_runner
 from ..recipes.kazoo_calls import Deadline, translate
 from ..recipes.layout import Kind
 from ..recipes.node import layout_of
 from ..recipes.step_runner import Blocking, Steps
 from . import hold_registry
-from .acquire_base import _Acquirable
+from .acquire_base import Acquirable
 from .async_bridge import acquire_off_loop, run_off_loop
-from .hold_registry import Grant, Hold, current_owner
+from .hold_registry import Grant, Hold
 from .on_commit import release_after_commit
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _BaseHandle(_Acquirable):
+class BaseHandle(Acquirable):
     """Shared machinery: per-owner holds, properties, context-manager, decorator and async protocols."""
 
     kind: str = Kind.EXCLUSIVE
@@ -88,7 +89,7 @@ class _BaseHandle(_Acquirable):
     def path(self) -> str:
         return join_path(connections[self.using].cfg.namespace, self.name)
 
-    def _clone(self, name: str) -> _BaseHandle:
+    def _clone(self, name: str) -> BaseHandle:
         raise NotImplementedError
 
     # -- acquire / release --
@@ -107,7 +108,7 @@ class _BaseHandle(_Acquirable):
             await acquire_off_loop(self, blocking, timeout)
         else:
             await step_runner.run_async(self._acquire_steps(blocking, timeout, None, None, on_loop=True))
-        hold_registry.note_async_holder()
+        owners.note_async_holder()
 
     def _acquire_steps(
         self,
@@ -187,7 +188,7 @@ class _BaseHandle(_Acquirable):
         with self._mine_lock:
             stack = self._mine.get(owner)
             if not stack:
-                holder = hold_registry.releasing_for()
+                holder = owners.releasing_for()
                 stack = self._mine.get(holder) if holder is not None else None
                 if stack:
                     owner = holder
@@ -347,7 +348,7 @@ class _BaseHandle(_Acquirable):
             )
         conf.declare_alias(self.using, where)
 
-        def handle_for(args: tuple, kwargs: dict) -> _BaseHandle:
+        def handle_for(args: tuple, kwargs: dict) -> BaseHandle:
             if not templated:
                 return self._clone(template)
             try:
@@ -381,7 +382,7 @@ class _BaseHandle(_Acquirable):
         return f"<{type(self).__name__} {self.name!r} using={self.using!r} held={self.is_held}>"
 
 
-class ZkLock(_BaseHandle):
+class ZkLock(BaseHandle):
     """An exclusive or shared (read) lock on one name."""
 
     def __init__(

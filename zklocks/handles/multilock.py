@@ -6,9 +6,9 @@ import functools
 import inspect
 import threading
 
+from .. import owners
 from ..recipes.layout import Kind
-from . import hold_registry
-from .acquire_base import _Acquirable
+from .acquire_base import Acquirable
 from .async_bridge import acquire_off_loop, run_off_loop
 from .locks import F, ZkLock
 from .on_commit import release_after_commit
@@ -16,7 +16,7 @@ from .on_commit import release_after_commit
 MemberSpec = str | tuple[str, str] | ZkLock
 
 
-class ZkMultiLock(_Acquirable):
+class ZkMultiLock(Acquirable):
     """Several locks taken as one: all or none, in sorted order, under one overall deadline.
 
     Members are names (exclusive), ``(name, "shared")`` / ``(name, "exclusive")`` pairs, or ZkLock handles.
@@ -67,7 +67,7 @@ class ZkMultiLock(_Acquirable):
         blocking, deadline, once = self._start(blocking, timeout, cancel, at)
         # What each member held for this owner before: a member whose acquire returned is given back even if an
         # exception (a signal handler's) comes before the loop has noted it.
-        owner = hold_registry.current_owner()
+        owner = owners.current_owner()
         before = [len(lock._mine.get(owner, ())) for lock in self.locks]
         try:
             for lock in self.locks:
@@ -119,7 +119,7 @@ class ZkMultiLock(_Acquirable):
 
     async def __aenter__(self):
         await acquire_off_loop(self, None, None)
-        hold_registry.note_async_holder()
+        owners.note_async_holder()
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from .hold_registry import acting_as, current_owner
+from ..owners import acting_as, current_owner
 
 
 def release_after_commit(handle: Any, release_on_commit: bool | str) -> None:

@@ -10,10 +10,10 @@ from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from . import hold_registry
 from .hold_registry import Grant, Hold
-from .locks import _BaseHandle
+from .locks import BaseHandle
 
 
-class ZkSemaphore(_BaseHandle):
+class ZkSemaphore(BaseHandle):
     """Up to ``max_leases`` holders at once (not reentrant: each acquire takes a lease)."""
 
     kind: str = Kind.SEMAPHORE

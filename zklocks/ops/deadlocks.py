@@ -1,7 +1,7 @@
 """The wait-for graph of one alias's locks, from a read-model snapshot: no ZooKeeper traffic of its own.
 
 A contender is an actor: (host, pid, owner), read from its node data. The owner is a thread or an asyncio task
-(hold_registry.Owner), written as a number that its process never reuses: two coroutines of one event loop are two
+(owners.Owner), written as a number that its process never reuses: two coroutines of one event loop are two
 actors, though they share a thread. Data of an older zklocks, without that number, names the actor by its
 (Celery) task id or else its thread name. An actor that waits in the queue of lock B waits for B's holders; when
 following those edges leads back to the actor, the cycle is a deadlock (nobody in it can go on). Semaphores are

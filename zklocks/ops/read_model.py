@@ -56,7 +56,7 @@ class Contender:
     acquired_at: float | None = None
     raw: str | None = None  # foreign node data (e.g. a kazoo Lock identifier), verbatim
     ident: int | str | None = None  # the thread ident of the owner (an asyncio task's: its loop's thread)
-    owner: int | str | None = None  # its number in its process (hold_registry.Owner): a thread or an asyncio task
+    owner: int | str | None = None  # its number in its process (owners.Owner): a thread or an asyncio task
     asyncio_task: str | None = None  # the asyncio task's name, when the owner is one
     invalid: tuple[str, ...] = ()  # fields of the node data that were there but unusable (wrong type, range)
 

@@ -10,6 +10,8 @@ import threading
 import time
 from typing import Any
 
+from ..owners import current_owner
+
 MAX_BYTES = 1024
 _FIELD_LIMIT = 120
 
@@ -71,12 +73,6 @@ def timestamp(value: Any) -> float | None:
     return moment if 0.0 <= moment <= LATEST else None  # NaN fails both comparisons
 
 
-def _current_owner() -> object:
-    from ..handles.hold_registry import current_owner  # holds imports this module
-
-    return current_owner()
-
-
 def thread_name(owner: object) -> str:
     """The name of the thread of ``owner`` (a hold_registry.Owner; for an asyncio task, its event loop's thread), read
     now when called in that thread."""
@@ -101,14 +97,14 @@ def payload(
 ) -> bytes:
     """Node data for a contender. The fixed part is encoded once per (thread, task, owner, pid).
 
-    ``thread``, ``task`` and ``owner`` (hold_registry.Owner) default to the caller's; give them when writing for another
+    ``thread``, ``task`` and ``owner`` (owners.Owner) default to the caller's; give them when writing for another
     thread. The owner is written as ``ident`` (its thread's ident), ``owner`` (its number, never reused within
     the process) and, for an asyncio task, ``asyncio_task`` (the task's name): the deadlock finder tells actors
     apart by them. Data with only ``extra`` (a Celery unique-task marker) names no owner.
     """
     if extra or thread is not None or task is not None or owner is not None:
         return _encode(_fields(thread, task, owner), extra)
-    owner = _current_owner()
+    owner = current_owner()
     thread = thread_name(owner)
     task = current_task.get()
     key = (thread, task, owner, os.getpid())
