@@ -28,7 +28,7 @@ from . import conf
 from .exceptions import ZkLocksError
 from .models import Lock
 from .names import decode_name
-from .ops import deadlocks, queue_chart, read_model
+from .ops import deadlocks, queue_chart, read_model, snapshots
 from .ops.force_release import force_release
 from .ops.render import duration
 
@@ -43,7 +43,7 @@ def _when(epoch: float | None) -> datetime.datetime | None:
     return None if epoch is None else datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
 
 
-def _contender_row(c: read_model.Contender, now: float, position: int | None = None) -> dict:
+def _contender_row(c: snapshots.Contender, now: float, position: int | None = None) -> dict:
     return {
         "c": c,
         "position": position,
@@ -55,7 +55,7 @@ def _contender_row(c: read_model.Contender, now: float, position: int | None = N
     }
 
 
-def _limited(lock: read_model.LockInfo, limit: int) -> read_model.LockInfo:
+def _limited(lock: snapshots.LockInfo, limit: int) -> snapshots.LockInfo:
     """``lock`` with at most ``limit`` holders and ``limit`` waiters (for the picture)."""
     return dataclasses.replace(lock, holders=lock.holders[:limit], waiters=lock.waiters[:limit])
 

@@ -1,7 +1,7 @@
-"""Where lower layers report what locks and sessions do, for whoever observes (metrics.py, tracing.py).
+"""Where lower layers report what locks and sessions do, for whoever observes (contrib/metrics.py, contrib/tracing.py).
 
-This module imports nothing of zklocks: session.py, hold_registry.py and locks.py call it, and the observers register
-themselves here. With no observer registered every call is one test of an empty tuple.
+This module imports nothing of zklocks: client/session.py, handles/hold_registry.py and handles/base.py call it,
+and the observers register themselves here. With no observer registered every call is one test of an empty tuple.
 
 Observer methods (all optional; see :class:`Observer`) must be cheap and must not raise: they run on the
 acquiring thread, on kazoo's connection thread (session states) and on zklocks' dispatch thread (losses).

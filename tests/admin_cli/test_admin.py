@@ -14,7 +14,7 @@ from tests.support.threads import hold
 from zklocks import LockLost
 from zklocks.admin import duration
 from zklocks.models import Lock
-from zklocks.ops import read_model
+from zklocks.ops import read_model, snapshots
 from zklocks.testing import free_port
 
 pytestmark = [pytest.mark.zk, pytest.mark.django_db]
@@ -291,7 +291,7 @@ def test_timeline_geometry_is_one_axis_ending_now():
     from zklocks.ops.queue_chart import LABEL, WIDTH, picture
 
     def contender(queued, acquired=None):
-        return read_model.Contender(
+        return snapshots.Contender(
             node="n",
             mode="exclusive",
             sequence=1,
@@ -304,7 +304,7 @@ def test_timeline_geometry_is_one_axis_ending_now():
             acquired_at=acquired,
         )
 
-    lock = read_model.LockInfo(alias="default", name="x", node="x", path="/x", kind="exclusive")
+    lock = snapshots.LockInfo(alias="default", name="x", node="x", path="/x", kind="exclusive")
     lock.holders.append(contender(100.0, acquired=104.0))
     lock.waiters.append(contender(108.0))
     p = picture(lock, now=110.0)
@@ -313,4 +313,4 @@ def test_timeline_geometry_is_one_axis_ending_now():
     assert holder.wait_x == LABEL and holder.hold_x == LABEL + 0.4 * WIDTH  # waited 4 s of the 10
     assert holder.hold_x + holder.hold_w == LABEL + WIDTH  # holds until now
     assert waiter.wait_x == LABEL + 0.8 * WIDTH and waiter.hold_w == 0
-    assert picture(read_model.LockInfo(alias="default", name="y", node="y", path="/y", kind=None), now=1.0) is None
+    assert picture(snapshots.LockInfo(alias="default", name="y", node="y", path="/y", kind=None), now=1.0) is None

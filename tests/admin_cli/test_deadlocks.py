@@ -10,7 +10,7 @@ from tests.support.threads import HeldInThread
 from zklocks import LockTimeout, zk_lock
 from zklocks.ops import read_model
 from zklocks.ops.deadlocks import find
-from zklocks.ops.read_model import Contender, LockInfo
+from zklocks.ops.snapshots import Contender, LockInfo
 from zklocks.testing import free_port
 
 LIST = "/admin/zklocks/lock/"

@@ -13,8 +13,8 @@ from tests.support.helpers import wait_until
 from tests.support.threads import in_thread
 from zklocks import zk_lock, zk_semaphore
 from zklocks.client.pools import Session, connections
+from zklocks.handles.base import BaseHandle
 from zklocks.handles.hold_registry import Hold, LongHolds
-from zklocks.handles.locks import BaseHandle
 from zklocks.owners import current_owner
 from zklocks.recipes import queue
 

@@ -6,6 +6,10 @@ the deciding leader could expire it; while something is held or awaited, the ses
 time. Past that moment every hold on the session is lost, the session is closed (a frozen server that resumes
 must not keep our nodes alive) and the pool opens a fresh one for the next acquire.
 
+The keeper of the lease is in lease_keeping.py, the watch for a silent or refusing server in outage_watch.py
+(both parts of :class:`Session`), what is passed to KazooClient in kazoo_options.py and the hook on its request
+path in kazoo_hooks.py.
+
 Holds are anything with ``mark_lost(reason)`` and the attributes ``lost``/``lost_reason`` (:class:`LossListener`):
 this module knows nothing of lock handles.
 """
@@ -21,24 +25,22 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionClosedError, KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KazooState, KeeperState
-from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from .. import conf, observe
 from ..exceptions import ZkAuthError, ZkUnavailable
 from . import clock, kazoo_compat, lease, worker_threads
 from .interrupts import raised_by_signal_handler
 from .iohandler import DEFAULT_HANDLER, read_without_select
+from .kazoo_hooks import raise_through_wakeup
+from .kazoo_options import build_acl, tls_defaults, writes_guarded
 from .kazoolog import KazooLog
+from .lease_keeping import LeaseKeeping
+from .outage_watch import OutageWatch
 
 log = logging.getLogger("zklocks")
-
-# A connected server that answers nothing for this share of CONNECT_TIMEOUT, with a request waiting, is taken
-# for paused or cut off: waiters raise ZkUnavailable (a probe goes every quarter, so the whole stays within it).
-RESPONSE_LIMIT = 0.75
 
 
 class LossListener(Protocol):
@@ -51,85 +53,7 @@ class LossListener(Protocol):
     def mark_lost(self, reason: str) -> None: ...
 
 
-def build_acl(cfg: conf.AliasConfig) -> list | None:
-    """The ACL for every node zklocks creates: CREATE/DELETE/WRITE/ADMIN only for the configured identity."""
-    if cfg.acl is not None:
-        return list(cfg.acl)
-    digests = [cred for scheme, cred in cfg.auth if scheme == "digest" and ":" in cred]
-    if not digests:
-        return None  # no identity configured: ZooKeeper's open ACL
-    acl = [make_digest_acl(*cred.split(":", 1), all=True) for cred in digests]
-    if cfg.read_acl == "world":
-        acl.append(ACL(Permissions.READ, Id("world", "anyone")))
-    return acl
-
-
-def writes_guarded(acl: list | None) -> bool:
-    """Whether the nodes zklocks creates with ``acl`` refuse writes and deletes by anyone but the configured
-    identities: then a contender's node changes only by its owner's hand (docs/security.md)."""
-    if not acl:
-        return False
-    guard = Permissions.WRITE | Permissions.DELETE
-    return not any(entry.id.scheme == "world" and entry.perms & guard for entry in acl)
-
-
-def tls_defaults(options: dict) -> dict:
-    """With ``use_ssl``, the server's certificate must name the host we asked for (``check_hostname``) unless the
-    alias says otherwise: kazoo leaves it off, and any server holding a certificate from the same CA could then
-    pose as ZooKeeper and read the AUTH password. (zklocks.W060 warns when an alias turns it off.)"""
-    if options.get("use_ssl") and options.get("verify_certs", True) is not False:
-        options.setdefault("check_hostname", True)
-    return options
-
-
-def raise_through_wakeup(client: KazooClient) -> None:
-    """Let an exception raised by a signal handler while a request is sent reach the caller.
-
-    kazoo's ``_call`` queues the request, then wakes its connection thread inside a bare ``except:``: an
-    exception a signal handler raises there (KeyboardInterrupt, Celery's SoftTimeLimitExceeded) would be
-    swallowed, and the request failed with ConnectionClosedError although it is queued and goes out (a create
-    would leave a node nobody knows of, a read would report a live session as ended). This ``_call`` is
-    kazoo's, with only a socket error taken for a closed connection; any other exception reaches the caller
-    once the connection thread is woken for the queued request. ``create_async`` raises at once what kazoo's
-    keeps for the result (an answer would overwrite it).
-    """
-    kazoo_call = client._call
-
-    def _call(request, async_object):
-        if client._state in (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION):
-            return kazoo_call(request, async_object)  # fails the request at once, nothing is queued
-        client._queue.append((request, async_object))
-        write_sock = client._connection._write_sock
-        if write_sock is None:
-            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
-            return None
-        try:
-            write_sock.send(b"\0")
-        except OSError:
-            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
-        except BaseException:
-            try:
-                write_sock.send(b"\0")  # the request is queued: wake the connection thread all the same
-            except OSError:
-                pass
-            raise
-        return None
-
-    kazoo_create_async = client.create_async
-
-    def create_async(*args, **kwargs):
-        # kazoo's create_async keeps what its sending raised for the result, where a later answer overwrites it.
-        result = kazoo_create_async(*args, **kwargs)
-        error = result.exception
-        if error is not None and not isinstance(error, KazooException):
-            raise error
-        return result
-
-    client._call = _call
-    client.create_async = create_async
-
-
-class Session:
+class Session(LeaseKeeping, OutageWatch):
     """One ZooKeeper session of a pool."""
 
     def __init__(self, cfg: conf.AliasConfig) -> None:
@@ -257,16 +181,6 @@ class Session:
 
         conn._submit, conn._read_header, conn._invoke = _submit, _read_header, _invoke
 
-    def lease_deadline(self) -> float:
-        """On the clock of clock.now(): from then on, the deciding leader may have expired this session."""
-        return self.lease_start + self.timeout - lease.loss_margin(self.timeout)
-
-    def lease_remaining(self) -> float:
-        return self.lease_deadline() - clock.now()
-
-    def lease_expired(self) -> bool:
-        return self.lease_remaining() <= 0
-
     def _has_interest(self) -> bool:
         return bool(self._holds or self._waiters)
 
@@ -288,82 +202,6 @@ class Session:
         elif state == KazooState.SUSPENDED:
             self._arm_keeper()
         self._wake_waiters()
-
-    # -- keeping the lease while something is held or awaited --
-
-    def renew_ahead(self) -> float:
-        """Start a renewal round when the lease has this much left: a round is a sync and a write, in turn."""
-        return max(0.1, 0.25 * (self.timeout - lease.relay_gap(self.timeout, self.cfg.tick_time)))
-
-    def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
-        """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier)."""
-        with self._lock:
-            if self.dead or (self._keeper_armed and not force):
-                return
-            self._keeper_armed = True
-            self._keeper_gen += 1
-            gen = self._keeper_gen
-        if at is None:
-            at = max(clock.now(), self.lease_deadline() - self.renew_ahead())
-        worker_threads.get().call_at(at, lambda: self._keep(gen))
-
-    def _keep(self, gen: int) -> None:
-        """On the dispatch thread: declare the loss at the lease deadline, renew ahead of it."""
-        with self._lock:
-            if gen != self._keeper_gen:
-                return  # replaced by a newer schedule
-            self._keeper_armed = False
-        if self.dead or not self._has_interest():
-            return
-        remaining = self.lease_remaining()
-        if remaining <= 0:
-            self.declare_lost("suspended")
-            return
-        ahead = self.renew_ahead()
-        if remaining <= ahead:
-            if not self._renewing and self._connected.is_set():
-                self._renew()
-            # Look again soon: the round may not be enough (a late answer, a reconnect), and the deadline stands.
-            self._arm_keeper(clock.now() + min(remaining, ahead / 4))
-        else:
-            self._arm_keeper(self.lease_deadline() - ahead)
-
-    def _renew(self) -> None:
-        """One round of lease.py's proof: a sync (S2), then, once it is answered, an empty write (S3)."""
-        self._renewing = True
-        self.renewals += 1
-        client = self.client
-
-        def done(_result=None) -> None:
-            self._renewing = False
-
-        def on_sync(result) -> None:
-            if not result.successful() or self.dead:
-                done()
-                return
-            try:
-                txn = client.transaction()
-                txn.check("/", -1)  # a transaction that changes nothing, committed by a quorum all the same
-                txn.commit_async().rawlink(done)
-            except Exception:
-                done()
-
-        try:
-            client.sync_async("/").rawlink(on_sync)
-        except Exception:
-            done()
-
-    def lease_refresh_due(self) -> bool:
-        """Before a new acquire: whether the lease is about to run out, so that the acquire first sends the S2 of
-        a proof (one sync; its create completes the proof). A session that served holds a moment ago never needs
-        it, so the uncontended fast path keeps its request count."""
-        return self.lease_remaining() <= 2 * self.renew_ahead()
-
-    def lease_refresh_limit(self, deadline: float | None) -> float:
-        """How long an acquire waits for that sync."""
-        if deadline is None:
-            return self.cfg.connect_timeout
-        return max(0.0, min(self.cfg.connect_timeout, deadline - time.monotonic()))
 
     def _mark_dead(self, reason: str) -> bool:
         """Mark the session unusable; True for the caller that did it first."""
@@ -499,59 +337,6 @@ class Session:
             f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable ({detail}"
             + (f"; {causes})" if causes else ")")
         )
-
-    # -- outages seen from a session that exists: a silent server, a server that refuses us for good --
-
-    def _watch(self) -> None:
-        """While something waits on this session: every quarter of CONNECT_TIMEOUT, look for a silent server.
-
-        A server that is paused or cut off keeps the TCP connection open, so kazoo notices only after two thirds
-        of the session timeout. A waiter must hear of it within CONNECT_TIMEOUT: once a request has been
-        unanswered for RESPONSE_LIMIT of it and nothing at all was answered meanwhile, the session is marked
-        unresponsive (until the next answer) and every waiter is woken to raise ZkUnavailable. An idle
-        connection is probed with a read so that a pause is seen while nothing else is asked.
-        """
-        with self._lock:
-            if self.dead or not self._waiters:
-                self._watching = False
-                return
-        period = self.cfg.connect_timeout / 4
-        now = clock.now()
-        if self._connected.is_set():
-            oldest = min((entry[0] for entry in list(self._sent.values())), default=None)
-            silent_for = now - self.last_answer
-            limit = RESPONSE_LIMIT * self.cfg.connect_timeout
-            if oldest is not None and now - oldest > limit and silent_for > limit:
-                if not self.unresponsive:
-                    self.unresponsive = True
-                    self._wake_waiters()
-            elif oldest is None and now - self.last_sent >= period:
-                try:
-                    self.client.exists_async("/")
-                except Exception:
-                    log.debug("zklocks: probe of alias %r not sent", self.alias, exc_info=True)
-        worker_threads.get().call_later(period, self._watch)
-
-    def _drop_if_still_down(self, down_since: float) -> None:
-        """Disconnected for a whole session timeout: the session is over on every server that still knows it.
-
-        A server that came back with empty or older data refuses this session for good (it has seen a newer
-        zxid than the server has), and kazoo would retry for ever. Drop the session: its holds are reported
-        lost, and the pool starts a fresh session for the next call.
-        """
-        if self.dead or self._down_since != down_since:
-            return
-        causes = self.kazoo_log.causes()
-        log.warning(
-            "zklocks: alias %r could not reconnect to ZooKeeper at %s for %gs (its session timeout)%s; dropping "
-            "the session, a fresh one starts with the next call. If ZooKeeper restarted with empty or older data, "
-            "its servers refuse this session for good.",
-            self.alias,
-            self.cfg.hosts,
-            self.timeout,
-            f" ({causes})" if causes else "",
-        )
-        self.declare_lost("unreachable")
 
     def start(self) -> None:
         """Connect within CONNECT_TIMEOUT or raise ZkUnavailable at once (kazoo's own start() would block

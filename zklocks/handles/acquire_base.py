@@ -1,4 +1,4 @@
-"""``acquire() -> bool`` and the acquire prologue shared by lock handles (locks.py) and multi-locks (multilock.py)."""
+"""``acquire() -> bool`` and the acquire prologue shared by lock handles (base.py) and multi-locks (multilock.py)."""
 
 from __future__ import annotations
 

@@ -21,8 +21,8 @@ from ..recipes import layout, node_data, queue
 from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from . import hold_registry
+from .base import BaseHandle
 from .hold_registry import Grant, Hold
-from .locks import BaseHandle
 
 
 class ZkLeader(BaseHandle):

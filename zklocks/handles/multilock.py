@@ -10,7 +10,8 @@ from .. import owners
 from ..recipes.layout import Kind
 from .acquire_base import Acquirable
 from .async_bridge import acquire_off_loop, run_off_loop
-from .locks import F, ZkLock
+from .base import F
+from .locks import ZkLock
 from .on_commit import release_after_commit
 
 MemberSpec = str | tuple[str, str] | ZkLock

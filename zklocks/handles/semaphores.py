@@ -9,8 +9,8 @@ from ..recipes import node_data, semaphore
 from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from . import hold_registry
+from .base import BaseHandle
 from .hold_registry import Grant, Hold
-from .locks import BaseHandle
 
 
 class ZkSemaphore(BaseHandle):

@@ -30,8 +30,8 @@ from kazoo.exceptions import NoNodeError
 from kazoo.security import Permissions
 
 from .. import conf
+from ..client.kazoo_options import build_acl
 from ..client.pools import connections
-from ..client.session import build_acl
 from ..exceptions import ZkLocksError
 from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
 from ..recipes.layout import Kind

@@ -1,7 +1,7 @@
 """ACL audit of an alias's namespace: weaker ACLs than configured, and an identity that lacks its rights.
 
 ZooKeeper checks CREATE and DELETE on the *parent*, so the namespace and every lock node must grant CREATE,
-DELETE, WRITE and ADMIN only to the configured identity (``session.build_acl``). Nodes keep the ACL they
+DELETE, WRITE and ADMIN only to the configured identity (``kazoo_options.build_acl``). Nodes keep the ACL they
 were created with: a namespace made before AUTH was configured stays open to anyone, and one made with another
 password locks this alias out (ZooKeeper accepts any digest password at connect time and answers NoAuth later).
 
@@ -30,7 +30,8 @@ from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
 from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
 from .. import conf
-from ..client.session import Session, build_acl
+from ..client.kazoo_options import build_acl
+from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..recipes import layout
 from ..recipes.kazoo_calls import translate

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..recipes.layout import Kind
-from .read_model import Contender, LockInfo
+from .snapshots import Contender, LockInfo
 
 
 @dataclass(frozen=True, order=True)

@@ -15,7 +15,8 @@ from kazoo.handlers.threading import KazooTimeoutError
 from ..client.pools import connections
 from ..exceptions import ZkLocksError
 from ..recipes.kazoo_calls import translate
-from .read_model import Contender, LockInfo, lock_info
+from .read_model import lock_info
+from .snapshots import Contender, LockInfo
 
 
 @dataclass

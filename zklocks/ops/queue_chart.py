@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .read_model import Contender, LockInfo
+from .snapshots import Contender, LockInfo
 
 WIDTH = 640  # pixels of the time axis
 ROW = 20  # pixels per contender

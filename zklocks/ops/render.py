@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from zklocks.ops.read_model import Contender
+from .snapshots import Contender
 
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import shlex
 import time
 from collections.abc import Callable
 
@@ -37,7 +36,7 @@ from ..exceptions import (
 )
 from . import node_data, step_runner
 from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
-from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, Layout, sequence_trusted
+from .layout import SEQUENCE_WARN, Layout, exhausted_message, sequence_trusted, warn_near_limit
 from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
 from .step_runner import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
@@ -332,11 +331,11 @@ def acquire_steps(
                 if (yield from _recycle_steps(session, parent, deadline)):
                     continue
                 raise SequenceExhausted(
-                    _exhausted_message(name, session.alias, parent), name=name, alias=session.alias, path=parent
+                    exhausted_message(name, session.alias, parent), name=name, alias=session.alias, path=parent
                 )
             far = seq is not None and seq < SEQUENCE_WARN
             if seq is not None and not far:
-                _warn_near_limit(session.alias, parent, seq)
+                warn_near_limit(session.alias, parent, seq)
             view, index = contender.place(children)
             ahead = view.previous(index)
             if ahead < 0:
@@ -436,31 +435,3 @@ def _recycle_steps(session: Session, parent: str, deadline: Deadline) -> Steps:
         return False
     log.warning("zklocks: recycled lock node %s of alias %r: its sequence numbers were used up", parent, session.alias)
     return True
-
-
-def _exhausted_message(name: str, alias: str, parent: str) -> str:
-    return (
-        f"lock {name!r} (alias {alias!r}): ZooKeeper has used up the sequence numbers of lock node {parent} "
-        f"(its child counter is stuck at 2**31-1), so its queue order cannot be trusted and zklocks does not "
-        f"queue there. The node is recycled (deleted, and re-created with a fresh counter) at its next empty "
-        f"moment: by the next contender that finds it empty, by the reaper (REAP_INTERVAL), or at once with "
-        f"`manage.py zklocks_reap --alias {shlex.quote(alias)} --recycle {shlex.quote(name)}`, which waits for "
-        f"that moment. Keep other clients of this node (e.g. kazoo's Lock) away until then."
-    )
-
-
-_warned: set[tuple[str, str]] = set()
-
-
-def _warn_near_limit(alias: str, parent: str, seq: int) -> None:
-    if (alias, parent) in _warned or len(_warned) > 10_000:
-        return
-    _warned.add((alias, parent))
-    log.warning(
-        "zklocks: lock node %s of alias %r has used %d of its %d sequence numbers; it must be empty for a "
-        "moment to be recycled (manage.py zklocks_reap --recycle)",
-        parent,
-        alias,
-        seq,
-        SEQUENCE_LIMIT,
-    )

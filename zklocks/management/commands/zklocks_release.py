@@ -6,8 +6,7 @@ from zklocks import conf
 from zklocks.exceptions import ZkLocksError
 from zklocks.ops import read_model
 from zklocks.ops.force_release import force_release
-
-from ...ops.render import clean, who
+from zklocks.ops.render import clean, who
 
 log = logging.getLogger("zklocks")
 

@@ -3,9 +3,8 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from zklocks import conf
-from zklocks.ops import read_model
-
-from ...ops.render import clean, duration, table, who
+from zklocks.ops import read_model, snapshots
+from zklocks.ops.render import clean, duration, table, who
 
 
 class Command(BaseCommand):
@@ -24,14 +23,14 @@ class Command(BaseCommand):
         if snap.errors:
             raise CommandError("; ".join(a.error for a in snap.errors), returncode=1)
 
-    def _table(self, snap: read_model.Snapshot) -> None:
+    def _table(self, snap: snapshots.Snapshot) -> None:
         now = snap.taken_at
         if not snap.locks:
             if not snap.errors:  # an alias that could not be read is reported as the error, not as "no locks"
                 self.stdout.write("no locks")
             return
         rows = [["ALIAS", "NAME", "KIND", "HOLDER", "HELD FOR", "TOKEN", "QUEUE"]]
-        queue_after: dict[int, read_model.LockInfo] = {}  # table row index -> lock whose queue follows it
+        queue_after: dict[int, snapshots.LockInfo] = {}  # table row index -> lock whose queue follows it
         for lock in snap.locks:
             kind = (lock.kind or "-") + (f"({lock.max_leases})" if lock.max_leases else "")
             first = [clean(lock.alias), clean(lock.name), kind]
