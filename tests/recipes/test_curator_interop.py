@@ -15,12 +15,12 @@ import pytest
 from django.core.checks import run_checks
 from kazoo.exceptions import NoNodeError
 
+from tests.support.curator import CuratorContenders
 from tests.support.helpers import raw_client, read_records, tree, wait_until
 from tests.support.threads import HeldInThread
 from zklocks import conf, lock_path, zk_leader, zk_lock, zk_rw_lock, zk_semaphore
 from zklocks.ops import read_model
 from zklocks.recipes import layout
-from zklocks.testing.curator import CuratorContenders
 
 pytestmark = pytest.mark.zk
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.helpers import ROOT, read_records, wait_until
-from zklocks.testing.redis import RedisServer
+from tests.support.redis_server import RedisServer
 
 
 class CeleryWorker:

@@ -1,4 +1,5 @@
-"""A real Redis server for tests (Debian's ``redis-server``), on a free port, in its own process group."""
+"""A real Redis server for the Celery tests and the benchmarks (Debian's ``redis-server``), on a free port, in
+its own process group."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .runtime import stop_group
-from .server import free_port
+from zklocks.testing.runtime import stop_group
+from zklocks.testing.server import free_port
 
 REDIS_SERVER = os.environ.get("ZKLOCKS_REDIS_SERVER", "redis-server")
 

@@ -1,6 +1,6 @@
 """Apache Curator contenders in a JVM, next to zklocks contenders (the LAYOUT "curator" tests).
 
-The program is ``java/CuratorContender.java``, compiled with ``javac`` against Debian's Curator
+The program is ``tests/support/java/CuratorContender.java``, compiled with ``javac`` against Debian's Curator
 (``libcurator-recipes-java``) once per process. Each hold is a JSON line in a log file, timed with
 ``System.nanoTime()`` (CLOCK_MONOTONIC on Linux, as ``time.monotonic_ns()``).
 """
@@ -13,7 +13,25 @@ import signal
 import subprocess
 from pathlib import Path
 
-from .runtime import CURATOR_CLASSPATH, JAVA, JAVAC, compiled
+from zklocks.testing.runtime import JAVA, JAVAC, compiled
+
+# Debian's Apache Curator (libcurator-recipes-java) and what it needs at run time.
+CURATOR_CLASSPATH = os.environ.get(
+    "ZKLOCKS_CURATOR_CLASSPATH",
+    ":".join(
+        f"/usr/share/java/{jar}.jar"
+        for jar in (
+            "curator-recipes",
+            "curator-framework",
+            "curator-client",
+            "zookeeper",
+            "zookeeper-jute",
+            "guava",
+            "slf4j-api",
+            "slf4j-nop",
+        )
+    ),
+)
 
 
 def available() -> str | None:
@@ -28,7 +46,7 @@ def _classes() -> Path:
     missing = available()
     if missing:
         raise RuntimeError(f"Apache Curator tests need {missing}; make test installs it")
-    return compiled("CuratorContender.java", CURATOR_CLASSPATH)
+    return compiled(str(Path(__file__).resolve().parent / "java" / "CuratorContender.java"), CURATOR_CLASSPATH)
 
 
 class CuratorContenders:
