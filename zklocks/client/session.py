@@ -29,9 +29,9 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KazooState, KeeperState
 
-from .. import conf, observe
+from .. import conf
 from ..exceptions import ZkAuthError, ZkUnavailable
-from . import clock, kazoo_compat, lease, worker_threads
+from . import clock, kazoo_compat, lease, observe, worker_threads
 from .interrupts import raised_by_signal_handler
 from .iohandler import DEFAULT_HANDLER, read_without_select
 from .kazoo_hooks import raise_through_wakeup

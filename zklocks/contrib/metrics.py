@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from .. import observe
+from ..client import observe
 from ..exceptions import ZkConfigError
 
 try:

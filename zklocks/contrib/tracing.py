@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import observe
+from ..client import observe
 
 try:
     from opentelemetry import trace

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from .. import conf, names, observe, owners, signals
+from .. import conf, names, owners, signals
+from ..client import observe
 from ..client.pools import connections
 from ..exceptions import (
     InvalidLockName,

@@ -13,8 +13,8 @@ import time
 
 from kazoo.protocol.states import EventType
 
-from .. import observe, signals
-from ..client import worker_threads
+from .. import signals
+from ..client import observe, worker_threads
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..owners import current_owner

@@ -106,7 +106,7 @@ def acquire_failed(attempt: Attempt | None, error: BaseException) -> None:
 
 def result_of(error: BaseException) -> str:
     """timeout, unavailable (no session: ZkUnavailable, ZkAuthError) or not_acquired (anything else)."""
-    from .exceptions import LockTimeout, ZkAuthError, ZkUnavailable  # exceptions.py imports no zklocks module
+    from ..exceptions import LockTimeout, ZkAuthError, ZkUnavailable  # exceptions.py imports no zklocks module
 
     if isinstance(error, LockTimeout):
         return TIMEOUT
@@ -139,7 +139,7 @@ def _safe(method, *args):
     try:
         return method(*args)
     except Exception as exc:  # an observer never breaks a lock
-        from .client.interrupts import raised_by_signal_handler  # imports no zklocks module
+        from .interrupts import raised_by_signal_handler  # imports no zklocks module
 
         if raised_by_signal_handler(exc):
             raise  # not the observer's failure: a signal handler's exception reaches the caller
