@@ -1,7 +1,7 @@
 # make lint   — ruff (lint and format check) and mypy with django-stubs over zklocks/
 # make test   — make lint, then installs what is missing (Debian: zookeeper, redis-server, chromium, openssl for the TLS test
 #               certificates, default-jdk-headless for javac, which compiles the snapshot writer and the Curator
-#               contenders of zklocks/testing/java, libcurator-recipes-java (Apache Curator 5.4 with guava,
+#               contenders of zklocks/testing/java and tests/support/java, libcurator-recipes-java (Apache Curator 5.4 with guava,
 #               slf4j and jackson) for the Curator interop tests; a venv with requirements.txt)
 #               and runs the suite against servers it starts itself; it builds the site first (make docs).
 #               The suite runs the comparison's smoke form, so make test also installs what make compare needs.

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         progress.step("done")
     finally:
         progress.close()
-        from zklocks.connections import close_all
+        from zklocks.client.pools import close_all
 
         close_all()
         zk.cleanup()

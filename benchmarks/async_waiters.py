@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(asyncio.run(_crowd(zk.port, args.waiters, locks, "run", trace=False)))
         memory = asyncio.run(_crowd(zk.port, args.waiters, 1, "mem", trace=True))["bytes_per_waiter"]
     finally:
-        from zklocks.connections import close_all
+        from zklocks.client.pools import close_all
 
         close_all()
         zk.cleanup()

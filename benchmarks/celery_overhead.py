@@ -156,8 +156,8 @@ class _WaitedCreate:
 
 def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]:
     """Start ZooKeeper, Redis and a worker; time ``n`` round trips of each task; stop everything."""
+    from tests.support.redis_server import RedisServer
     from zklocks.testing import ZkServer
-    from zklocks.testing.redis import RedisServer
 
     workdir = Path(tempfile.mkdtemp(prefix="zklocks-bench-celery-"))
     zk, redis, proc = ZkServer(tick_time=2000, force_sync=True), RedisServer(), None  # as in production

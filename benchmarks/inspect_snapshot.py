@@ -19,14 +19,14 @@ import uuid
 
 from kazoo.client import KazooClient
 
-from zklocks import holder
-from zklocks.inspect import read_namespace
+from zklocks.ops.read_model import read_namespace
+from zklocks.recipes import node_data
 
 
 def populate(client: KazooClient, namespace: str, locks: int) -> int:
     """Create the lock trees with pipelined requests; return the number of nodes created."""
     client.ensure_path(namespace)
-    data = holder.payload()
+    data = node_data.payload()
     pending = []
     kinds = []
     for i in range(locks):
@@ -68,9 +68,9 @@ def run(hosts: str, locks: int, runs: int, multiread: bool = True) -> dict:
     writer.start(timeout=30)
     reader.start(timeout=30)
     if not multiread:
-        from zklocks.multiread import _support
+        from zklocks.client.multiread import multiread_support
 
-        _support[reader] = False  # as against a server older than 3.6: one request per read
+        multiread_support[reader] = False  # as against a server older than 3.6: one request per read
     try:
         nodes = populate(writer, namespace, locks)
         read_namespace(reader, namespace)  # warm up the connection and the server's caches

@@ -16,7 +16,8 @@ from benchmarks import workloads
 
 
 def _variants() -> dict[str, tuple]:
-    from zklocks import metrics, observe, tracing
+    from zklocks.client import observe
+    from zklocks.contrib import metrics, tracing
 
     installed = tuple(observe.observers)
     m = metrics.installed() or metrics.start(metrics.Metrics())
@@ -34,7 +35,7 @@ def _variants() -> dict[str, tuple]:
 def _observer_calls_us(observers: tuple, n: int = 5000, repeat: int = 7) -> float:
     """Microseconds of observer work per acquire+release cycle (the best of ``repeat`` runs: a busy machine
     only adds to it)."""
-    from zklocks import observe
+    from zklocks.client import observe
 
     class FakeHold:
         alias, name, kind = "default", "bench:uncontended", "exclusive"
@@ -60,7 +61,8 @@ def _observer_calls_us(observers: tuple, n: int = 5000, repeat: int = 7) -> floa
 
 
 def run(hosts: str, rounds: int = 7, seconds: float = 1.0) -> dict[str, Any]:
-    from zklocks import observe, zk_lock
+    from zklocks import zk_lock
+    from zklocks.client import observe
 
     workloads.configure_django(hosts)
     variants = _variants()
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(json.dumps(run(zk.hosts, args.rounds, args.seconds), indent=2))
     finally:
-        from zklocks.connections import close_all
+        from zklocks.client.pools import close_all
 
         close_all()
         zk.cleanup()

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import signal
 
+from tests.support.redis_server import RedisServer
 from zklocks.testing import ZkServer
-from zklocks.testing.redis import RedisServer
 
 __all__ = ["RedisServer", "exit_on_sigterm", "start_zookeeper"]
 

@@ -67,7 +67,7 @@ def kazoo_client(hosts: str, **options) -> KazooClient:
 def floor_client(hosts: str) -> KazooClient:
     """Raw kazoo on the handler every zklocks session uses (``PollingHandler``; without the sessions' short read
     path, ``read_without_select``): no figure gains on its floor from the handler alone."""
-    from zklocks.iohandler import PollingHandler
+    from zklocks.client.iohandler import PollingHandler
 
     return kazoo_client(hosts, handler=PollingHandler())
 

@@ -1,7 +1,6 @@
 """zklocks: distributed locks on Apache ZooKeeper for Django and Celery."""
 
-from .connections import close_all
-from .election import zk_leader
+from .client.pools import close_all
 from .exceptions import (
     InvalidLockName,
     LockLost,
@@ -18,10 +17,11 @@ from .exceptions import (
     ZkLocksError,
     ZkUnavailable,
 )
-from .locks import lock_path, zk_lock
-from .multilock import zk_multi_lock
-from .rwlock import zk_rw_lock
-from .semaphores import zk_semaphore
+from .handles.election import zk_leader
+from .handles.locks import lock_path, zk_lock
+from .handles.multilock import zk_multi_lock
+from .handles.rwlock import zk_rw_lock
+from .handles.semaphores import zk_semaphore
 
 __all__ = [
     "zk_lock",

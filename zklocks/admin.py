@@ -1,6 +1,6 @@
 """The admin page of lock holders and queues: ``/admin/zklocks/lock/``.
 
-Rows come from ``zklocks.inspect`` snapshots, never from a database table. Views go through
+Rows come from ``zklocks.ops.read_model`` snapshots, never from a database table. Views go through
 ``admin_site.admin_view`` (staff login, CSRF, never_cache). Viewing needs ``zklocks.view_lock``;
 force-release needs ``zklocks.force_release_lock``, is POST only, and writes a LogEntry.
 """
@@ -24,12 +24,13 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.views.decorators.http import require_http_methods
 
-from . import conf, deadlocks, inspect, timeline
+from . import conf
 from .exceptions import ZkLocksError
-from .management.commands._render import duration
 from .models import Lock
 from .names import decode_name
-from .release import force_release
+from .ops import deadlocks, queue_chart, read_model, snapshots
+from .ops.force_release import force_release
+from .ops.render import duration
 
 REFRESH_CHOICES = (0, 2, 5, 10, 30)
 QUEUE_PREVIEW = 10  # holders and waiters shown per row of the list
@@ -42,7 +43,7 @@ def _when(epoch: float | None) -> datetime.datetime | None:
     return None if epoch is None else datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
 
 
-def _contender_row(c: inspect.Contender, now: float, position: int | None = None) -> dict:
+def _contender_row(c: snapshots.Contender, now: float, position: int | None = None) -> dict:
     return {
         "c": c,
         "position": position,
@@ -54,7 +55,7 @@ def _contender_row(c: inspect.Contender, now: float, position: int | None = None
     }
 
 
-def _limited(lock: inspect.LockInfo, limit: int) -> inspect.LockInfo:
+def _limited(lock: snapshots.LockInfo, limit: int) -> snapshots.LockInfo:
     """``lock`` with at most ``limit`` holders and ``limit`` waiters (for the picture)."""
     return dataclasses.replace(lock, holders=lock.holders[:limit], waiters=lock.waiters[:limit])
 
@@ -147,7 +148,7 @@ class LockAdmin(admin.ModelAdmin):
             refresh = 0
         refresh = refresh if refresh in REFRESH_CHOICES else 0
         aliases = conf.aliases()
-        snap = inspect.snapshot([alias_filter] if alias_filter in aliases else aliases)
+        snap = read_model.snapshot([alias_filter] if alias_filter in aliases else aliases)
         now = snap.taken_at
         matching = [
             lock
@@ -203,7 +204,7 @@ class LockAdmin(admin.ModelAdmin):
             kind_filter=kind_filter,
             alias_choices=[{"value": a, "selected": a == alias_filter, "url": link(alias=a)} for a in aliases],
             alias_all_url=link(alias=""),
-            kind_choices=[{"value": k, "selected": k == kind_filter, "url": link(kind=k)} for k in inspect.KINDS],
+            kind_choices=[{"value": k, "selected": k == kind_filter, "url": link(kind=k)} for k in read_model.KINDS],
             kind_all_url=link(kind=""),
             refresh_choices=[{"value": r, "selected": r == refresh, "url": link(refresh=r)} for r in REFRESH_CHOICES],
             refresh_url=link(p=page_number),
@@ -217,7 +218,7 @@ class LockAdmin(admin.ModelAdmin):
     def detail_view(self, request, object_id):
         self._require_view(request)
         alias, node = self._lookup(object_id)
-        info, error = inspect.lock_info(alias, node=node)
+        info, error = read_model.lock_info(alias, node=node)
         now = time.time()
         name = info.name if info else decode_name(node)
         context = self._context(
@@ -233,7 +234,7 @@ class LockAdmin(admin.ModelAdmin):
             queue=[_contender_row(w, now, i) for i, w in enumerate(info.waiters[:DETAIL_LIMIT], 1)] if info else [],
             not_shown_holders=max(0, len(info.holders) - DETAIL_LIMIT) if info else 0,
             not_shown_waiters=max(0, len(info.waiters) - DETAIL_LIMIT) if info else 0,
-            picture=timeline.picture(_limited(info, DETAIL_LIMIT), now) if info else None,
+            picture=queue_chart.picture(_limited(info, DETAIL_LIMIT), now) if info else None,
             release_url=self._release_url(alias, node),
             changelist_url=reverse(f"{self.admin_site.name}:zklocks_lock_changelist"),
         )
@@ -292,7 +293,7 @@ class LockAdmin(admin.ModelAdmin):
                     messages.WARNING,
                 )
             return HttpResponseRedirect(detail_url)
-        info, error = inspect.lock_info(alias, node=node)
+        info, error = read_model.lock_info(alias, node=node)
         now = time.time()
         context = self._context(
             request,

@@ -11,7 +11,7 @@ class ZkLocksConfig(AppConfig):
         from django.core.signals import setting_changed
 
         from . import checks as zk_checks
-        from . import securitychecks
+        from .ops import security_checks
         from .receivers import on_setting_changed
 
         checks.register(zk_checks.check_settings, "zklocks")
@@ -22,11 +22,11 @@ class ZkLocksConfig(AppConfig):
         # Talks to ZooKeeper: only with `manage.py check --deploy`, never on every manage.py command.
         checks.register(zk_checks.check_namespace_acls, "zklocks", deploy=True)
         checks.register(zk_checks.check_server_conf, "zklocks", deploy=True)
-        checks.register(securitychecks.check_exposed_views, "zklocks", deploy=True)
+        checks.register(security_checks.check_exposed_views, "zklocks", deploy=True)
         setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")
         # Optional: Prometheus metrics (prometheus_client) and OpenTelemetry spans (opentelemetry-api). Neither
         # raises on a bad setting: check_other_settings reports it (a bad METRICS_FAMILY: no family label).
-        from . import metrics, tracing
+        from .contrib import metrics, tracing
 
         metrics.install()
         tracing.install()

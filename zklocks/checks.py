@@ -6,7 +6,7 @@ E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task u
 W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
 E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E040 (unknown LAYOUT), E041 (two aliases with
 different LAYOUTs on the same HOSTS and NAMESPACE), E042 (one alias's NAMESPACE inside another's on a shared
-server: see zklocks/securitychecks.py). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
+server: see zklocks/ops/security_checks.py). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
 option that neither SingleExecutionTask nor Celery knows, e.g. ``lock_timout``), W022 (the tasks of a Celery app
 could not be loaded). The checks load the tasks of the project's Celery apps first, as a worker does.
 
@@ -21,7 +21,7 @@ importable dotted path to one; the metrics then run without the family label), E
 not a whole number of seconds >= 0).
 
 The installed kazoo: E060 (a kazoo internal that zklocks hooks for its lease is missing, has another signature or
-is no longer called through ``self``: no session would start; see zklocks/kazoo_compat.py).
+is no longer called through ``self``: no session would start; see zklocks/client/kazoo_compat.py).
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
@@ -30,9 +30,9 @@ W005 (a parent of the namespace lets another identity delete or create it), W006
 of a node from this identity, which the configured ACL gives ADMIN), E018 (the audit stopped at
 security.DEPLOY_LIMIT nodes: the rest was not checked),
 E017 (a server's tickTime or session bounds, read through the ``conf`` four-letter word, leave the lease's relay
-gap shorter than a tick: see zklocks/serverconf.py), W004 (the servers negotiate different session timeouts),
+gap shorter than a tick: see zklocks/client/serverconf.py), W004 (the servers negotiate different session timeouts),
 W070 (with DEBUG off, zklocks' metrics view or a health view running the ZooKeeper check answers an anonymous
-request: see zklocks/securitychecks.py).
+request: see zklocks/ops/security_checks.py).
 """
 
 from __future__ import annotations
@@ -41,10 +41,12 @@ import time
 
 from django.core import checks
 
-from . import conf, kazoo_compat, securitychecks
+from . import conf
 from .celery import conf as celery_conf
 from .celery import discover
+from .client import kazoo_compat
 from .exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
+from .ops import security_checks
 
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
@@ -54,7 +56,7 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
         messages.append(cls(p.msg, hint=p.hint, id=p.id))
-    messages.extend(securitychecks.nested_namespaces(configs))
+    messages.extend(security_checks.nested_namespaces(configs))
     raw = _raw_setting()
     known = set(raw) if isinstance(raw, dict) else set()
     for alias, where in conf.declared_aliases():
@@ -78,7 +80,7 @@ def _raw_setting():
 def check_namespace_acls(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """Deploy check: compare each alias's namespace ACLs with the configured ones. Per alias it waits at most
     CONNECT_TIMEOUT for a session and CONNECT_TIMEOUT again for the reads."""
-    from . import security
+    from .ops import acl_audit
 
     if check_kazoo():
         return []  # no session can start: E060 says why
@@ -87,13 +89,13 @@ def check_namespace_acls(app_configs=None, **kwargs) -> list[checks.CheckMessage
     for alias, cfg in sorted(configs.items()):
         where = f"ZKLOCKS[{alias!r}]"
         try:
-            session = security.connect(cfg)
+            session = acl_audit.connect(cfg)
         except (ZkUnavailable, ZkAuthError) as exc:
             messages.append(_unchecked(where, cfg, exc))
             continue
         try:
-            result = security.audit(
-                session, limit=security.DEPLOY_LIMIT, deadline=time.monotonic() + cfg.connect_timeout
+            result = acl_audit.audit(
+                session, limit=acl_audit.DEPLOY_LIMIT, deadline=time.monotonic() + cfg.connect_timeout
             )
         except (ZkUnavailable, ZkAuthError) as exc:
             messages.append(_unchecked(where, cfg, exc))
@@ -108,7 +110,7 @@ def check_server_conf(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """Deploy check: each alias's servers, where they answer the ``conf`` four-letter word, against the lease's
     relay gap (E017) and for differing session timeouts (W004). Servers that do not answer are skipped
     (``manage.py zklocks_check`` says so); at most 2 s per server."""
-    from . import serverconf
+    from .client import serverconf
 
     configs, _ = conf.get_config()
     messages: list[checks.CheckMessage] = []
@@ -295,7 +297,7 @@ def check_other_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage
     ZKLOCKS_METRICS_FAMILY (E053) and ZKLOCKS_UNAVAILABLE_RETRY_AFTER (E054); an unset setting is fine."""
     from django.conf import settings
 
-    from . import metrics
+    from .contrib import metrics
 
     messages = health_messages(getattr(settings, "ZKLOCKS_HEALTH", None))
     for name, pid, what in _SWITCHES:

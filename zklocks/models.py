@@ -1,6 +1,6 @@
 """The admin's ``Lock``: an unmanaged model with no table, so that the admin can register it, permissions
 and content types exist, and ``LogEntry`` rows can point at a lock. Rows are never read from a database:
-the admin builds them from ``zklocks.inspect`` snapshots.
+the admin builds them from ``zklocks.ops.read_model`` snapshots.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from . import conf
 from .celery import conf as celery_conf
-from .connections import connections
+from .client.pools import connections
 
 
 def on_setting_changed(*, setting: str, **kwargs) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from django.dispatch import Signal
 
-from . import dispatch
+from .client import worker_threads
 
 lock_acquired = Signal()
 lock_released = Signal()
@@ -22,4 +22,4 @@ def send_async(signal: Signal, sender: object, **kwargs: object) -> None:
     """Queue ``signal`` for the dispatch thread; free when nobody listens."""
     if not signal.has_listeners(sender):
         return
-    dispatch.signals().call_soon(lambda: signal.send_robust(sender, **kwargs))
+    worker_threads.signals().call_soon(lambda: signal.send_robust(sender, **kwargs))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
-from . import metrics as _metrics
+from .contrib import metrics as _metrics
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

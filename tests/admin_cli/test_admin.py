@@ -11,9 +11,10 @@ from django.urls import reverse
 
 from tests.support.helpers import wait_until
 from tests.support.threads import hold
-from zklocks import LockLost, inspect
+from zklocks import LockLost
 from zklocks.admin import duration
 from zklocks.models import Lock
+from zklocks.ops import read_model, snapshots
 from zklocks.testing import free_port
 
 pytestmark = [pytest.mark.zk, pytest.mark.django_db]
@@ -23,8 +24,8 @@ XSS = "<script>alert(1)</script>"
 
 
 def detail_url(name, alias="default"):
-    info, _ = inspect.lock_info(alias, name)
-    node = info.node if info else inspect.encode_name(name)
+    info, _ = read_model.lock_info(alias, name)
+    node = info.node if info else read_model.encode_name(name)
     from django.contrib.admin.utils import quote
 
     return reverse("admin:zklocks_lock_change", args=(quote(Lock.make_key(alias, node)),))
@@ -73,10 +74,10 @@ def test_view_permission_is_enough_to_see_but_not_to_release(busy_orders):
     assert "waiter-b" in page and "Force-release" not in page
     assert client.get(release_url("orders:7")).status_code == 403
     # A crafted POST is refused as well, and the holder keeps its node.
-    info, _ = inspect.lock_info("default", "orders:7")
+    info, _ = read_model.lock_info("default", "orders:7")
     response = client.post(release_url("orders:7"), {"post": "yes", "holder": shown(info.holder)})
     assert response.status_code == 403
-    assert inspect.lock_info("default", "orders:7")[0].holder.node == info.holder.node
+    assert read_model.lock_info("default", "orders:7")[0].holder.node == info.holder.node
 
 
 def test_search_and_filters(admin_client, busy_orders):
@@ -165,15 +166,15 @@ def test_release_needs_post_and_confirmation(admin_client, busy_orders):
     holder, waiters = busy_orders
     page = admin_client.get(release_url("orders:7")).content.decode()
     assert "does not stop a live holder" in page and "web-1" in page
-    assert inspect.lock_info("default", "orders:7")[0].holder.thread == "web-1"  # GET changed nothing
+    assert read_model.lock_info("default", "orders:7")[0].holder.thread == "web-1"  # GET changed nothing
     admin_client.post(release_url("orders:7"), {})  # a POST without the confirmation field changes nothing
-    assert inspect.lock_info("default", "orders:7")[0].holder.thread == "web-1"
+    assert read_model.lock_info("default", "orders:7")[0].holder.thread == "web-1"
     assert admin_client.put(release_url("orders:7")).status_code == 405
 
 
 def test_force_release_end_to_end(admin_client, busy_orders):
     holder, (first, second) = busy_orders
-    info, _ = inspect.lock_info("default", "orders:7")
+    info, _ = read_model.lock_info("default", "orders:7")
     response = admin_client.post(release_url("orders:7"), {"post": "yes", "holder": shown(info.holder)})
     assert response.status_code == 302
     # The next waiter gets the lock, with a higher fencing token.
@@ -192,11 +193,11 @@ def test_force_release_end_to_end(admin_client, busy_orders):
 
 def test_a_stale_confirmation_does_not_release_the_next_holder(admin_client, busy_orders):
     holder, (first, _) = busy_orders
-    old = shown(inspect.lock_info("default", "orders:7")[0].holder)
+    old = shown(read_model.lock_info("default", "orders:7")[0].holder)
     holder.release()
     assert first.wait(10)
     admin_client.post(release_url("orders:7"), {"post": "yes", "holder": old})
-    assert inspect.lock_info("default", "orders:7")[0].holder.thread == "waiter-a"
+    assert read_model.lock_info("default", "orders:7")[0].holder.thread == "waiter-a"
     assert not LogEntry.objects.exists()
 
 
@@ -204,34 +205,34 @@ def test_a_post_without_holder_fields_releases_nothing_and_says_so(admin_client,
     holder, (first, _) = busy_orders
     response = admin_client.post(release_url("orders:7"), {"post": "yes"}, follow=True)
     assert "nothing was released" in response.content.decode()
-    assert inspect.lock_info("default", "orders:7")[0].holder.thread == "web-1"
+    assert read_model.lock_info("default", "orders:7")[0].holder.thread == "web-1"
     assert not first.returned.wait(0.5)
     assert not LogEntry.objects.exists()
 
 
 def test_the_confirmation_carries_the_node_and_czxid_it_showed(admin_client, busy_orders):
-    info, _ = inspect.lock_info("default", "orders:7")
+    info, _ = read_model.lock_info("default", "orders:7")
     page = admin_client.get(release_url("orders:7")).content.decode()
     assert f'name="holder" value="{info.holder.node}:{info.holder.token}"' in page
 
 
 def test_a_holder_node_with_another_czxid_is_left_alone(admin_client, busy_orders):
     holder, (first, _) = busy_orders
-    info, _ = inspect.lock_info("default", "orders:7")
+    info, _ = read_model.lock_info("default", "orders:7")
     for value in (info.holder.node, f"{info.holder.node}:{info.holder.token + 1}", f"{info.holder.node}:x"):
         response = admin_client.post(release_url("orders:7"), {"post": "yes", "holder": value}, follow=True)
         assert "nothing was released" in response.content.decode()
-        assert inspect.lock_info("default", "orders:7")[0].holder.thread == "web-1"
+        assert read_model.lock_info("default", "orders:7")[0].holder.thread == "web-1"
     assert not LogEntry.objects.exists()
 
 
 def test_csrf_is_enforced(busy_orders):
     client = Client(enforce_csrf_checks=True)
     client.force_login(User.objects.create_superuser("root", password="pw"))
-    info, _ = inspect.lock_info("default", "orders:7")
+    info, _ = read_model.lock_info("default", "orders:7")
     response = client.post(release_url("orders:7"), {"post": "yes", "holder": shown(info.holder)})
     assert response.status_code == 403
-    assert inspect.lock_info("default", "orders:7")[0].holder.node == info.holder.node
+    assert read_model.lock_info("default", "orders:7")[0].holder.node == info.holder.node
 
 
 def test_admin_index_lists_locks(admin_client):
@@ -255,7 +256,7 @@ def test_semaphore_in_the_list(admin_client):
     assert a.wait(10)
     b = lease("pdf", 1, "pdf-b")
     try:
-        wait_until(lambda: inspect.lock_info("default", "pdf")[0].waiters)
+        wait_until(lambda: read_model.lock_info("default", "pdf")[0].waiters)
         html = admin_client.get(LIST, {"kind": "semaphore"}).content.decode()
         assert "semaphore (1)" in html and "pdf-a" in html and "pdf-b" in html
     finally:
@@ -287,10 +288,10 @@ def test_detail_page_draws_holders_and_waiters_on_one_time_axis(admin_client, bu
 
 
 def test_timeline_geometry_is_one_axis_ending_now():
-    from zklocks.timeline import LABEL, WIDTH, picture
+    from zklocks.ops.queue_chart import LABEL, WIDTH, picture
 
     def contender(queued, acquired=None):
-        return inspect.Contender(
+        return snapshots.Contender(
             node="n",
             mode="exclusive",
             sequence=1,
@@ -303,7 +304,7 @@ def test_timeline_geometry_is_one_axis_ending_now():
             acquired_at=acquired,
         )
 
-    lock = inspect.LockInfo(alias="default", name="x", node="x", path="/x", kind="exclusive")
+    lock = snapshots.LockInfo(alias="default", name="x", node="x", path="/x", kind="exclusive")
     lock.holders.append(contender(100.0, acquired=104.0))
     lock.waiters.append(contender(108.0))
     p = picture(lock, now=110.0)
@@ -312,4 +313,4 @@ def test_timeline_geometry_is_one_axis_ending_now():
     assert holder.wait_x == LABEL and holder.hold_x == LABEL + 0.4 * WIDTH  # waited 4 s of the 10
     assert holder.hold_x + holder.hold_w == LABEL + WIDTH  # holds until now
     assert waiter.wait_x == LABEL + 0.8 * WIDTH and waiter.hold_w == 0
-    assert picture(inspect.LockInfo(alias="default", name="y", node="y", path="/y", kind=None), now=1.0) is None
+    assert picture(snapshots.LockInfo(alias="default", name="y", node="y", path="/y", kind=None), now=1.0) is None

@@ -9,7 +9,8 @@ from django.contrib.auth.models import User
 from tests.support.browser import chromium_page
 from tests.support.helpers import wait_until
 from tests.support.threads import hold, queue_behind
-from zklocks import LockLost, inspect
+from zklocks import LockLost
+from zklocks.ops import read_model
 
 pytestmark = [pytest.mark.zk, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -81,7 +82,7 @@ def test_admin_in_a_browser(live_server, allow_orm_beside_playwright, tmp_path):
             assert "waiter-a" in page.locator("tr.zk-holder-row").inner_text()
         holder.release()
         assert isinstance(holder.lost, LockLost) and holder.lost.reason == "deleted"
-        wait_until(lambda: inspect.lock_info("default", "orders:7")[0].holder.thread == "waiter-a")
+        wait_until(lambda: read_model.lock_info("default", "orders:7")[0].holder.thread == "waiter-a")
     finally:
         for t in (holder, waiter, odd, reader):
             t.release()

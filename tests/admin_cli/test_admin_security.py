@@ -11,9 +11,10 @@ from django.test import Client
 from django.urls import reverse
 
 from tests.support.threads import hold
-from zklocks import LockLost, inspect
+from zklocks import LockLost
 from zklocks.models import Lock
 from zklocks.names import MAX_NAME_LENGTH, encode_name
+from zklocks.ops import read_model
 
 pytestmark = [pytest.mark.zk, pytest.mark.django_db]
 
@@ -45,10 +46,13 @@ def test_a_200_character_unicode_name_opens_and_force_releases(admin_client):
         assert LONGEST in response.content.decode() and "web-long" in response.content.decode()
         page = admin_client.get(release)
         assert page.status_code == 200 and "Yes, force-release" in page.content.decode()
-        info, _ = inspect.lock_info("default", LONGEST)
+        info, _ = read_model.lock_info("default", LONGEST)
         response = admin_client.post(release, {"post": "yes", "holder": f"{info.holder.node}:{info.holder.token}"})
         assert response.status_code == 302 and response["Location"] == detail
-        assert inspect.lock_info("default", LONGEST)[0] is None or not inspect.lock_info("default", LONGEST)[0].holders
+        assert (
+            read_model.lock_info("default", LONGEST)[0] is None
+            or not read_model.lock_info("default", LONGEST)[0].holders
+        )
         holder.release()
         assert isinstance(holder.lost, LockLost) and holder.lost.reason == "deleted"
         assert LogEntry.objects.get().object_id == Lock.make_key("default", encode_name(LONGEST))
@@ -58,7 +62,7 @@ def test_a_200_character_unicode_name_opens_and_force_releases(admin_client):
 
 def test_the_force_release_page_shows_holder_details_only_with_the_view_permission(busy_orders):
     holder, _ = busy_orders
-    info, _ = inspect.lock_info("default", "orders:7")
+    info, _ = read_model.lock_info("default", "orders:7")
     _, release = urls("orders:7")
     details = ("web-1", "shop.charge", "task-abc", info.holder.session_hex, socket.gethostname())
 

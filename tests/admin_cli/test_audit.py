@@ -14,8 +14,9 @@ from kazoo.security import ACL, Id, Permissions, make_digest_acl, make_digest_ac
 from tests.admin_cli.test_zklocks_check import RIGHT, run_check, settings_for
 from tests.support.helpers import raw_client
 from tests.support.threads import hold
-from zklocks import inspect, security, zk_lock
-from zklocks.connections import close_all
+from zklocks import zk_lock
+from zklocks.client.pools import close_all
+from zklocks.ops import acl_audit, read_model
 
 WORLD_READ = ACL(Permissions.READ, Id("world", "anyone"))
 
@@ -66,7 +67,7 @@ def test_a_weakened_holder_node_is_reported(zk_server, ns, owner):
     with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
         holder = hold("orders:1", "web-1")
         try:
-            node = inspect.lock_info("default", "orders:1")[0].holder.node
+            node = read_model.lock_info("default", "orders:1")[0].holder.node
             path = f"{ns}/orders:1/{node}"
             owner.set_acls(
                 path, [make_digest_acl("app", "s3cret", all=True), ACL(Permissions.ALL, Id("world", "anyone"))]
@@ -163,7 +164,7 @@ def test_a_truncated_audit_says_so_and_fails_check_deploy(zk_server, ns, monkeyp
         finally:
             client.stop()
         assert deploy_ids() == []
-        monkeypatch.setattr(security, "DEPLOY_LIMIT", 3)
+        monkeypatch.setattr(acl_audit, "DEPLOY_LIMIT", 3)
         (error,) = deploy_ids()
         assert error.id == "zklocks.E018" and error.level == checks.ERROR
         assert error.msg == (

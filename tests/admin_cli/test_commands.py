@@ -7,7 +7,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from tests.support.threads import hold
-from zklocks import LockLost, inspect
+from zklocks import LockLost
+from zklocks.ops import read_model
 from zklocks.testing import free_port
 
 pytestmark = pytest.mark.zk
@@ -78,7 +79,7 @@ def test_release_asks_and_respects_no(busy_orders, monkeypatch):
     monkeypatch.setattr("builtins.input", lambda prompt: "n")
     with pytest.raises(CommandError, match="aborted"):
         run("zklocks_release", "orders:7")
-    assert inspect.lock_info("default", "orders:7")[0].holder.token == holder.token
+    assert read_model.lock_info("default", "orders:7")[0].holder.token == holder.token
 
 
 def test_release_without_a_terminal_aborts(busy_orders, monkeypatch):
@@ -90,7 +91,7 @@ def test_release_without_a_terminal_aborts(busy_orders, monkeypatch):
     monkeypatch.setattr("builtins.input", no_input)
     with pytest.raises(CommandError, match="aborted"):
         run("zklocks_release", "orders:7")
-    assert inspect.lock_info("default", "orders:7")[0].holder.token == holder.token
+    assert read_model.lock_info("default", "orders:7")[0].holder.token == holder.token
 
 
 def test_release_asks_and_accepts_yes(busy_orders, monkeypatch):
@@ -117,7 +118,7 @@ def test_release_of_a_semaphore_deletes_its_leases():
     assert a.wait(10) and b.wait(10)
     c = lease("pool", 2, "lease-c")
     try:
-        wait_until(lambda: inspect.lock_info("default", "pool")[0].waiters)
+        wait_until(lambda: read_model.lock_info("default", "pool")[0].waiters)
         text = run("zklocks_release", "pool", "--yes")
         assert text.count("released: node") == 2
         assert c.wait(10) and c.token > max(a.token, b.token)

@@ -7,9 +7,10 @@ import pytest
 
 from tests.support.helpers import wait_until
 from tests.support.threads import HeldInThread
-from zklocks import LockTimeout, inspect, zk_lock
-from zklocks.deadlocks import find
-from zklocks.inspect import Contender, LockInfo
+from zklocks import LockTimeout, zk_lock
+from zklocks.ops import read_model
+from zklocks.ops.deadlocks import find
+from zklocks.ops.snapshots import Contender, LockInfo
 from zklocks.testing import free_port
 
 LIST = "/admin/zklocks/lock/"
@@ -100,7 +101,7 @@ def test_a_real_deadlock_shows_a_banner(admin_client):
     for t in threads:
         t.start()
     try:
-        wait_until(lambda: sum(lock.queue_length for lock in inspect.snapshot().locks) == 2, 10)
+        wait_until(lambda: sum(lock.queue_length for lock in read_model.snapshot().locks) == 2, 10)
         html = admin_client.get(LIST).content.decode()
         assert html.count('class="error zk-deadlock"') == 1
         assert "thread billing-1" in html and "thread billing-2" in html
@@ -148,7 +149,7 @@ async def hold_then_wait(first, second, holding: threading.Event, timeout: float
 
 
 def queued(n):
-    return sum(lock.queue_length for lock in inspect.snapshot().locks) == n
+    return sum(lock.queue_length for lock in read_model.snapshot().locks) == n
 
 
 @pytest.mark.zk
@@ -180,7 +181,7 @@ def test_two_tasks_of_one_loop_are_two_actors(admin_client):
         assert a_holds.wait(10)
         wait_until(lambda: queued(3), 10)
 
-        (snap,) = inspect.snapshot().aliases
+        (snap,) = read_model.snapshot().aliases
         waiters = {lock.name: lock.waiters[0] for lock in snap.locks if lock.waiters}
         assert waiters["chain/y"].thread == waiters["chain/w"].thread == "event-loop"  # a and b: one thread
         assert waiters["chain/y"].ident == waiters["chain/w"].ident
@@ -209,7 +210,7 @@ def test_a_real_cycle_between_two_tasks_of_one_loop(admin_client):
         a = loop.start(hold_then_wait("pair/A", "pair/B", holding[0], timeout=6))
         b = loop.start(hold_then_wait("pair/B", "pair/A", holding[1], timeout=6))
         wait_until(lambda: queued(2), 10)
-        (snap,) = inspect.snapshot().aliases
+        (snap,) = read_model.snapshot().aliases
         (d,) = find(snap.alias, snap.locks)
         assert sorted(d.locks) == ["pair/A", "pair/B"]
         assert all(step.who.label.startswith("thread event-loop, asyncio task ") for step in d.steps)

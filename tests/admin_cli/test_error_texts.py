@@ -9,8 +9,8 @@ from django.test import override_settings
 
 from tests.support.helpers import wait_until
 from zklocks import LockLost, ZkConfigError, lock_path, zk_leader, zk_lock
+from zklocks.client.pools import connections
 from zklocks.conf import validate
-from zklocks.connections import connections
 
 
 def e003(hosts):

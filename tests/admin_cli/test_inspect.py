@@ -11,9 +11,10 @@ from kazoo.recipe.lock import Lock
 from benchmarks.inspect_snapshot import populate
 from tests.support.helpers import raw_client, wait_until
 from tests.support.threads import hold, lease, queue_behind
-from zklocks import inspect, lock_path
-from zklocks.connections import connections
-from zklocks.multiread import _support, fetch
+from zklocks import lock_path
+from zklocks.client.multiread import fetch, multiread_support
+from zklocks.client.pools import connections
+from zklocks.ops import read_model
 from zklocks.testing import free_port
 
 pytestmark = pytest.mark.zk
@@ -25,7 +26,7 @@ def test_exclusive_holder_and_waiters_in_order():
     try:
         for i in range(3):
             waiters.append(queue_behind("orders:42", f"waiter-{i}", i + 1))
-        info, error = inspect.lock_info("default", "orders:42")
+        info, error = read_model.lock_info("default", "orders:42")
         assert error is None
         assert info.kind == "exclusive" and info.name == "orders:42"
         assert len(info.holders) == 1
@@ -39,7 +40,7 @@ def test_exclusive_holder_and_waiters_in_order():
         assert all(w.token > h.token for w in info.waiters)
         assert 0 <= info.held_for() < 30
         # The snapshot of every lock shows the same.
-        snap = inspect.snapshot()
+        snap = read_model.snapshot()
         assert not snap.errors
         assert snap.find("default", "orders:42").queue_length == 3
     finally:
@@ -55,7 +56,7 @@ def test_a_waiter_that_got_the_lock_shows_acquired_at():
     first.release()
     assert second.wait(10)
     try:
-        info = wait_until(lambda: (i := inspect.lock_info("default", "handover")[0]) and i.holder.acquired_at and i)
+        info = wait_until(lambda: (i := read_model.lock_info("default", "handover")[0]) and i.holder.acquired_at and i)
         assert info.holder.thread == "second" and info.holder.acquired_at >= before - 1
         assert info.holder.queued_at < info.holder.acquired_at
         assert info.holder.token == second.token
@@ -69,7 +70,7 @@ def test_shared_holders_are_the_readers_before_the_first_writer():
     writer = queue_behind("catalog", "writer", 1)
     r3 = queue_behind("catalog", "reader-3", 2, shared=True)
     try:
-        info, _ = inspect.lock_info("default", "catalog")
+        info, _ = read_model.lock_info("default", "catalog")
         assert info.kind == "shared"
         assert [(h.thread, h.mode) for h in info.holders] == [("reader-1", "shared"), ("reader-2", "shared")]
         assert [(w.thread, w.mode) for w in info.waiters] == [("writer", "exclusive"), ("reader-3", "shared")]
@@ -84,7 +85,7 @@ def test_semaphore_leases_and_waiters():
     assert a.wait(10) and b.wait(10)
     c = lease("renderers", 2, "render-c")
     try:
-        info = wait_until(lambda: (i := inspect.lock_info("default", "renderers")[0]) and i.waiters and i)
+        info = wait_until(lambda: (i := read_model.lock_info("default", "renderers")[0]) and i.waiters and i)
         assert info.kind == "semaphore" and info.max_leases == 2
         assert sorted(h.thread for h in info.holders) == ["render-a", "render-b"]
         assert {h.mode for h in info.holders} == {"lease"}
@@ -100,7 +101,7 @@ def test_foreign_data_is_shown_verbatim(zk_server):
     try:
         kazoo_lock = Lock(kz, lock_path("interop"), identifier="worker-7 <b>kazoo</b>")
         assert kazoo_lock.acquire(timeout=5)
-        info, _ = inspect.lock_info("default", "interop")
+        info, _ = read_model.lock_info("default", "interop")
         assert info.holder.raw == "worker-7 <b>kazoo</b>"
         assert info.holder.host is None and info.holder.session_id == kz.client_id[0]
         assert info.holder.queued_at == info.holder.created_at  # from the server's ctime
@@ -114,7 +115,7 @@ def test_names_come_back_verbatim():
     name = "<script>alert(1)</script> ünïcode/../x"
     t = hold(name, "odd")
     try:
-        info = inspect.snapshot().find("default", name)
+        info = read_model.snapshot().find("default", name)
         assert info is not None and info.name == name
         assert "/" not in info.node
     finally:
@@ -129,7 +130,7 @@ def test_unreachable_alias_is_an_error_naming_it(zklocks_settings):
     t = hold("alive", "alive")
     try:
         started = time.monotonic()
-        snap = inspect.snapshot()
+        snap = read_model.snapshot()
         took = time.monotonic() - started
         assert took < 1.0 + 2.0  # its CONNECT_TIMEOUT, with slack for a loaded machine
         errors = {a.alias: a.error for a in snap.aliases if a.error}
@@ -141,7 +142,7 @@ def test_unreachable_alias_is_an_error_naming_it(zklocks_settings):
 
 
 def test_unknown_alias_is_an_error_not_an_exception():
-    snap = inspect.snapshot(["nope"])
+    snap = read_model.snapshot(["nope"])
     assert snap.aliases[0].error and "'nope'" in snap.aliases[0].error
 
 
@@ -150,10 +151,10 @@ def test_multiread_and_single_reads_agree(zk_server):
     try:
         ns = f"/zklocks-test/bench-{uuid.uuid4().hex[:8]}"
         nodes = populate(kz, ns, 30)
-        fast = inspect.read_namespace(reader, ns)
-        assert _support.get(reader) is True  # Debian's 3.8 server speaks multiRead
-        _support[reader] = False
-        slow = inspect.read_namespace(reader, ns)
+        fast = read_model.read_namespace(reader, ns)
+        assert multiread_support.get(reader) is True  # Debian's 3.8 server speaks multiRead
+        multiread_support[reader] = False
+        slow = read_model.read_namespace(reader, ns)
         assert [lock.to_dict(0) for lock in fast] == [lock.to_dict(0) for lock in slow]
         assert len(fast) == 30 and nodes == 150
         kinds = {lock.kind for lock in fast}
@@ -188,7 +189,7 @@ def test_snapshot_to_dict_is_json_ready():
 
     t = hold("json-me", "j")
     try:
-        data = inspect.snapshot().to_dict()
+        data = read_model.snapshot().to_dict()
         text = json.dumps(data)
         assert '"json-me"' in text and data["aliases"][0]["locks"][0]["holders"][0]["session_id"].startswith("0x")
     finally:
@@ -197,7 +198,7 @@ def test_snapshot_to_dict_is_json_ready():
 
 def test_an_empty_lock_node_has_no_kind_and_no_holder():
     hold("emptied", "once").release()
-    info, error = inspect.lock_info("default", "emptied")
+    info, error = read_model.lock_info("default", "emptied")
     assert error is None and info is not None  # the node stays until the reaper's sweep
     assert info.kind is None and info.holders == [] and info.waiters == [] and info.held_for() is None
 
@@ -210,7 +211,7 @@ def test_concurrent_snapshots_of_an_unreachable_alias_stay_within_connect_timeou
 
     def look():
         started = time.monotonic()
-        snap = inspect.snapshot(["gone"])
+        snap = read_model.snapshot(["gone"])
         took.append((time.monotonic() - started, snap.aliases[0].error))
 
     threads = [threading.Thread(target=look) for _ in range(3)]

@@ -6,19 +6,19 @@ from django.core import checks
 from django.core.checks import Error, Warning
 from django.test import override_settings
 
-from zklocks.securitychecks import PROTECT_HINT
+from zklocks.ops.security_checks import PROTECT_HINT
 
 
 def messages(deploy=False, **settings):
     """The zklocks.E042 and W070 messages `manage.py check [--deploy]` shows (the checks that talk to ZooKeeper
     are left out: they have tests of their own)."""
     from zklocks import checks as zk_checks
-    from zklocks import securitychecks
+    from zklocks.ops import security_checks
 
     with override_settings(**settings):
         found = zk_checks.check_settings()
         if deploy:
-            found += securitychecks.check_exposed_views()
+            found += security_checks.check_exposed_views()
         return [m for m in found if m.id in ("zklocks.E042", "zklocks.W070") and not m.is_silenced()]
 
 

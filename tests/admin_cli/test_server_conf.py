@@ -1,4 +1,4 @@
-"""The servers' zoo.cfg against the lease (zklocks/serverconf.py): without TICK_TIME a lease proof waits half the
+"""The servers' zoo.cfg against the lease (zklocks/client/serverconf.py): without TICK_TIME a lease proof waits half the
 session timeout for the leader's PING, which is a tick only while every server negotiates at least two of the
 longest tick. ``zklocks_check`` and the deploy check E017 refuse what the lease cannot cover."""
 
@@ -9,9 +9,9 @@ from django.core import checks
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 
-from zklocks import serverconf
-from zklocks.connections import close_all
-from zklocks.serverconf import ServerConf
+from zklocks.client import serverconf
+from zklocks.client.pools import close_all
+from zklocks.client.serverconf import ServerConf
 from zklocks.testing import ZkServer
 
 CONF = """clientPort=2181

@@ -340,9 +340,9 @@ FAMILY_HINT = (
     [
         (3, "settings.ZKLOCKS_METRICS_FAMILY must be a callable or its dotted path, not 3."),
         (
-            "zklocks.metrics.no_such_family",
-            "settings.ZKLOCKS_METRICS_FAMILY 'zklocks.metrics.no_such_family' cannot be imported: "
-            'Module "zklocks.metrics" does not define a "no_such_family" attribute/class.',
+            "zklocks.contrib.metrics.no_such_family",
+            "settings.ZKLOCKS_METRICS_FAMILY 'zklocks.contrib.metrics.no_such_family' cannot be imported: "
+            'Module "zklocks.contrib.metrics" does not define a "no_such_family" attribute/class.',
         ),
         (
             "no_such_module.family",
@@ -350,8 +350,8 @@ FAMILY_HINT = (
             "No module named 'no_such_module'.",
         ),
         (
-            "zklocks.metrics.SESSION_STATES",
-            "settings.ZKLOCKS_METRICS_FAMILY 'zklocks.metrics.SESSION_STATES' names ('connected', 'suspended', "
+            "zklocks.contrib.metrics.SESSION_STATES",
+            "settings.ZKLOCKS_METRICS_FAMILY 'zklocks.contrib.metrics.SESSION_STATES' names ('connected', 'suspended', "
             "'lost'), which is not callable.",
         ),
     ],
@@ -388,6 +388,6 @@ def test_a_bad_metrics_family_is_reported_by_check_not_raised_by_ready(tmp_path)
     assert "Traceback" not in check.stderr, check.stderr
     assert "zklocks.E053" in check.stderr and "no_such_module.family" in check.stderr, check.stderr
     # Metrics stay on, without the family label.
-    shell = manage("shell", "-c", "from zklocks import metrics; print('family:', metrics.installed().family)")
+    shell = manage("shell", "-c", "from zklocks.contrib import metrics; print('family:', metrics.installed().family)")
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.strip().splitlines()[-1] == "family: None"

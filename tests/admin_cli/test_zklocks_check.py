@@ -18,7 +18,7 @@ from kazoo.security import make_digest_acl
 
 from tests.support.helpers import ROOT, raw_client
 from zklocks import zk_lock, zk_semaphore
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 from zklocks.testing import free_port
 
 RIGHT = ("digest", "app:s3cret")

@@ -28,7 +28,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from tests.chaos.checker import Fault, Report, check, read_events
 from tests.support.helpers import ROOT, tree
 from zklocks.names import encode_name
-from zklocks.reaper import sweep
+from zklocks.ops.reaper import sweep
 from zklocks.testing import ZkEnsemble, ZkStartError, expire_session
 from zklocks.testing.proxy import TcpProxy
 from zklocks.testing.server import four_letter

@@ -202,7 +202,7 @@ def main(argv=None) -> int:
     p.add_argument("--tag", default="w")
     args = p.parse_args(argv)
     setup(args)
-    from zklocks.connections import close_all
+    from zklocks.client.pools import close_all
 
     control = Path(args.dir)
     rec = Recorder(control / f"{args.tag}-{os.getpid()}.jsonl")

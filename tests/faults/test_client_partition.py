@@ -11,7 +11,7 @@ from django.test import override_settings
 from tests.support.app.models import Stock
 from tests.support.helpers import wait_until
 from zklocks import signals, zk_lock
-from zklocks.connections import close_all, connections
+from zklocks.client.pools import close_all, connections
 from zklocks.fencing import FencedQuerySet, StaleToken
 from zklocks.testing.proxy import TcpProxy
 

@@ -7,8 +7,9 @@ import pytest
 
 from tests.support.helpers import raw_client, tree, wait_until, zk_settings
 from tests.support.threads import HeldInThread
-from zklocks import LockLost, LockTimeout, ZkUnavailable, clock, lock_path, signals, zk_lock
-from zklocks.connections import close_all, connections
+from zklocks import LockLost, LockTimeout, ZkUnavailable, lock_path, signals, zk_lock
+from zklocks.client import clock
+from zklocks.client.pools import close_all, connections
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.zk

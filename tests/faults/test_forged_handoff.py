@@ -8,7 +8,7 @@ import pytest
 from tests.support.helpers import raw_client, wait_until, zk_settings
 from tests.support.threads import HeldInThread
 from zklocks import LockLost, zk_lock
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
 

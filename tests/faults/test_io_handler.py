@@ -10,8 +10,8 @@ import pytest
 
 from tests.support.helpers import zk_settings
 from zklocks import zk_lock
-from zklocks.connections import close_all, connections
-from zklocks.iohandler import PollingHandler, poll_select
+from zklocks.client.iohandler import PollingHandler, poll_select
+from zklocks.client.pools import close_all, connections
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def connection(pair):
     """kazoo's own ConnectionHandler, unstarted, reading from one end of a socket pair with the short path."""
     from kazoo.client import KazooClient
 
-    from zklocks.iohandler import read_without_select
+    from zklocks.client.iohandler import read_without_select
 
     client = KazooClient(hosts="127.0.0.1:1", handler=PollingHandler())
     conn = client._connection

@@ -37,9 +37,9 @@ from django.urls import path
 from tests.support.helpers import raw_client, tree, wait_until, zk_settings
 from tests.support.threads import HeldInThread
 from zklocks import LockNotAcquired, ZkUnavailable, zk_leader, zk_lock, zk_multi_lock, zk_semaphore
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 from zklocks.health import ZooKeeperHealthCheck
-from zklocks.inspect import snapshot
+from zklocks.ops.read_model import snapshot
 from zklocks.testing import ZkServer
 from zklocks.testing.proxy import TcpProxy
 

@@ -7,8 +7,8 @@ import pytest
 
 from tests.support.helpers import zk_settings
 from zklocks import zk_lock
-from zklocks.connections import close_all, connections
-from zklocks.kazoolog import KazooLog
+from zklocks.client.kazoolog import KazooLog
+from zklocks.client.pools import close_all, connections
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]

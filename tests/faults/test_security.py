@@ -12,7 +12,7 @@ from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from tests.support.helpers import raw_client
 from zklocks import LockNotAcquired, ZkAuthError, lock_path, zk_lock, zk_multi_lock, zk_semaphore
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 
 RIGHT = ("digest", "app:s3cret")
 WRONG = ("digest", "app:guess")

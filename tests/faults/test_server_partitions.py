@@ -28,9 +28,9 @@ from django.test import override_settings
 
 from tests.support.helpers import raw_client, wait_until
 from zklocks import zk_lock
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 from zklocks.exceptions import ZkLocksError, ZkUnavailable
-from zklocks.locks import lock_path
+from zklocks.handles.locks import lock_path
 from zklocks.testing import ZkEnsemble
 
 pytestmark = pytest.mark.timeout(180)
@@ -354,7 +354,7 @@ def test_a_session_back_from_a_server_with_a_shorter_timeout_counts_on_the_short
     for 0.7 s, less than syncLimit), reaches the leader after B's re-validation, and the leader applies it with
     A's 2 s: with the holder silent, the leader expires the session 2 s later and the next contender acquires.
     The holder's ``is_held`` must be False by then: its lease counts on 2 s, not on B's 20 s."""
-    from zklocks.connections import connections
+    from zklocks.client.pools import connections
     from zklocks.testing.proxy import TcpProxy
 
     tick = TICK / 1000

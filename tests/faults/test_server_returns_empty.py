@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.helpers import zk_settings
 from zklocks import LockLost, ZkUnavailable, zk_lock
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 from zklocks.testing import ZkServer
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(120)]

@@ -14,7 +14,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from zklocks import ZkUnavailable, zk_lock
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 from zklocks.testing import ZkServer, free_port
 
 PASSWORD = "changeit"

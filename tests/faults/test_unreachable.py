@@ -10,7 +10,7 @@ from django.test import override_settings
 
 from tests.support.project import Project
 from zklocks import ZkUnavailable, zk_lock
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 from zklocks.testing import free_port
 
 

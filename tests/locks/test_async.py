@@ -9,7 +9,7 @@ from django.test import AsyncClient, override_settings
 
 from tests.support.helpers import wait_until
 from zklocks import LockTimeout, zk_lock, zk_multi_lock, zk_semaphore
-from zklocks.connections import connections
+from zklocks.client.pools import connections
 
 pytestmark = pytest.mark.zk
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.support.helpers import wait_until
 from zklocks import LockTimeout, zk_lock
-from zklocks.connections import connections
+from zklocks.client.pools import connections
 
 pytestmark = pytest.mark.zk
 

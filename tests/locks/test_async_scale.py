@@ -13,8 +13,8 @@ import pytest
 
 from tests.support.threads import in_thread
 from zklocks import zk_lock
-from zklocks.connections import connections
-from zklocks.recipes import steps
+from zklocks.client.pools import connections
+from zklocks.recipes import step_runner
 from zklocks.testing.server import mntr
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(300)]
@@ -116,7 +116,7 @@ def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_qu
             # Waiters that enqueue while a listing is in flight share the next one.
             assert listings[0] <= 10 + waiters // 200, f"{listings[0]} listings for {waiters} waiters"
         figures["threads"] = threading.active_count() - threads_before
-        assert threading.active_count() <= threads_before + steps.BLOCKING_THREADS
+        assert threading.active_count() <= threads_before + step_runner.BLOCKING_THREADS
         assert all(not task.done() for task in tasks)
 
         # Cancel every tenth waiter: each leaves at once, however many wait, and takes its node with it.

@@ -21,8 +21,8 @@ from zklocks import (
     zk_multi_lock,
     zk_semaphore,
 )
+from zklocks.client.pools import close_all
 from zklocks.conf import alias_config
-from zklocks.connections import close_all
 from zklocks.names import decode_name, encode_name
 from zklocks.testing import ZkEnsemble, free_port
 

@@ -11,8 +11,9 @@ from django.core.management import call_command
 
 from tests.support.helpers import wait_until
 from tests.support.threads import HeldInThread
-from zklocks import LockLost, inspect, signals, zk_leader, zk_lock
-from zklocks.connections import connections
+from zklocks import LockLost, signals, zk_leader, zk_lock
+from zklocks.client.pools import connections
+from zklocks.ops import read_model
 
 pytestmark = pytest.mark.zk
 
@@ -62,7 +63,7 @@ def test_first_candidate_leads_the_others_stand_by_and_take_over_in_order(two_al
 
         waiting = threading.Thread(target=run_for_it)
         waiting.start()
-        info = wait_until(lambda: (i := inspect.lock_info("default", "jobs")[0]) and i.waiters and i, timeout=5)
+        info = wait_until(lambda: (i := read_model.lock_info("default", "jobs")[0]) and i.waiters and i, timeout=5)
         assert info.kind == "election"
         assert [h.token for h in info.holders] == [leader.token]
         assert info.holders[0].pid == os.getpid() and info.holders[0].host == socket.gethostname()
@@ -76,7 +77,7 @@ def test_first_candidate_leads_the_others_stand_by_and_take_over_in_order(two_al
         wait_until(lambda: "leader" in got, timeout=5)
         assert got["ok"] is True and got["leader"] is True and time.monotonic() - started < 2.0
         assert candidate.token > leader.token
-        info, _ = inspect.lock_info("default", "jobs")
+        info, _ = read_model.lock_info("default", "jobs")
         assert [h.token for h in info.holders] == [candidate.token] and info.waiters == []
         release_now.set()
         waiting.join(10)
@@ -92,7 +93,7 @@ def test_context_manager_nests_and_an_election_is_not_a_lock(two_aliases):
         with leader:  # nested: same candidacy, no second node
             assert leader.is_leader
         assert leader.is_leader
-        info, _ = inspect.lock_info("default", "solo")
+        info, _ = read_model.lock_info("default", "solo")
         assert info.kind == "election" and len(info.holders) == 1
         # A plain lock of the same name waits behind the leader (one queue per node).
         assert zk_lock("solo", blocking=False, using="standby").acquire() is False
@@ -136,6 +137,6 @@ def test_expired_leader_is_no_leader_at_once_and_a_standby_takes_over(two_aliase
     assert lost_events[0]["token"] == seen["token"] and lost_events[0]["reason"] == "expired"
     assert candidate.is_leader and candidate.token > seen["token"]
     candidate.ensure_leader()
-    info, _ = inspect.lock_info("default", "expiring")
+    info, _ = read_model.lock_info("default", "expiring")
     assert [h.token for h in info.holders] == [candidate.token]
     candidate.release()

@@ -10,7 +10,7 @@ from tests.support.helpers import raw_client, tree, wait_until
 from tests.support.threads import HeldInThread, in_thread
 from zklocks import LockLost, LockNotAcquired, LockOwnershipError, LockTimeout, ZkLocksError, lock_path, zk_lock
 from zklocks.conf import alias_config
-from zklocks.inspect import snapshot
+from zklocks.ops.read_model import snapshot
 
 pytestmark = pytest.mark.zk
 
@@ -118,7 +118,7 @@ def test_reentrant_per_thread_outermost_release_frees(zk_server):
 
 
 def test_a_lock_in_the_body_of_a_non_reentrant_hold_nests_instead_of_waiting_on_itself():
-    from zklocks.locks import ZkLock
+    from zklocks.handles.locks import ZkLock
 
     outer = ZkLock("task-key", reentrant=False)
     outer.acquire()
@@ -199,7 +199,7 @@ def test_fair_fifo_order_and_each_waiter_blocks():
 
 
 def _children(name):
-    from zklocks.connections import connections
+    from zklocks.client.pools import connections
 
     return connections["default"].session().client.get_children(lock_path(name))
 

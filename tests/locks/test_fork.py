@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.helpers import raw_client
 from zklocks import LockLost, zk_lock
-from zklocks.connections import connections
+from zklocks.client.pools import connections
 
 pytestmark = pytest.mark.zk
 
@@ -70,7 +70,7 @@ def test_child_exit_does_not_close_the_parent_session(zk_server):
         assert code == 0
         pid = os.fork()
         if pid == 0:
-            import zklocks.connections as c
+            import zklocks.client.pools as c
 
             c._at_exit()  # what a child's normal interpreter exit runs
             os._exit(0)

@@ -12,9 +12,10 @@ import pytest
 from tests.support.helpers import wait_until
 from tests.support.threads import in_thread
 from zklocks import zk_lock, zk_semaphore
-from zklocks.connections import Session, connections
-from zklocks.holds import Hold, LongHolds, current_owner
-from zklocks.locks import _BaseHandle
+from zklocks.client.pools import Session, connections
+from zklocks.handles.base import BaseHandle
+from zklocks.handles.hold_registry import Hold, LongHolds
+from zklocks.owners import current_owner
 from zklocks.recipes import queue
 
 pytestmark = pytest.mark.zk
@@ -84,7 +85,7 @@ WINDOW = [
     ("Hold.__init__", Hold.__init__.__code__, 1, None),
     ("Session.add_hold", Session.add_hold.__code__, 1, None),
     ("LongHolds.add", LongHolds.add.__code__, 1, None),
-    ("current_owner after the grant", current_owner.__code__, 1, _BaseHandle._acquire_steps.__code__),
+    ("current_owner after the grant", current_owner.__code__, 1, BaseHandle._acquire_steps.__code__),
     ("the node's path after the create", queue.Contender._set_node.__code__, 1, queue.Contender.enqueue_steps.__code__),
 ]
 
@@ -105,7 +106,7 @@ def test_an_exception_in_the_grant_window_leaves_the_lock_free(where, code, nth,
 def test_an_exception_in_a_nested_acquire_does_not_keep_the_outer_lock():
     name = "window-nested"
     outer = zk_lock(name)
-    tracer, seen = raise_at(current_owner.__code__, caller=_BaseHandle._acquire_steps.__code__)
+    tracer, seen = raise_at(current_owner.__code__, caller=BaseHandle._acquire_steps.__code__)
 
     def release_outer():
         outer.release()

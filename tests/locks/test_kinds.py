@@ -73,7 +73,7 @@ def test_writer_waits_for_all_readers_and_later_readers_queue_behind_it():
 
 
 def children(name):
-    from zklocks.connections import connections
+    from zklocks.client.pools import connections
 
     return connections["default"].session().client.get_children(zk_lock(name).path)
 
@@ -142,7 +142,7 @@ def test_readers_share_across_processes_and_writers_exclude(zk_server, tmp_path)
 
 
 def test_each_release_notifies_exactly_one_waiter(zk_server):
-    from zklocks.connections import connections
+    from zklocks.client.pools import connections
 
     fired = []
     n = 6

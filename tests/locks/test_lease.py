@@ -1,4 +1,4 @@
-"""The lease rule (zklocks/lease.py): the pure proof, then its cost and upkeep on a real server.
+"""The lease rule (zklocks/client/lease.py): the pure proof, then its cost and upkeep on a real server.
 
 The partitions that the rule exists for (a follower cut off from its leader, a leader cut off from its
 followers) are injected for real in tests/faults/test_server_partitions.py.
@@ -10,8 +10,9 @@ import time
 import pytest
 
 from tests.support.helpers import wait_until, zk_settings
-from zklocks import clock, lease, zk_lock
-from zklocks.connections import connections
+from zklocks import zk_lock
+from zklocks.client import clock, lease
+from zklocks.client.pools import connections
 
 GAP = 1.0
 CREATE, DELETE, MULTI, SYNC, GET, PING = 1, 2, 14, 9, 4, 11

@@ -6,7 +6,7 @@ from django.test import override_settings
 
 from tests.support.helpers import wait_until
 from zklocks import signals, zk_lock
-from zklocks.connections import connections
+from zklocks.client.pools import connections
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.zk

@@ -25,7 +25,7 @@ import pytest
 
 from tests.support.helpers import tree, wait_until
 from zklocks import zk_lock, zk_multi_lock, zk_semaphore
-from zklocks.connections import connections
+from zklocks.client.pools import connections
 
 ROUNDS = 30
 # The alarm lands this many seconds into a round: from inside the first request to a few turns of the lock.

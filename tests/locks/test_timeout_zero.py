@@ -8,7 +8,7 @@ import pytest
 from tests.support.helpers import wait_until
 from tests.support.threads import HeldInThread, in_thread
 from zklocks import LockNotAcquired, LockTimeout, zk_lock, zk_multi_lock, zk_semaphore
-from zklocks.connections import connections
+from zklocks.client.pools import connections
 
 pytestmark = pytest.mark.zk
 

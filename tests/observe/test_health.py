@@ -78,7 +78,7 @@ def test_fails_within_connect_timeout_once_quorum_is_gone():
                 assert elapsed < connect_timeout + 2, elapsed
                 print(f"failed {elapsed:.2f}s after the stop: {result.error}")
             finally:
-                from zklocks.connections import close_all
+                from zklocks.client.pools import close_all
 
                 close_all(wait=False)
     finally:
@@ -88,7 +88,7 @@ def test_fails_within_connect_timeout_once_quorum_is_gone():
 @pytest.mark.zk
 def test_max_hold_seconds_leaves_out_elections():
     """A leader holds its election node for as long as it leads: that is no stuck lock."""
-    from zklocks.inspect import snapshot
+    from zklocks.ops.read_model import snapshot
 
     with override_settings(ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 0.5}):
         with zk_leader("celery-beat"):

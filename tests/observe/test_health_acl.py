@@ -11,7 +11,7 @@ import pytest
 from django.test import override_settings
 
 from zklocks import zk_lock
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 from zklocks.health import ZooKeeperHealthCheck
 
 pytestmark = pytest.mark.zk

@@ -7,8 +7,9 @@ from prometheus_client import CollectorRegistry
 
 from tests.support.helpers import wait_until
 from tests.support.threads import in_thread
-from zklocks import LockTimeout, ZkUnavailable, metrics, zk_lock, zk_semaphore
-from zklocks.connections import connections
+from zklocks import LockTimeout, ZkUnavailable, zk_lock, zk_semaphore
+from zklocks.client.pools import connections
+from zklocks.contrib import metrics
 
 pytestmark = pytest.mark.zk
 

@@ -6,8 +6,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.support.threads import in_thread
-from zklocks import ZkUnavailable, observe, zk_lock, zk_semaphore
-from zklocks.tracing import Tracing
+from zklocks import ZkUnavailable, zk_lock, zk_semaphore
+from zklocks.client import observe
+from zklocks.contrib.tracing import Tracing
 
 pytestmark = pytest.mark.zk
 

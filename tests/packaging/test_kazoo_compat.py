@@ -1,12 +1,13 @@
-"""The self-check of the kazoo internals zklocks hooks (zklocks.kazoo_compat, system check zklocks.E060)."""
+"""The self-check of the kazoo internals zklocks hooks (zklocks.client.kazoo_compat, system check zklocks.E060)."""
 
 import pytest
 from django.core import checks as django_checks
 from kazoo.client import KazooClient
 from kazoo.protocol.connection import ConnectionHandler
 
-from zklocks import ZkConfigError, kazoo_compat, zk_lock
+from zklocks import ZkConfigError, zk_lock
 from zklocks.checks import check_kazoo
+from zklocks.client import kazoo_compat
 
 
 def _without(cls: type, name: str) -> type:

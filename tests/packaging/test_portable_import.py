@@ -32,7 +32,7 @@ import selectors
 import zklocks
 from kazoo.handlers.threading import SequentialThreadingHandler
 from zklocks import iohandler
-from zklocks.connections import connections
+from zklocks.client.pools import connections
 
 assert not iohandler.HAS_POLL and iohandler.DEFAULT_HANDLER is SequentialThreadingHandler
 assert selectors.DefaultSelector is selectors.SelectSelector

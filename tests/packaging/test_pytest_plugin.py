@@ -12,7 +12,7 @@ USER_TESTS = """\
     from django.conf import settings
 
     from zklocks import zk_lock
-    from zklocks.connections import connections
+    from zklocks.client.pools import connections
 
 
     def test_settings_point_at_the_test_server(zklocks_settings, zk_server):

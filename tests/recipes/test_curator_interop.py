@@ -15,11 +15,12 @@ import pytest
 from django.core.checks import run_checks
 from kazoo.exceptions import NoNodeError
 
+from tests.support.curator import CuratorContenders
 from tests.support.helpers import raw_client, read_records, tree, wait_until
 from tests.support.threads import HeldInThread
-from zklocks import conf, inspect, lock_path, zk_leader, zk_lock, zk_rw_lock, zk_semaphore
+from zklocks import conf, lock_path, zk_leader, zk_lock, zk_rw_lock, zk_semaphore
+from zklocks.ops import read_model
 from zklocks.recipes import layout
-from zklocks.testing.curator import CuratorContenders
 
 pytestmark = pytest.mark.zk
 
@@ -360,7 +361,7 @@ def test_node_names_foreign_data_and_shared_mutex(curator_layout, zk_server, kz,
     # A Curator holder's data (the client's address) is shown verbatim by the read model (admin, CLI).
     log = tmp_path / "holds.jsonl"
     with CuratorContenders(zk_server.hosts, lock_path(name), "mutex", log, threads=1, seconds=1.0, hold_ms=-3000):
-        info = wait_until(lambda: (i := inspect.lock_info("default", name)[0]) and i.holders and i)
+        info = wait_until(lambda: (i := read_model.lock_info("default", name)[0]) and i.holders and i)
         (holder,) = info.holders
         assert re.fullmatch(PROTECTED + r"lock-\d{10}", holder.node)
         assert holder.raw and holder.host is None, holder
@@ -377,7 +378,7 @@ def test_semaphore_of_curator_only_in_read_model(curator_layout, zk_server, tmp_
         zk_server.hosts, lock_path(name), "semaphore", log, threads=1, seconds=1.0, hold_ms=-3000, max_leases=2
     )
     with java:
-        info = wait_until(lambda: (i := inspect.lock_info("default", name)[0]) and i.holders and i)
+        info = wait_until(lambda: (i := read_model.lock_info("default", name)[0]) and i.holders and i)
         assert info.kind == "semaphore"
         (holder,) = info.holders
         assert holder.mode == "lease" and re.fullmatch(PROTECTED + r"lease-\d{10}", holder.node)
@@ -388,7 +389,7 @@ def test_semaphore_of_curator_only_in_read_model(curator_layout, zk_server, tmp_
 
 def test_own_node_found_by_protected_prefix(curator_layout):
     """After a connection loss during a create, a contender finds its node by Curator's ``_c_<uuid>-`` prefix."""
-    from zklocks.connections import connections
+    from zklocks.client.pools import connections
     from zklocks.recipes.queue import Contender
 
     session = connections["default"].session()

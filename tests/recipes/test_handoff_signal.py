@@ -1,6 +1,6 @@
 """The one notification a handoff takes, and the writes that must not be mistaken for it.
 
-A waiter behind an exclusive contender that carries the release-only promise (holder.marks_release_only) is woken
+A waiter behind an exclusive contender that carries the release-only promise (node_data.marks_release_only) is woken
 by the first change of that node's data: the release transaction writes and deletes it at once. Under AUTH (only
 the alias's identity may write) it holds at that notification; otherwise it looks once and holds only if the node
 is gone (docs/security.md, "No forged handoff"). Every other write
@@ -17,7 +17,7 @@ import pytest
 from tests.support.helpers import wait_until
 from tests.support.threads import HeldInThread
 from zklocks import zk_lock
-from zklocks.holder import payload
+from zklocks.recipes.node_data import payload
 from zklocks.testing import mntr
 
 pytestmark = pytest.mark.zk

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.helpers import raw_client, wait_until, zk_settings
 from zklocks import LockNotAcquired, LockTimeout, ZkLocksError, lock_path, zk_semaphore
-from zklocks.reaper import sweep
+from zklocks.ops.reaper import sweep
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.zk

@@ -19,7 +19,7 @@ from django.test import override_settings
 
 from tests.support.helpers import assert_no_overlap, raw_client, read_records, spawn_worker
 from zklocks import SequenceExhausted, zk_lock, zk_semaphore
-from zklocks.connections import close_all
+from zklocks.client.pools import close_all
 from zklocks.names import join_path
 from zklocks.recipes.layout import SEQUENCE_LIMIT
 from zklocks.testing import ZkServer
@@ -244,7 +244,7 @@ def test_reap_reports_a_worn_node_and_recycle_waits_for_its_next_empty_moment(ne
 
 
 def test_snapshot_never_shows_a_contender_past_the_limit_as_holder(near_limit):
-    from zklocks.inspect import read_namespace
+    from zklocks.ops.read_model import read_namespace
 
     client = raw_client(near_limit.hosts)
     try:

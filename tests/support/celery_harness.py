@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.helpers import ROOT, read_records, wait_until
-from zklocks.testing.redis import RedisServer
+from tests.support.redis_server import RedisServer
 
 
 class CeleryWorker:
@@ -247,7 +247,7 @@ def celery_settings(request):
     """settings.ZKLOCKS of this process pointed at the workers' namespace (for unique_queued producers)."""
     from django.test import override_settings
 
-    from zklocks.connections import close_all
+    from zklocks.client.pools import close_all
 
     env = request.getfixturevalue("celery_env")
     override = override_settings(ZKLOCKS=env.settings())
@@ -268,11 +268,11 @@ def bad_tasks():
     """The misconfigured tasks; their system-check problems are forgotten afterwards."""
     from tests.support import celery_bad_tasks
     from zklocks.celery import conf as celery_conf
-    from zklocks.celery.task import _declare
+    from zklocks.celery.task import record_option_problems
 
     tasks = (celery_bad_tasks.bad_key_missing, celery_bad_tasks.bad_key_format)
     for task in tasks:
-        _declare(type(task._get_current_object()) if hasattr(task, "_get_current_object") else type(task))
+        record_option_problems(type(task._get_current_object()) if hasattr(task, "_get_current_object") else type(task))
     try:
         yield celery_bad_tasks
     finally:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import threading
 
-from zklocks import holder, inspect, zk_lock, zk_semaphore
+from zklocks import zk_lock, zk_semaphore
+from zklocks.ops import read_model
+from zklocks.recipes import node_data
 
 from .helpers import wait_until
 
@@ -46,7 +48,7 @@ class HeldInThread:
 
     def _run(self, kwargs) -> None:
         if self.task is not None:
-            holder.current_task.set(self.task)
+            node_data.current_task.set(self.task)
         try:
             self.acquired = self.handle.acquire(**kwargs)
             self.token = self.handle.token
@@ -113,7 +115,7 @@ def lease(name: str, max_leases: int, thread: str) -> HeldInThread:
 
 
 def _waiting(alias: str, name: str) -> int:
-    info, _ = inspect.lock_info(alias, name)
+    info, _ = read_model.lock_info(alias, name)
     return 0 if info is None else info.queue_length
 
 

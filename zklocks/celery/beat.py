@@ -22,9 +22,9 @@ from typing import Any
 from celery.beat import Scheduler
 from celery.utils.log import get_logger
 
-from ..election import ZkLeader
+from ..handles.election import ZkLeader
 from ..recipes import beatstate
-from ..recipes.calls import Deadline
+from ..recipes.kazoo_calls import Deadline
 from . import conf as celery_conf
 
 logger = get_logger(__name__)

@@ -19,13 +19,14 @@ from celery import Task
 from celery.exceptions import Retry
 from celery.utils import uuid
 
-from .. import conf, holder, names, signals
-from ..connections import connections
+from .. import conf, names, signals
+from ..client.pools import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
-from ..locks import ZkLock
+from ..handles.locks import ZkLock
+from ..recipes import node_data
 from . import conf as celery_conf
 from . import keys, unique
-from .holders import holder_task_id
+from .holder_task import holder_task_id
 
 log = logging.getLogger("zklocks")
 
@@ -90,7 +91,7 @@ class SingleExecutionTask(Task):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        _declare(cls)
+        record_option_problems(cls)
 
     # -- options and key --
 
@@ -180,18 +181,18 @@ class SingleExecutionTask(Task):
         key = (opts.lock_using, name)
         held.add(key)
         # Locks the body takes itself also record this task as their holder (shown by the admin).
-        token = holder.current_task.set((request.id, self.name))
+        token = node_data.current_task.set((request.id, self.name))
         try:
             return super().__call__(*args, **kwargs)
         finally:
-            holder.current_task.reset(token)
+            node_data.current_task.reset(token)
             held.discard(key)
             request.zk_lock = previous
 
     def _acquire(self, name: str, opts: LockOptions, request) -> ZkLock | None:
         lock = ZkLock(name, using=opts.lock_using, reentrant=False)
         wait = opts.lock_timeout
-        token = holder.current_task.set((request.id, self.name))
+        token = node_data.current_task.set((request.id, self.name))
         got = False
         try:
             try:
@@ -221,7 +222,7 @@ class SingleExecutionTask(Task):
                     )
                     raise
             finally:
-                holder.current_task.reset(token)
+                node_data.current_task.reset(token)
         except BaseException:
             # e.g. the soft time limit (SoftTimeLimitExceeded) arriving right after the grant: give the lock back.
             if got:
@@ -275,7 +276,7 @@ class SingleExecutionTask(Task):
             )
 
 
-def _declare(cls: type) -> None:
+def record_option_problems(cls: type) -> None:
     """Record option problems of a task class for ``manage.py check`` (zklocks.E021); never raise here."""
     where = getattr(cls, "name", None) or f"{cls.__module__}.{cls.__qualname__}"
     for attr, key in celery_conf.OPTION_KEYS:

@@ -24,14 +24,14 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from .. import holder
-from ..connections import Pool, connections
+from ..client.pools import Pool, connections
+from ..client.session import Session
 from ..exceptions import ZkLocksError, ZkUnavailable
 from ..names import join_path
-from ..recipes.calls import Deadline, DeadlinePassed, SessionGone, call
+from ..recipes import node_data
+from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
 from ..recipes.layout import queued_marker_path
-from ..session import Session
-from .holders import holder_task_id
+from .holder_task import holder_task_id
 
 log = logging.getLogger("zklocks")
 
@@ -101,7 +101,7 @@ def server_now(pool: Pool) -> float:
 
 
 def _data(task_id: str, task_name: str, state: str, ttl: float) -> bytes:
-    return holder.payload(kind="unique", state=state, ttl=float(ttl), task_id=task_id, task_name=task_name)
+    return node_data.payload(kind="unique", state=state, ttl=float(ttl), task_id=task_id, task_name=task_name)
 
 
 def is_live(pool: Pool, name: str, marker: dict, stat) -> bool:
@@ -135,7 +135,7 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
             raw, stat = _call(pool, lambda s: s.client.get_async(path))
         except NoNodeError:
             continue
-        marker = holder.parse(raw)
+        marker = node_data.parse(raw)
         try:
             if marker.get("task_id") == task_id:  # a retry or a re-send of the same task: refresh the marker
                 _call(pool, _set_data(path, mine, stat.version))
@@ -160,7 +160,7 @@ def mark_running(using: str, name: str, task_id: str, task_name: str, ttl: float
     path = marker_path(pool, name)
     try:
         raw, stat = _call(pool, lambda s: s.client.get_async(path))
-        if holder.parse(raw).get("task_id") == task_id:
+        if node_data.parse(raw).get("task_id") == task_id:
             data = _data(task_id, task_name, "running", ttl)
             _call(pool, lambda s: s.client.set_async(path, data, version=stat.version))
     except (NoNodeError, BadVersionError):
@@ -176,7 +176,7 @@ def release(using: str, name: str, task_id: str) -> bool:
             raw, stat = _call(pool, lambda s: s.client.get_async(path))
         except NoNodeError:
             return False
-        if holder.parse(raw).get("task_id") != task_id:
+        if node_data.parse(raw).get("task_id") != task_id:
             return False
         try:
             _call(pool, _delete(path, stat.version))
@@ -195,4 +195,4 @@ def read(using: str, name: str) -> dict | None:
         raw, _ = _call(pool, lambda s: s.client.get_async(marker_path(pool, name)))
     except NoNodeError:
         return None
-    return holder.parse(raw)
+    return node_data.parse(raw)

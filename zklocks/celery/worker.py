@@ -1,7 +1,7 @@
 """Worker hooks: sessions per pool process, closed on the way out; markers of revoked tasks removed.
 
 - ``worker_process_init`` (each prefork child): the child already dropped the sessions it inherited (the
-  at-fork hook of ``zklocks.connections``); it opens its own here, so the first task does not pay for the
+  at-fork hook of ``zklocks.client.pools``); it opens its own here, so the first task does not pay for the
   connect and an unreachable ZooKeeper shows in the log at start-up.
 - ``worker_process_shutdown`` (each prefork child, which leaves through ``os._exit`` and so skips atexit) and
   ``worker_shutdown`` (the main process): close every session, so the server drops our nodes at once instead
@@ -16,7 +16,7 @@ import threading
 
 from celery import signals as celery_signals
 
-from ..connections import connections
+from ..client.pools import connections
 from ..exceptions import ZkLocksError
 from . import conf as celery_conf
 

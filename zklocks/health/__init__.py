@@ -8,7 +8,7 @@ For each alias (or only ``alias``) it reaches a session within CONNECT_TIMEOUT a
 trip; under an ACL that keeps READ to the alias's identity (READ_ACL="auth") the read is of the namespace's data,
 which a wrong AUTH password fails. It fails naming the alias and the cause. With ``settings.ZKLOCKS_HEALTH =
 {"MAX_HOLD_SECONDS": N}`` it also fails while some lock has been held longer than N seconds (read from
-zklocks.inspect, the read model), and fails when that read has an error (the alias's namespace cannot be listed,
+zklocks.ops.read_model, the read model), and fails when that read has an error (the alias's namespace cannot be listed,
 e.g. NoAuth): a lock it cannot see may be the one held too long. For an alias whose nodes only its identity may
 read (READ_ACL="auth", or an ACL without world READ) it counts the locks held too long without naming them, their
 hosts or pids, unless ``ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"]`` is True (False hides them for every alias).
@@ -30,11 +30,11 @@ from kazoo.exceptions import NoNodeError
 from kazoo.security import Permissions
 
 from .. import conf
-from ..connections import connections
+from ..client.kazoo_options import build_acl
+from ..client.pools import connections
 from ..exceptions import ZkLocksError
-from ..recipes.calls import Deadline, DeadlinePassed, SessionGone, call
+from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
 from ..recipes.layout import Kind
-from ..session import build_acl
 
 
 def probe(alias: str) -> str | None:
@@ -90,7 +90,7 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
     """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder (or,
     where the alias's READ_ACL hides them, counting them), and the aliases whose locks could not be read (naming
     the error). Elections are left out: their leader holds them for as long as it leads."""
-    from ..inspect import snapshot
+    from ..ops.read_model import snapshot
 
     snap = snapshot(aliases)
     now = time.time()

@@ -19,9 +19,9 @@ from typing import Any
 
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
+from ..client.session import Session
 from ..names import MAX_NAME_LENGTH, encode_name
-from ..session import Session
-from .calls import Deadline, call, wait_result
+from .kazoo_calls import Deadline, call, wait_result
 from .layout import beat_state_path
 
 

@@ -8,8 +8,8 @@ import collections
 import os
 import weakref
 
-from ..session import Session
-from .calls import Deadline, DeadlinePassed
+from ..client.session import Session
+from .kazoo_calls import Deadline, DeadlinePassed
 
 # Requests a session may have unanswered before the loop driver holds back the next burst (Pace): at a few
 # thousand answers a second, a lease renewal waits well under a second behind them.
@@ -56,7 +56,7 @@ _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Session, _Gate
 
 
 async def pace(session: Session, deadline: Deadline) -> None:
-    """Wait for our turn while the session has more than IN_FLIGHT requests unanswered (steps.Pace)."""
+    """Wait for our turn while the session has more than IN_FLIGHT requests unanswered (step_runner.Pace)."""
     loop = asyncio.get_running_loop()
     gates = _gates.get(loop)
     if gates is None:

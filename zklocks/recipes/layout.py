@@ -30,10 +30,14 @@ the other's nodes, so they do not exclude each other.
 from __future__ import annotations
 
 import functools
+import logging
 import re
+import shlex
 import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+log = logging.getLogger("zklocks")
 
 
 class Kind(StrEnum):
@@ -357,3 +361,31 @@ def get(name: str | None) -> Layout:
 def beat_state_path(lock_path: str) -> str:
     """Where the beat leader of election ``lock_path`` keeps the last send of each schedule entry."""
     return f"{lock_path}/{BEAT}"
+
+
+def exhausted_message(name: str, alias: str, parent: str) -> str:
+    return (
+        f"lock {name!r} (alias {alias!r}): ZooKeeper has used up the sequence numbers of lock node {parent} "
+        f"(its child counter is stuck at 2**31-1), so its queue order cannot be trusted and zklocks does not "
+        f"queue there. The node is recycled (deleted, and re-created with a fresh counter) at its next empty "
+        f"moment: by the next contender that finds it empty, by the reaper (REAP_INTERVAL), or at once with "
+        f"`manage.py zklocks_reap --alias {shlex.quote(alias)} --recycle {shlex.quote(name)}`, which waits for "
+        f"that moment. Keep other clients of this node (e.g. kazoo's Lock) away until then."
+    )
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_near_limit(alias: str, parent: str, seq: int) -> None:
+    if (alias, parent) in _warned or len(_warned) > 10_000:
+        return
+    _warned.add((alias, parent))
+    log.warning(
+        "zklocks: lock node %s of alias %r has used %d of its %d sequence numbers; it must be empty for a "
+        "moment to be recycled (manage.py zklocks_reap --recycle)",
+        parent,
+        alias,
+        seq,
+        SEQUENCE_LIMIT,
+    )

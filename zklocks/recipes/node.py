@@ -18,12 +18,12 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 
-from .. import dispatch
+from ..client import worker_threads
+from ..client.session import Session
 from ..exceptions import ZkAuthError, ZkLocksError
-from ..session import Session
-from . import layout, steps
-from .calls import Deadline, DeadlinePassed, SessionGone, wait_result
-from .steps import Request, Steps
+from . import layout, step_runner
+from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, wait_result
+from .step_runner import Request, Steps
 
 log = logging.getLogger("zklocks")
 
@@ -52,7 +52,7 @@ class OwnNode:
         return None
 
     def _adopt(self, child: str, deadline: Deadline) -> None:
-        steps.run(self._adopt_steps(child, deadline))
+        step_runner.run(self._adopt_steps(child, deadline))
 
     def _adopt_steps(self, child: str, deadline: Deadline) -> Steps:
         path = f"{self.parent}/{child}"
@@ -108,7 +108,7 @@ class OwnNode:
         """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it.
 
         The contender behind us watches our node's data. An exclusive node of ours changes nowhere else
-        (holder.marks_release_only), so that one notification tells it we held and are gone: nothing is ahead
+        (node_data.marks_release_only), so that one notification tells it we held and are gone: nothing is ahead
         of it any more, and it holds without a request (queue.Contender.wait_steps). One write to the log, as a
         plain delete. A contender that leaves without holding (timeout, cancel, an expired session) never
         writes its node.
@@ -197,7 +197,7 @@ def delete_failed(contender: OwnNode, exc: Exception) -> None:
         contender.node,
         type(exc).__name__,
     )
-    dispatch.get().call_soon(lambda: contender.session.declare_lost("delete-failed"))
+    worker_threads.get().call_soon(lambda: contender.session.declare_lost("delete-failed"))
 
 
 class GuaranteedDelete:
@@ -286,4 +286,4 @@ class GuaranteedDelete:
             else:
                 step()
 
-        dispatch.get().call_later(self.delay, retry)
+        worker_threads.get().call_later(self.delay, retry)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import shlex
 import time
 from collections.abc import Callable
 
@@ -26,7 +25,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType
 
-from .. import holder
+from ..client.session import Session
 from ..exceptions import (
     LockNotAcquired,
     LockTimeout,
@@ -35,13 +34,12 @@ from ..exceptions import (
     ZkAuthError,
     ZkUnavailable,
 )
-from ..session import Session
-from . import steps
-from .calls import Deadline, DeadlinePassed, SessionGone
-from .layout import SEQUENCE_LIMIT, SEQUENCE_WARN, Layout, sequence_trusted
+from . import node_data, step_runner
+from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
+from .layout import SEQUENCE_WARN, Layout, exhausted_message, sequence_trusted, warn_near_limit
 from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
-from .steps import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
+from .step_runner import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
 
 log = logging.getLogger("zklocks")
 
@@ -53,7 +51,7 @@ WALK_BACK = 3
 class Contender(OwnNode):
     """One enqueued node of one acquire attempt on one session.
 
-    Its steps (enqueue, read the queue, wait for the blocker) are generators of steps.py, driven by a thread or
+    Its steps (enqueue, read the queue, wait for the blocker) are generators of step_runner.py, driven by a thread or
     by an event loop (see :func:`acquire` and :func:`acquire_steps`).
     """
 
@@ -159,7 +157,7 @@ class Contender(OwnNode):
         it was gone already: ``at_once``), and whether it is known to have held the lock: a contender writes its
         node only once it holds.
 
-        One watch, on the blocker's data. An exclusive blocker with the release-only promise (holder.py) writes
+        One watch, on the blocker's data. An exclusive blocker with the release-only promise (node_data.py) writes
         its node only in the transaction that deletes it, so the first change means "held, and gone": we hold
         at that one notification, with no request in between. Any other blocker's write (a long hold's
         acquired_at, of a reader or of an older client) only says it held: the watch is set again without
@@ -273,7 +271,9 @@ def acquire(
     name: str,
 ) -> Contender:
     """Enqueue and wait until held, in the calling thread. See :func:`acquire_steps`."""
-    return steps.run(acquire_steps(get_session, parent, marker, data, blocking=blocking, deadline=deadline, name=name))
+    return step_runner.run(
+        acquire_steps(get_session, parent, marker, data, blocking=blocking, deadline=deadline, name=name)
+    )
 
 
 def acquire_steps(
@@ -331,11 +331,11 @@ def acquire_steps(
                 if (yield from _recycle_steps(session, parent, deadline)):
                     continue
                 raise SequenceExhausted(
-                    _exhausted_message(name, session.alias, parent), name=name, alias=session.alias, path=parent
+                    exhausted_message(name, session.alias, parent), name=name, alias=session.alias, path=parent
                 )
             far = seq is not None and seq < SEQUENCE_WARN
             if seq is not None and not far:
-                _warn_near_limit(session.alias, parent, seq)
+                warn_near_limit(session.alias, parent, seq)
             view, index = contender.place(children)
             ahead = view.previous(index)
             if ahead < 0:
@@ -420,7 +420,7 @@ def _wait_reading(contender: Contender, children: list[str], deadline: Deadline)
 
 def _promised(read) -> bool:
     """Whether the node a successful read answered for carries the release-only promise."""
-    return read.successful() and holder.marks_release_only(read.value[0])
+    return read.successful() and node_data.marks_release_only(read.value[0])
 
 
 def _exclusive(layout: Layout, child: str) -> bool:
@@ -442,31 +442,3 @@ def _recycle_steps(session: Session, parent: str, deadline: Deadline) -> Steps:
         return False
     log.warning("zklocks: recycled lock node %s of alias %r: its sequence numbers were used up", parent, session.alias)
     return True
-
-
-def _exhausted_message(name: str, alias: str, parent: str) -> str:
-    return (
-        f"lock {name!r} (alias {alias!r}): ZooKeeper has used up the sequence numbers of lock node {parent} "
-        f"(its child counter is stuck at 2**31-1), so its queue order cannot be trusted and zklocks does not "
-        f"queue there. The node is recycled (deleted, and re-created with a fresh counter) at its next empty "
-        f"moment: by the next contender that finds it empty, by the reaper (REAP_INTERVAL), or at once with "
-        f"`manage.py zklocks_reap --alias {shlex.quote(alias)} --recycle {shlex.quote(name)}`, which waits for "
-        f"that moment. Keep other clients of this node (e.g. kazoo's Lock) away until then."
-    )
-
-
-_warned: set[tuple[str, str]] = set()
-
-
-def _warn_near_limit(alias: str, parent: str, seq: int) -> None:
-    if (alias, parent) in _warned or len(_warned) > 10_000:
-        return
-    _warned.add((alias, parent))
-    log.warning(
-        "zklocks: lock node %s of alias %r has used %d of its %d sequence numbers; it must be empty for a "
-        "moment to be recycled (manage.py zklocks_reap --recycle)",
-        parent,
-        alias,
-        seq,
-        SEQUENCE_LIMIT,
-    )

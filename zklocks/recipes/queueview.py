@@ -1,6 +1,6 @@
 """A read of a lock node's children, as the queue recipe (queue.py) sees it: sorted once, with every contender's
 position and the contender before it that keeps it waiting. A view is shared by every contender that shares the
-listing (steps.Listing), so 10,000 waiters on one lock sort it once, not 10,000 times."""
+listing (step_runner.Listing), so 10,000 waiters on one lock sort it once, not 10,000 times."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ _views_lock = threading.Lock()
 
 
 def view_of(layout: Layout, children: list[str], marker: str) -> QueueView:
-    """The view of a listing, built once for all the contenders that share the listing (steps.Listing)."""
+    """The view of a listing, built once for all the contenders that share the listing (step_runner.Listing)."""
     key = (id(children), layout.name, marker)
     with _views_lock:
         cached = _views.get(key)

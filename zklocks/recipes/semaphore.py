@@ -19,10 +19,10 @@ import threading
 
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
+from ..client.session import Session
 from ..exceptions import LockNotAcquired, LockTimeout, SemaphoreMismatch, ZkAuthError, ZkUnavailable
-from ..session import Session
 from . import queue
-from .calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
+from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
 from .layout import Kind
 from .node import SENDING, layout_of
 from .queue import Contender

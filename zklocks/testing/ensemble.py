@@ -14,7 +14,7 @@ from pathlib import Path
 
 from . import ports as _ports
 from .server import ZkServer
-from .startup import StartedInWith, _attempts, _wait
+from .startup import StartedInWith, poll_until, start_attempts
 
 
 class ZkEnsemble(StartedInWith):
@@ -153,7 +153,7 @@ class ZkEnsemble(StartedInWith):
         ``timeout``, or never can be. The processes are left as they are."""
         n = len(self.servers)
         message = f"no leader with {n - 1} followers, each on its own ports, within {timeout:.0f}s"
-        _wait(self.ready, self.describe, message, timeout)
+        poll_until(self.ready, self.describe, message, timeout)
 
     def _kill_all(self) -> None:
         for s in self.servers:
@@ -172,14 +172,14 @@ class ZkEnsemble(StartedInWith):
             for s in self.servers:
                 s.spawn()
             n = len(self.servers)
-            _wait(
+            poll_until(
                 self.ready,
                 None,
                 f"no leader with {n - 1} followers on their own ports in time",
                 deadline - time.monotonic(),
             )
 
-        _attempts(self, attempt, self._kill_all, self._repick, self._movable, self.describe, timeout)
+        start_attempts(self, attempt, self._kill_all, self._repick, self._movable, self.describe, timeout)
         self._served = True
         for s in self.servers:
             s._served = True

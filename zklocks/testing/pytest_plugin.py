@@ -74,7 +74,7 @@ def zklocks_settings(zk_server):
     project's settings come back and every zklocks session is closed."""
     from django.test import override_settings
 
-    from zklocks.connections import close_all
+    from zklocks.client.pools import close_all
 
     namespace = f"/zklocks-test/{uuid.uuid4().hex[:12]}"
     overrides: list = []

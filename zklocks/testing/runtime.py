@@ -1,5 +1,5 @@
 """Where Debian's ZooKeeper and the JVM are (overridable with ZKLOCKS_ZK_CLASSPATH, ZKLOCKS_ZK_LOG_CLASSPATH,
-ZKLOCKS_JAVA, ZKLOCKS_JAVAC, ZKLOCKS_CURATOR_CLASSPATH), and the one way the test harness compiles its small
+ZKLOCKS_JAVA, ZKLOCKS_JAVAC), and the one way the test harness compiles its small
 Java programs."""
 
 from __future__ import annotations
@@ -22,24 +22,6 @@ LOG_CLASSPATH = os.environ.get(
 )
 JAVA = os.environ.get("ZKLOCKS_JAVA", "java")
 JAVAC = os.environ.get("ZKLOCKS_JAVAC", "javac")
-# Debian's Apache Curator (libcurator-recipes-java) and what it needs at run time.
-CURATOR_CLASSPATH = os.environ.get(
-    "ZKLOCKS_CURATOR_CLASSPATH",
-    ":".join(
-        f"/usr/share/java/{jar}.jar"
-        for jar in (
-            "curator-recipes",
-            "curator-framework",
-            "curator-client",
-            "zookeeper",
-            "zookeeper-jute",
-            "guava",
-            "slf4j-api",
-            "slf4j-nop",
-        )
-    ),
-)
-
 JAVA_SOURCES = Path(__file__).resolve().parent / "java"
 
 _compiled: dict[str, Path] = {}
@@ -47,8 +29,9 @@ _compile_lock = threading.Lock()
 
 
 def compiled(source: str, classpath: str) -> Path:
-    """The classes of ``java/<source>`` compiled with javac against ``classpath``, once per process, into a
-    temporary directory removed at exit. RuntimeError with javac's output if it fails."""
+    """The classes of ``java/<source>`` (or of the file at the absolute path ``source``) compiled with javac
+    against ``classpath``, once per process, into a temporary directory removed at exit. RuntimeError with javac's
+    output if it fails."""
     with _compile_lock:
         if source not in _compiled:
             if shutil.which(JAVAC) is None:

@@ -26,7 +26,15 @@ from pathlib import Path
 
 from . import ports as _ports
 from .runtime import CLASSPATH, JAVA, LOG_CLASSPATH
-from .startup import StartedInWith, ZkStartError, _attempts, _listeners, _owner, _socket_inodes, _wait
+from .startup import (
+    StartedInWith,
+    ZkStartError,
+    listening_sockets,
+    poll_until,
+    port_owner,
+    socket_inodes,
+    start_attempts,
+)
 
 MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 SERVING_MODES = ("leader", "follower", "standalone")
@@ -215,12 +223,12 @@ class ZkServer(StartedInWith):
         """Who listens on each of ``ports`` (default: its own): "own" (this server's process), "other", "none",
         or "unknown" (no /proc). One read of the socket tables for all of them."""
         ports = self.ports() if ports is None else ports
-        listeners = _listeners()  # before the process's own sockets: one it binds meanwhile is not "other"
+        listeners = listening_sockets()  # before the process's own sockets: one it binds meanwhile is not "other"
         if self.proc is None or self.proc.poll() is not None:
             mine: set[str] | None = set()  # no process of its own: any listener is another's
         else:
-            mine = _socket_inodes(self.proc.pid)
-        return {what: _owner(listeners, mine, port) for what, port in ports.items()}
+            mine = socket_inodes(self.proc.pid)
+        return {what: port_owner(listeners, mine, port) for what, port in ports.items()}
 
     def listener(self, port: int) -> str:
         """Who listens on ``port`` (see :meth:`owners`)."""
@@ -284,7 +292,7 @@ class ZkServer(StartedInWith):
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Wait until it serves on its own ports; ZkStartError (with its state and log) if it does not within
         ``timeout`` or never will. The process is left as it is."""
-        _wait(self.ready, self.describe, f"{self.name} did not serve within {timeout:.0f}s", timeout)
+        poll_until(self.ready, self.describe, f"{self.name} did not serve within {timeout:.0f}s", timeout)
 
     def wait_serving(self, timeout: float = 60.0) -> None:
         self.wait_ready(timeout)
@@ -309,9 +317,11 @@ class ZkServer(StartedInWith):
 
         def attempt(deadline: float) -> None:
             self.spawn()
-            _wait(self.ready, None, f"{self.name} did not serve on its own ports in time", deadline - time.monotonic())
+            poll_until(
+                self.ready, None, f"{self.name} did not serve on its own ports in time", deadline - time.monotonic()
+            )
 
-        _attempts(self, attempt, self.kill, self._repick, self._movable, self.describe, timeout)
+        start_attempts(self, attempt, self.kill, self._repick, self._movable, self.describe, timeout)
         self._served = True
         return self
 

@@ -2,7 +2,7 @@
 
 - Who listens on a port, from ``/proc``: a server that failed to bind its port must not pass for serving because
   another process answers there.
-- ``_wait``: poll a readiness check within a deadline; ``_attempts``: try a start again on fresh ports.
+- ``poll_until``: poll a readiness check within a deadline; ``start_attempts``: try a start again on fresh ports.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class ZkStartError(RuntimeError):
     """A server or an ensemble did not start; the message says what each server was doing, logs included."""
 
 
-def _listeners() -> dict[int, set[str]] | None:
+def listening_sockets() -> dict[int, set[str]] | None:
     """Port -> inodes of the TCP sockets listening on it (any address, IPv4 and IPv6), or None without /proc."""
     out: dict[int, set[str]] = {}
     found = False
@@ -37,7 +37,7 @@ def _listeners() -> dict[int, set[str]] | None:
     return out if found else None
 
 
-def _socket_inodes(pid: int) -> set[str] | None:
+def socket_inodes(pid: int) -> set[str] | None:
     fd_dir = f"/proc/{pid}/fd"
     try:
         names = os.listdir(fd_dir)
@@ -54,7 +54,7 @@ def _socket_inodes(pid: int) -> set[str] | None:
     return out
 
 
-def _owner(listeners: dict[int, set[str]] | None, mine: set[str] | None, port: int) -> str:
+def port_owner(listeners: dict[int, set[str]] | None, mine: set[str] | None, port: int) -> str:
     if listeners is None or mine is None:
         return "unknown"
     inodes = listeners.get(port)
@@ -63,7 +63,7 @@ def _owner(listeners: dict[int, set[str]] | None, mine: set[str] | None, port: i
     return "own" if inodes & mine else "other"
 
 
-def _wait(ready, describe, message: str, timeout: float) -> None:
+def poll_until(ready, describe, message: str, timeout: float) -> None:
     """Poll ``ready()`` every 0.1 s until it is true; ZkStartError on a timeout, or from ``ready()`` itself."""
     deadline = time.monotonic() + timeout
     try:
@@ -77,7 +77,7 @@ def _wait(ready, describe, message: str, timeout: float) -> None:
         raise ZkStartError(f"{exc}\n{describe()}") from None
 
 
-def _attempts(what, attempt, kill, repick, movable, describe, timeout: float) -> None:
+def start_attempts(what, attempt, kill, repick, movable, describe, timeout: float) -> None:
     """Run ``attempt(deadline)`` until it succeeds: up to START_ATTEMPTS tries while ``movable()`` (the ports may
     change), each but the last bounded by half of ``timeout``, all of them within ``timeout``. After a failed
     try: its state and logs printed on stderr, ``kill()``, ``repick()``. ZkStartError with every try's report."""

@@ -4,8 +4,8 @@ Per alias: connect within CONNECT_TIMEOUT, compare the ACLs of the namespace's p
 every node below it (lock nodes, semaphore mutexes, holders and waiters) with the configured ones, and create and
 delete one ephemeral node in the namespace (which proves that the AUTH credentials are right: ZooKeeper accepts
 any digest password at connect time). Where a server answers the ``conf`` four-letter word, its tickTime and
-session bounds are checked against the lease's needs (zklocks/serverconf.py): a configuration the lease cannot
-cover fails. Exits non-zero on any problem. What ZooKeeper hides from the audit: zklocks/security.py.
+session bounds are checked against the lease's needs (zklocks/client/serverconf.py): a configuration the lease cannot
+cover fails. Exits non-zero on any problem. What ZooKeeper hides from the audit: zklocks/ops/acl_audit.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from kazoo.exceptions import KazooException
 
-from zklocks import conf, security, serverconf
+from zklocks import conf
+from zklocks.client import serverconf
 from zklocks.exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
+from zklocks.ops import acl_audit
 
 _FINDING = {
     "weaker": "weaker ACL than configured: {detail}",
@@ -62,7 +64,7 @@ class Command(BaseCommand):
     def check_alias(self, cfg: conf.AliasConfig, fix_acls: bool, limit: int | None) -> int:
         name = cfg.alias
         try:
-            session = security.connect(cfg)
+            session = acl_audit.connect(cfg)
         except (ZkUnavailable, ZkAuthError) as exc:
             self._fail(name, str(exc))
             return 1
@@ -77,13 +79,13 @@ class Command(BaseCommand):
                     "(minSessionTimeout, maxSessionTimeout in zoo.cfg); set SESSION_TIMEOUT within those bounds",
                 )
             failures += self._check_servers(cfg)
-            ids = sorted(user for _, user in security.identities(cfg))
-            if security.expected_acl(cfg) is None:
+            ids = sorted(user for _, user in acl_audit.identities(cfg))
+            if acl_audit.expected_acl(cfg) is None:
                 self._note(name, "no AUTH or ACL configured: any client may create and delete lock nodes")
             elif ids:
                 self._ok(name, "identity: digest user(s) " + ", ".join(repr(i.split(":", 1)[0]) for i in ids))
             try:
-                result = security.audit(session, limit=limit)
+                result = acl_audit.audit(session, limit=limit)
             except (ZkAuthError, ZkUnavailable, KazooException) as exc:
                 self._fail(name, f"could not read the ACLs of {cfg.namespace}: {exc}")
                 return 1
@@ -97,9 +99,9 @@ class Command(BaseCommand):
                 return failures
             if fix_acls and result.weaker:
                 try:
-                    for path in security.fix(session, result):
+                    for path in acl_audit.fix(session, result):
                         self._ok(name, f"fixed the ACL of {path}")
-                    result = security.audit(session, limit=limit)
+                    result = acl_audit.audit(session, limit=limit)
                 except (KazooException, ZkAuthError) as exc:
                     self._fail(name, f"could not fix the ACLs: {exc!r}")
                     failures += 1
@@ -114,7 +116,7 @@ class Command(BaseCommand):
                     f"{cfg.namespace} were not checked",
                 )
             if result.unproven:
-                users = ", ".join(repr(u.split(":", 1)[0]) for _, u in sorted(security.identities(cfg)))
+                users = ", ".join(repr(u.split(":", 1)[0]) for _, u in sorted(acl_audit.identities(cfg)))
                 self._note(
                     name,
                     f"ZooKeeper shows digest ids without their password hash ('user:x') to a client without ADMIN, "
@@ -125,7 +127,7 @@ class Command(BaseCommand):
             if not result.findings:
                 self._ok(name, f"ACLs as configured on {scope}" + (" (the part checked)" if result.truncated else ""))
             try:
-                security.probe(session)
+                acl_audit.probe(session)
                 self._ok(name, f"created and deleted a node in {cfg.namespace}")
             except ZkAuthError as exc:
                 self._fail(name, str(exc))

@@ -3,9 +3,9 @@ import shlex
 from django.core.management.base import BaseCommand, CommandError
 
 from zklocks import conf
-from zklocks.connections import connections
+from zklocks.client.pools import connections
 from zklocks.names import decode_name, join_path
-from zklocks.reaper import internal_children, recycle, sweep
+from zklocks.ops.reaper import internal_children, recycle, sweep
 
 
 class Command(BaseCommand):

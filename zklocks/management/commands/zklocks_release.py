@@ -2,11 +2,11 @@ import logging
 
 from django.core.management.base import BaseCommand, CommandError
 
-from zklocks import conf, inspect
+from zklocks import conf
 from zklocks.exceptions import ZkLocksError
-from zklocks.release import force_release
-
-from ._render import clean, who
+from zklocks.ops import read_model
+from zklocks.ops.force_release import force_release
+from zklocks.ops.render import clean, who
 
 log = logging.getLogger("zklocks")
 
@@ -28,7 +28,7 @@ class Command(BaseCommand):
         if alias not in conf.aliases():
             raise CommandError(f"unknown zklocks alias {alias!r} (configured: {', '.join(conf.aliases())})")
         try:
-            info, error = inspect.lock_info(alias, name)
+            info, error = read_model.lock_info(alias, name)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
         if error:

@@ -2,9 +2,9 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from zklocks import conf, inspect
-
-from ._render import clean, duration, table, who
+from zklocks import conf
+from zklocks.ops import read_model, snapshots
+from zklocks.ops.render import clean, duration, table, who
 
 
 class Command(BaseCommand):
@@ -15,7 +15,7 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", dest="as_json", help="machine-readable output")
 
     def handle(self, *args, alias=None, as_json=False, **options):
-        snap = inspect.snapshot(alias or conf.aliases())
+        snap = read_model.snapshot(alias or conf.aliases())
         if as_json:
             self.stdout.write(json.dumps(snap.to_dict(), indent=2, ensure_ascii=False))
         else:
@@ -23,14 +23,14 @@ class Command(BaseCommand):
         if snap.errors:
             raise CommandError("; ".join(a.error for a in snap.errors), returncode=1)
 
-    def _table(self, snap: inspect.Snapshot) -> None:
+    def _table(self, snap: snapshots.Snapshot) -> None:
         now = snap.taken_at
         if not snap.locks:
             if not snap.errors:  # an alias that could not be read is reported as the error, not as "no locks"
                 self.stdout.write("no locks")
             return
         rows = [["ALIAS", "NAME", "KIND", "HOLDER", "HELD FOR", "TOKEN", "QUEUE"]]
-        queue_after: dict[int, inspect.LockInfo] = {}  # table row index -> lock whose queue follows it
+        queue_after: dict[int, snapshots.LockInfo] = {}  # table row index -> lock whose queue follows it
         for lock in snap.locks:
             kind = (lock.kind or "-") + (f"({lock.max_leases})" if lock.max_leases else "")
             first = [clean(lock.alias), clean(lock.name), kind]

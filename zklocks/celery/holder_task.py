@@ -1,0 +1,34 @@
+"""Who holds a lock: the task id in the holder's node data (read on the contention path only)."""
+
+from __future__ import annotations
+
+from kazoo.exceptions import NoNodeError
+
+from ..client.interrupts import raised_by_signal_handler
+from ..client.pools import connections
+from ..names import join_path
+from ..recipes import layout, node_data
+from ..recipes.kazoo_calls import Deadline, call
+
+
+def holder_task_id(using: str, name: str) -> str | None:
+    """The task id recorded by the exclusive holder of ``name`` (None if free, shared, or unknown)."""
+    pool = connections[using]
+    parent = join_path(pool.cfg.namespace, name)
+    deadline = Deadline(pool.cfg.connect_timeout)
+    try:
+        session = pool.session()
+        children = call(session, lambda: session.client.get_children_async(parent), deadline)
+        lay = layout.get(pool.cfg.layout)
+        contenders = lay.sort_contenders(children, lay.exclusive)
+        if not contenders or contenders[0][1] != lay.exclusive:
+            return None
+        first = f"{parent}/{contenders[0][2]}"
+        data, _ = call(session, lambda: session.client.get_async(first), deadline)
+    except NoNodeError:
+        return None
+    except Exception as exc:  # advisory only: on any trouble, treat it as plain contention
+        if raised_by_signal_handler(exc):
+            raise  # SoftTimeLimitExceeded and the like reach the task
+        return None
+    return node_data.parse(data).get("task_id")

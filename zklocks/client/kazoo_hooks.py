@@ -1,0 +1,54 @@
+"""A hook on a KazooClient's request path, installed by every session (session.py)."""
+
+from __future__ import annotations
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionClosedError, KazooException
+from kazoo.protocol.states import KeeperState
+
+
+def raise_through_wakeup(client: KazooClient) -> None:
+    """Let an exception raised by a signal handler while a request is sent reach the caller.
+
+    kazoo's ``_call`` queues the request, then wakes its connection thread inside a bare ``except:``: an
+    exception a signal handler raises there (KeyboardInterrupt, Celery's SoftTimeLimitExceeded) would be
+    swallowed, and the request failed with ConnectionClosedError although it is queued and goes out (a create
+    would leave a node nobody knows of, a read would report a live session as ended). This ``_call`` is
+    kazoo's, with only a socket error taken for a closed connection; any other exception reaches the caller
+    once the connection thread is woken for the queued request. ``create_async`` raises at once what kazoo's
+    keeps for the result (an answer would overwrite it).
+    """
+    kazoo_call = client._call
+
+    def _call(request, async_object):
+        if client._state in (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION):
+            return kazoo_call(request, async_object)  # fails the request at once, nothing is queued
+        client._queue.append((request, async_object))
+        write_sock = client._connection._write_sock
+        if write_sock is None:
+            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+            return None
+        try:
+            write_sock.send(b"\0")
+        except OSError:
+            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+        except BaseException:
+            try:
+                write_sock.send(b"\0")  # the request is queued: wake the connection thread all the same
+            except OSError:
+                pass
+            raise
+        return None
+
+    kazoo_create_async = client.create_async
+
+    def create_async(*args, **kwargs):
+        # kazoo's create_async keeps what its sending raised for the result, where a later answer overwrites it.
+        result = kazoo_create_async(*args, **kwargs)
+        error = result.exception
+        if error is not None and not isinstance(error, KazooException):
+            raise error
+        return result
+
+    client._call = _call
+    client.create_async = create_async

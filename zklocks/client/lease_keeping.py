@@ -1,0 +1,125 @@
+"""Keeping a session's lease (lease.py) while something is held or awaited: its deadline, and a keeper on the
+worker thread that renews the proof ahead of the deadline or declares the loss at it.
+
+:class:`LeaseKeeping` is a part of :class:`~zklocks.client.session.Session`: the attributes annotated on it are the
+session's, set by ``Session.__init__``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from kazoo.client import KazooClient
+
+from .. import conf
+from . import clock, lease, worker_threads
+
+
+class LeaseKeeping:
+    """The lease of a session: its deadline and its keeper."""
+
+    cfg: conf.AliasConfig
+    client: KazooClient
+    timeout: float
+    lease_start: float
+    dead: bool
+    renewals: int
+    _lock: threading.Lock
+    _connected: threading.Event
+    _keeper_armed: bool
+    _keeper_gen: int
+    _renewing: bool
+
+    if TYPE_CHECKING:
+
+        def _has_interest(self) -> bool: ...
+
+        def declare_lost(self, reason: str) -> None: ...
+
+    def lease_deadline(self) -> float:
+        """On the clock of clock.now(): from then on, the deciding leader may have expired this session."""
+        return self.lease_start + self.timeout - lease.loss_margin(self.timeout)
+
+    def lease_remaining(self) -> float:
+        return self.lease_deadline() - clock.now()
+
+    def lease_expired(self) -> bool:
+        return self.lease_remaining() <= 0
+
+    # -- keeping the lease while something is held or awaited --
+
+    def renew_ahead(self) -> float:
+        """Start a renewal round when the lease has this much left: a round is a sync and a write, in turn."""
+        return max(0.1, 0.25 * (self.timeout - lease.relay_gap(self.timeout, self.cfg.tick_time)))
+
+    def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
+        """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier)."""
+        with self._lock:
+            if self.dead or (self._keeper_armed and not force):
+                return
+            self._keeper_armed = True
+            self._keeper_gen += 1
+            gen = self._keeper_gen
+        if at is None:
+            at = max(clock.now(), self.lease_deadline() - self.renew_ahead())
+        worker_threads.get().call_at(at, lambda: self._keep(gen))
+
+    def _keep(self, gen: int) -> None:
+        """On the dispatch thread: declare the loss at the lease deadline, renew ahead of it."""
+        with self._lock:
+            if gen != self._keeper_gen:
+                return  # replaced by a newer schedule
+            self._keeper_armed = False
+        if self.dead or not self._has_interest():
+            return
+        remaining = self.lease_remaining()
+        if remaining <= 0:
+            self.declare_lost("suspended")
+            return
+        ahead = self.renew_ahead()
+        if remaining <= ahead:
+            if not self._renewing and self._connected.is_set():
+                self._renew()
+            # Look again soon: the round may not be enough (a late answer, a reconnect), and the deadline stands.
+            self._arm_keeper(clock.now() + min(remaining, ahead / 4))
+        else:
+            self._arm_keeper(self.lease_deadline() - ahead)
+
+    def _renew(self) -> None:
+        """One round of lease.py's proof: a sync (S2), then, once it is answered, an empty write (S3)."""
+        self._renewing = True
+        self.renewals += 1
+        client = self.client
+
+        def done(_result=None) -> None:
+            self._renewing = False
+
+        def on_sync(result) -> None:
+            if not result.successful() or self.dead:
+                done()
+                return
+            try:
+                txn = client.transaction()
+                txn.check("/", -1)  # a transaction that changes nothing, committed by a quorum all the same
+                txn.commit_async().rawlink(done)
+            except Exception:
+                done()
+
+        try:
+            client.sync_async("/").rawlink(on_sync)
+        except Exception:
+            done()
+
+    def lease_refresh_due(self) -> bool:
+        """Before a new acquire: whether the lease is about to run out, so that the acquire first sends the S2 of
+        a proof (one sync; its create completes the proof). A session that served holds a moment ago never needs
+        it, so the uncontended fast path keeps its request count."""
+        return self.lease_remaining() <= 2 * self.renew_ahead()
+
+    def lease_refresh_limit(self, deadline: float | None) -> float:
+        """How long an acquire waits for that sync."""
+        if deadline is None:
+            return self.cfg.connect_timeout
+        return max(0.0, min(self.cfg.connect_timeout, deadline - time.monotonic()))

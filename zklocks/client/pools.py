@@ -1,0 +1,135 @@
+"""Per-alias pools of sessions (session.py): lazy, thread-safe, fork-safe. Nothing here knows of locks."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+
+from .. import conf
+from ..exceptions import ZkUnavailable
+from ..ops import reaper
+from .session import Session
+
+
+class Pool:
+    """POOL_SIZE sessions of one alias; each thread is pinned to one slot."""
+
+    def __init__(self, cfg: conf.AliasConfig) -> None:
+        self.cfg = cfg
+        self._slots: list[Session | None] = [None] * cfg.pool_size
+        self._slot_locks = [threading.Lock() for _ in range(cfg.pool_size)]
+        self._assign_lock = threading.Lock()
+        self._next = 0
+        self._local = threading.local()
+        self.closed = False
+
+    def _slot(self) -> int:
+        idx = getattr(self._local, "slot", None)
+        if idx is None:
+            with self._assign_lock:
+                idx = self._next % len(self._slots)
+                self._next += 1
+            self._local.slot = idx
+        return idx
+
+    def ready_session(self) -> Session | None:
+        """The calling thread's session if it is started and not dead, else None; never blocks."""
+        session = self._slots[self._slot()]
+        return session if session is not None and not session.dead else None
+
+    def session(self) -> Session:
+        """The calling thread's session, started (or replaced) if needed; ZkUnavailable if unreachable."""
+        idx = self._slot()
+        session = self._slots[idx]
+        if session is not None and not session.dead:
+            return session
+        with self._slot_locks[idx]:
+            session = self._slots[idx]
+            if session is None or session.dead:
+                if self.closed:
+                    raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
+                session = Session(self.cfg)
+                session.start()
+                if self.closed:  # closed while we were connecting: do not leak the new session
+                    session.close(wait=False)
+                    raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
+                self._slots[idx] = session
+                reaper.schedule(self)
+        return session
+
+    def sessions(self) -> list[Session]:
+        return [s for s in self._slots if s is not None]
+
+    def close(self, wait: bool = True) -> None:
+        self.closed = True
+        for session in self.sessions():
+            session.close(wait=wait)
+
+    def drop(self) -> None:
+        """Forget the sessions without closing them (after fork: they belong to the parent).
+
+        Holds on them are lost for this process: a handle the child inherited must not look held.
+        """
+        self.closed = True
+        for session in self.sessions():
+            session.forget_after_fork()
+        self._slots = [None] * len(self._slots)
+
+
+class ConnectionHandler:
+    """Pools by alias, built lazily from settings.ZKLOCKS (like django.db.connections)."""
+
+    def __init__(self) -> None:
+        self._pools: dict[str, Pool] = {}
+        self._lock = threading.Lock()
+
+    def __getitem__(self, alias: str) -> Pool:
+        pool = self._pools.get(alias)
+        if pool is not None:
+            return pool
+        cfg = conf.alias_config(alias)
+        with self._lock:
+            pool = self._pools.get(alias)
+            if pool is None:
+                pool = self._pools[alias] = Pool(cfg)
+        return pool
+
+    def close_all(self, wait: bool = True) -> None:
+        with self._lock:
+            pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.close(wait=wait)
+
+    def drop_all(self) -> None:
+        """After fork: another parent thread may have held our lock at the fork, so never take it."""
+        self._lock = threading.Lock()
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            pool.drop()
+
+
+connections = ConnectionHandler()
+_owner_pid = os.getpid()
+
+
+def close_all(wait: bool = True) -> None:
+    """Close every session of this process (their ephemeral nodes are removed by the server at once)."""
+    if os.getpid() == _owner_pid:
+        connections.close_all(wait=wait)
+
+
+def _after_fork_in_child() -> None:
+    """Every module with per-process state registers its own hook; this one drops the parent's sessions."""
+    global _owner_pid
+    _owner_pid = os.getpid()
+    connections.drop_all()
+
+
+def _at_exit() -> None:
+    if os.getpid() == _owner_pid:
+        connections.close_all(wait=True)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+atexit.register(_at_exit)

@@ -1,0 +1,431 @@
+"""One ZooKeeper session and its lease (lease.py): the proof, its renewal while something is held or awaited,
+and the loss of every hold on it once the proof runs out.
+
+A :class:`Session` wraps one KazooClient. lease.py proves, from the session's own traffic, the earliest moment
+the deciding leader could expire it; while something is held or awaited, the session renews that proof ahead of
+time. Past that moment every hold on the session is lost, the session is closed (a frozen server that resumes
+must not keep our nodes alive) and the pool opens a fresh one for the next acquire.
+
+The keeper of the lease is in lease_keeping.py, the watch for a silent or refusing server in outage_watch.py
+(both parts of :class:`Session`), what is passed to KazooClient in kazoo_options.py and the hook on its request
+path in kazoo_hooks.py.
+
+Holds are anything with ``mark_lost(reason)`` and the attributes ``lost``/``lost_reason`` (:class:`LossListener`):
+this module knows nothing of lock handles.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import Connect
+from kazoo.protocol.states import KazooState, KeeperState
+
+from .. import conf
+from ..exceptions import ZkAuthError, ZkUnavailable
+from . import clock, kazoo_compat, lease, observe, worker_threads
+from .interrupts import raised_by_signal_handler
+from .iohandler import DEFAULT_HANDLER, read_without_select
+from .kazoo_hooks import raise_through_wakeup
+from .kazoo_options import build_acl, tls_defaults, writes_guarded
+from .kazoolog import KazooLog
+from .lease_keeping import LeaseKeeping
+from .outage_watch import OutageWatch
+
+log = logging.getLogger("zklocks")
+
+
+class LossListener(Protocol):
+    """What a session tells about a loss: a hold registered with :meth:`Session.add_hold`."""
+
+    name: str  # the lock's name, for the warning of a lost session
+    lost: bool
+    lost_reason: str | None
+
+    def mark_lost(self, reason: str) -> None: ...
+
+
+class Session(LeaseKeeping, OutageWatch):
+    """One ZooKeeper session of a pool."""
+
+    def __init__(self, cfg: conf.AliasConfig) -> None:
+        kazoo_compat.verify()  # once per process: refuse a kazoo whose internals the lease cannot hook
+        self.cfg = cfg
+        self.alias = cfg.alias
+        self.pid = os.getpid()
+        self.acl = build_acl(cfg)
+        self.writes_guarded = writes_guarded(self.acl)
+        self.timeout = cfg.session_timeout  # replaced by the negotiated value on connect
+        self.lease_start = -float("inf")  # see lease.py: no leader can expire us before lease_start + timeout
+        self.dead = False
+        self.dead_reason: str | None = None
+        self.auth_failed = False  # ZooKeeper rejected AUTH (unknown scheme, malformed credential)
+        self.busy_hint: set[str] = set()  # lock nodes a try-lock of ours found busy (see queue.acquire)
+        self.renewals = 0  # lease renewal rounds sent (sync + an empty write), for tests and benchmarks
+        self._lock = threading.Lock()
+        self._holds: set[LossListener] = set()
+        self._waiters: set[threading.Event] = set()
+        self._connected = threading.Event()
+        self._keeper_armed = False
+        self._keeper_gen = 0
+        self._renewing = False
+        self._credited_timeout: float | None = None  # the shortest negotiated on any connection (lease.py)
+        self.last_answer = clock.now()  # when the server last answered anything (a ping too)
+        self.last_sent = clock.now()
+        self.unresponsive = False  # connected, but silent past RESPONSE_LIMIT of CONNECT_TIMEOUT (see _watch)
+        self._down_since: float | None = None  # clock.now() when the connection dropped; None while connected
+        self._watching = False
+        self._sent: dict[int | None, tuple[float, int, int]] = {}
+        self._evidence = self._new_evidence()
+        options = tls_defaults(dict(cfg.options))
+        retry = options.pop("connection_retry", None) or {
+            "max_tries": -1,
+            "delay": 0.05,
+            "backoff": 1.5,
+            "max_delay": max(0.1, min(1.0, cfg.session_timeout / 4)),
+        }
+        # kazoo's per-retry warnings at DEBUG, with the secrets taken out; the causes for ZkUnavailable
+        self.kazoo_log = KazooLog(secrets=[cred for _, cred in cfg.auth])
+        options.setdefault("logger", self.kazoo_log)
+        handler = options.get("handler", DEFAULT_HANDLER)  # a class: one per session (kazoo stops it with the client)
+        options["handler"] = handler() if isinstance(handler, type) else handler
+        self.client = KazooClient(
+            hosts=cfg.hosts,
+            timeout=cfg.session_timeout,
+            auth_data=list(cfg.auth) or None,
+            default_acl=self.acl,
+            connection_retry=retry,
+            **options,
+        )
+        self._instrument(self.client._connection)
+        raise_through_wakeup(self.client)
+        read_without_select(self.client._connection)  # with zklocks' handler only
+        self.client.add_listener(self._on_state)
+
+    # -- lease evidence (runs on kazoo's connection thread: record only, never block) --
+
+    def _new_evidence(self) -> lease.Evidence:
+        gap = lease.relay_gap(self.timeout, self.cfg.tick_time)
+        return lease.Evidence(gap, horizon=self.timeout + gap + 1.0)
+
+    def _instrument(self, conn) -> None:
+        """Record send times and opcodes of requests, and their answers, from kazoo's I/O loop."""
+        sent = self._sent
+        orig_submit, orig_read_header, orig_invoke = conn._submit, conn._read_header, conn._invoke
+        zxid = [0]  # the highest zxid this connection has seen in an answer
+
+        def _submit(request, timeout, xid=None):
+            self.last_sent = clock.now()
+            if request.type in lease.UNTOUCHED:
+                return orig_submit(request, timeout, xid)  # answered without touching the session
+            # A second ping may go out before the first is answered: keep the older send time (conservative).
+            sent.setdefault(xid, (clock.now(), request.type, zxid[0]))
+            return orig_submit(request, timeout, xid)
+
+        def _read_header(timeout):
+            header, buf, offset = orig_read_header(timeout)
+            self.last_answer = clock.now()
+            self.unresponsive = False
+            entry = sent.pop(header.xid, None)
+            if entry is not None:
+                sent_at, opcode, zxid_before = entry
+                # A write counts only with a zxid of its own: a server that refused it without the leader
+                # (eager ACL checks) answers with no new zxid.
+                fresh = header.zxid > zxid_before
+                proven = self._evidence.answered(sent_at, clock.now(), opcode, header.err, fresh)
+                if proven is not None and proven > self.lease_start:
+                    self.lease_start = proven
+            if header.zxid > zxid[0]:
+                zxid[0] = header.zxid
+            return header, buf, offset
+
+        def _invoke(timeout, request, xid=None):
+            if not isinstance(request, Connect):
+                return orig_invoke(timeout, request, xid)
+            # The connect handshake: kazoo reports CONNECTED (and our waiters go on) before its _connect returns,
+            # so the new connection's lease is settled here, as soon as the answer is read.
+            started = clock.now()
+            sent.clear()
+            answer = orig_invoke(timeout, request, xid)
+            result, answered_zxid = answer
+            zxid[0] = max(zxid[0], answered_zxid or 0)
+            if result.time_out > 0:
+                before = self.timeout
+                # A leader applies each touch with the timeout of the connection it came in on, and a touch from
+                # a server we left may reach it last: count on the shortest ever negotiated, the create's included
+                # (docs/design.md §10, "Mixed session timeouts").
+                credited = self._credited_timeout if request.session_id else None
+                self.timeout = self._credited_timeout = lease.credited_timeout(credited, result.time_out / 1000.0)
+                self._evidence = evidence = self._new_evidence()
+                if getattr(result, "read_only", False):
+                    pass  # a read-only server has no leader behind it: no credit
+                elif not request.session_id:
+                    # createSession is a quorum write that the leader's tracker touches when it applies it.
+                    self.lease_start = started
+                else:
+                    evidence.reconnected(started, clock.now())
+                if request.session_id and self._has_interest():
+                    if self.lease_expired():
+                        self._declare_lost_soon("suspended")
+                    elif self.timeout < before:
+                        self._arm_keeper(clock.now(), force=True)  # the deadline moved earlier
+            return answer
+
+        conn._submit, conn._read_header, conn._invoke = _submit, _read_header, _invoke
+
+    def _has_interest(self) -> bool:
+        return bool(self._holds or self._waiters)
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.CONNECTED:
+            self._down_since = None
+            self._connected.set()
+        else:
+            self._connected.clear()
+            if state == KazooState.SUSPENDED and self._down_since is None:
+                down_since = self._down_since = clock.now()
+                worker_threads.get().call_later(self.timeout, lambda: self._drop_if_still_down(down_since))
+        if observe.observers and not self.dead and state != KazooState.LOST:
+            observe.session_state(self, "connected" if state == KazooState.CONNECTED else "suspended")
+        if state == KazooState.LOST:
+            # kazoo reports a rejected AUTH as LOST; its own state still says why.
+            self.auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
+            self._declare_lost_soon("expired")
+        elif state == KazooState.SUSPENDED:
+            self._arm_keeper()
+        self._wake_waiters()
+
+    def _mark_dead(self, reason: str) -> bool:
+        """Mark the session unusable; True for the caller that did it first."""
+        with self._lock:
+            if self.dead:
+                return False
+            self.dead = True
+            self.dead_reason = reason
+        if observe.observers:
+            observe.session_state(self, "closed" if reason == "closed" else "lost")
+        return True
+
+    def _declare_lost_soon(self, reason: str) -> None:
+        if self._mark_dead(reason):
+            worker_threads.get().call_soon(lambda: self._finish_loss(reason))
+
+    # -- public --
+
+    def is_alive(self) -> bool:
+        """True while no leader can have expired this session (see lease.py).
+
+        A lease that ran out while something was held or awaited is a loss: the session is closed so that a
+        server that wakes up cannot keep our nodes. Without holds or waiters it only means that the next acquire
+        proves the lease again (lease_refresh_due).
+        """
+        if self.dead:
+            return False
+        if self.lease_expired():
+            if self._has_interest():
+                self._declare_lost_soon("suspended")
+            return False
+        return True
+
+    def declare_lost(self, reason: str) -> None:
+        if self._mark_dead(reason):
+            self._finish_loss(reason)
+
+    def _finish_loss(self, reason: str) -> None:
+        with self._lock:
+            holds, self._holds = list(self._holds), set()
+        if holds:
+            names = sorted(repr(hold.name) for hold in holds)
+            shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+            log.warning(
+                "zklocks: session of alias %r lost (%s); %d lock(s) lost: %s", self.alias, reason, len(holds), shown
+            )
+        for hold in holds:
+            hold.mark_lost(reason)
+        self._wake_waiters()
+        self.close(wait=False)
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: no I/O, no locks (another thread of the parent may have held them)."""
+        self.dead = True
+        self.dead_reason = "forked"
+        for hold in list(self._holds):
+            hold.lost = True
+            hold.lost_reason = "forked"
+        self._holds = set()
+        self._lock = threading.Lock()
+        self._waiters = set()
+
+    def add_hold(self, hold: LossListener) -> bool:
+        """Register a granted hold; False if the session cannot vouch for it (the caller enqueues again)."""
+        if self.lease_expired():
+            # Granted on a lease we cannot prove (e.g. the server lost its leader meanwhile): close the session
+            # so that the node goes, rather than hand out a hold that is lost from its first moment.
+            self.declare_lost("suspended")
+            return False
+        with self._lock:
+            if self.dead:
+                return False
+            self._holds.add(hold)
+        self._arm_keeper()
+        return True
+
+    def remove_hold(self, hold: LossListener) -> None:
+        with self._lock:
+            self._holds.discard(hold)
+
+    @contextmanager
+    def waking(self, event: threading.Event) -> Iterator[threading.Event]:
+        """Set ``event`` on any change of the connection state while inside the block."""
+        with self._lock:
+            self._waiters.add(event)
+            watch = not self._watching
+            self._watching = True
+        if watch:
+            worker_threads.get().call_later(self.cfg.connect_timeout / 4, self._watch)
+        self._arm_keeper()
+        try:
+            yield event
+        finally:
+            with self._lock:
+                self._waiters.discard(event)
+
+    def _wake_waiters(self) -> None:
+        with self._lock:
+            waiters = list(self._waiters)
+        for event in waiters:
+            event.set()
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set() and not self.dead
+
+    def wait_connected(self, deadline: float | None) -> None:
+        """Wait for the connection to come back, at most CONNECT_TIMEOUT; ZkUnavailable if it does not.
+
+        A ``deadline`` (time.monotonic) that comes first ends the wait with ZkUnavailable too: an outage is never
+        reported as a lock held elsewhere.
+        """
+        if self.connected:
+            return
+        outage_at = time.monotonic() + self.cfg.connect_timeout
+        limit = outage_at if deadline is None else min(outage_at, deadline)
+        while not self.connected:
+            if self.dead:
+                return
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                if limit < outage_at:
+                    raise self.unavailable("lost the connection, not back when the call's timeout ran out")
+                raise self.unavailable(
+                    f"lost the connection and could not reconnect within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
+                )
+            self._connected.wait(min(remaining, 0.05))
+
+    def unavailable(self, detail: str) -> ZkUnavailable:
+        """The error for a call that met an outage of this session's connection, with kazoo's causes."""
+        causes = self.kazoo_log.causes()
+        return ZkUnavailable(
+            f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable ({detail}"
+            + (f"; {causes})" if causes else ")")
+        )
+
+    def start(self) -> None:
+        """Connect within CONNECT_TIMEOUT or raise ZkUnavailable at once (kazoo's own start() would block
+        on stopping its connection thread).
+
+        kazoo starts its threads from a thread of ours, so an exception raised by a signal handler in the
+        caller (KeyboardInterrupt, Celery's SoftTimeLimitExceeded) never leaves kazoo half started: it reaches
+        the caller unchanged, and the session is closed once kazoo's start is over.
+        """
+        started = threading.Event()
+        box: dict[str, Any] = {}
+
+        def start_kazoo() -> None:
+            try:
+                box["live"] = self.client.start_async()
+            except Exception as exc:  # kazoo's or the OS's: reported below as ZkUnavailable
+                box["error"] = exc
+            finally:
+                started.set()
+
+        try:
+            limit = time.monotonic() + self.cfg.connect_timeout
+            threading.Thread(target=start_kazoo, name="zklocks-start", daemon=True).start()
+            started.wait(self.cfg.connect_timeout)
+            live = box.get("live")
+            if live is not None:
+                while not live.is_set() and not self.auth_failed and time.monotonic() < limit:
+                    live.wait(0.05)  # a rejected AUTH never sets ``live``: do not wait for CONNECT_TIMEOUT then
+        except BaseException:
+            self._close_once_started(started)
+            raise
+        error = box.get("error")
+        if error is None and not self.client.connected:
+            error = KazooTimeoutError("connection time-out")
+        if error is not None:
+            auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
+            self._close_once_started(started, "unreachable")
+            if auth_failed:
+                raise ZkAuthError(
+                    f"zklocks alias {self.alias!r}: ZooKeeper rejected the AUTH credentials "
+                    "(unknown scheme or malformed credential)"
+                ) from error
+            if isinstance(error, KazooTimeoutError):
+                detail = f"no session within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
+                causes = self.kazoo_log.causes()
+                if causes:
+                    detail += f": {causes}"
+            else:
+                detail = f"{type(error).__name__}: {error}"
+            raise ZkUnavailable(
+                f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable ({detail})"
+            ) from error
+        self._connected.set()
+        if observe.observers:
+            observe.session_state(self, "connected")
+
+    def _close_once_started(self, started: threading.Event, reason: str = "closed") -> None:
+        """A start that did not end in a session: dead at once, closed (in the background) once kazoo's start
+        is over, so that its threads are never left running."""
+        self.dead = True
+        self.dead_reason = reason
+
+        def close() -> None:
+            started.wait()
+            self.close()
+
+        threading.Thread(target=close, name="zklocks-close", daemon=True).start()
+
+    def close(self, wait: bool = True) -> None:
+        """End the session on the server (its ephemeral nodes go at once) and stop kazoo's threads."""
+        if self.pid != os.getpid():
+            self.dead = True
+            return  # a forked child never touches its parent's sessions
+        if self._mark_dead("closed"):
+            with self._lock:
+                holds, self._holds = list(self._holds), set()
+            for hold in holds:
+                hold.mark_lost("closed")
+
+        def _stop() -> None:
+            try:
+                self.client.stop()
+                self.client.close()
+            except Exception as exc:  # already stopped, or kazoo gave up waiting for its writer
+                if raised_by_signal_handler(exc):
+                    raise  # interrupted while waiting for kazoo's threads: the caller's to handle
+                log.debug("zklocks: closing a session of %r failed", self.alias, exc_info=True)
+
+        if wait:
+            _stop()
+        else:
+            threading.Thread(target=_stop, name="zklocks-close", daemon=True).start()

@@ -1,0 +1,1 @@
+"""Optional integrations: Prometheus metrics and OpenTelemetry tracing."""

@@ -1,0 +1,68 @@
+"""``acquire() -> bool`` and the acquire prologue shared by lock handles (base.py) and multi-locks (multilock.py)."""
+
+from __future__ import annotations
+
+import threading
+
+from ..exceptions import LockNotAcquired
+from ..recipes.kazoo_calls import Deadline
+from .async_bridge import acquire_off_loop, refuse_in_event_loop
+
+
+class Acquirable:
+    """``acquire() -> bool`` on top of a raising ``_acquire``."""
+
+    blocking: bool
+    timeout: float | None
+
+    def _start(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None,
+        at: float | None,
+        on_loop: bool = False,
+    ) -> tuple[bool, Deadline, bool]:
+        """What every acquire does first: refuse a blocking call on an event loop's thread, take the handle's
+        defaults, and fix the deadline. Returns (blocking, deadline, once); ``once`` is a single attempt
+        (``timeout=0``, as with threading.Lock), which has no deadline of its own: its requests are bounded by
+        CONNECT_TIMEOUT, like ``blocking=False``, and it never waits behind a holder. ``at`` is the absolute
+        deadline of an async call, fixed when it was made (not when a thread took it up).
+        """
+        if not on_loop:
+            refuse_in_event_loop(self)
+        blocking = self.blocking if blocking is None else blocking
+        timeout = self.timeout if timeout is None else timeout
+        once = blocking and timeout == 0
+        deadline = Deadline(None if once or not blocking else timeout, cancel)
+        if at is not None and not once:
+            deadline.at = at
+        return blocking, deadline, once
+
+    def _acquire(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None = None,
+        at: float | None = None,
+    ) -> None:
+        raise NotImplementedError
+
+    def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """Acquire; False if held elsewhere (``blocking=False``) or not acquired within ``timeout``."""
+        try:
+            self._acquire(blocking, timeout)
+        except LockNotAcquired:
+            return False
+        return True
+
+    async def acquire_async(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
+        """``acquire`` for coroutines: the same arguments and result, without blocking the event loop."""
+        try:
+            await self._acquire_async(blocking, timeout)
+        except LockNotAcquired:
+            return False
+        return True
+
+    async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
+        await acquire_off_loop(self, blocking, timeout)

@@ -1,0 +1,382 @@
+"""What every lock handle shares: per-owner holds and reentrancy, the read-only properties, loss, and the
+context-manager, decorator and async protocols. The handles: locks.py, semaphores.py, election.py.
+
+A handle may be shared by threads: each owner (a thread, or an asyncio task for ``async with``) has its own
+hold (hold_registry.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kazoo.exceptions import KazooException
+from kazoo.handlers.threading import KazooTimeoutError
+
+from .. import conf, names, owners, signals
+from ..client import observe
+from ..client.pools import connections
+from ..exceptions import (
+    InvalidLockName,
+    LockLost,
+    LockNotAcquired,
+    LockOwnershipError,
+    LockTimeout,
+    ZkUnavailable,
+)
+from ..names import join_path, validate_name
+from ..owners import current_owner
+from ..recipes import step_runner
+from ..recipes.kazoo_calls import Deadline, translate
+from ..recipes.layout import Kind
+from ..recipes.node import layout_of
+from ..recipes.step_runner import Blocking, Steps
+from . import hold_registry
+from .acquire_base import Acquirable
+from .async_bridge import acquire_off_loop, run_off_loop
+from .hold_registry import Grant, Hold
+from .on_commit import release_after_commit
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class BaseHandle(Acquirable):
+    """Shared machinery: per-owner holds, properties, context-manager, decorator and async protocols."""
+
+    kind: str = Kind.EXCLUSIVE
+
+    def __init__(
+        self, name: str, *, timeout: float | None, blocking: bool, using: str, release_on_commit: bool | str = False
+    ) -> None:
+        self.name = validate_name(name)
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+            raise ValueError(f"timeout must be None or a number >= 0, not {timeout!r}")
+        self.timeout = timeout
+        self.blocking = blocking
+        self.using = using
+        self.release_on_commit = release_on_commit
+        self._mine: dict[object, list[Hold]] = {}  # owner -> holds, innermost last
+        self._mine_lock = threading.Lock()
+
+    # -- to be provided by subclasses --
+
+    # Whether ``async with`` waits on the event loop itself (recipes/step_runner.py) rather than in a thread.
+    waits_on_loop = False
+
+    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
+        """Take the lock; record in ``grant`` what is taken as soon as it is (see hold_registry.Grant)."""
+        raise NotImplementedError
+
+    def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
+        """``_acquire_hold`` as steps. Handles that cannot wait on the loop run it in a thread (async_bridge.py)."""
+        return (yield Blocking(lambda: self._acquire_hold(blocking, deadline, grant)))
+
+    def _release_hold(self, hold: Hold, wait: bool) -> None:
+        contender = hold.contender
+        # A holder that waited is in a contended queue: its delete tells the next contender that it held, which
+        # spares that contender a read of the queue (recipes/node.py, _send_delete).
+        held = contender.waited and layout_of(contender.session).marks_release(contender.marker)
+        if wait:
+            contender.delete(Deadline(hold.session.cfg.connect_timeout), held=held)
+        else:
+            contender.delete_nowait(held=held)
+
+    @property
+    def path(self) -> str:
+        return join_path(connections[self.using].cfg.namespace, self.name)
+
+    def _clone(self, name: str) -> BaseHandle:
+        raise NotImplementedError
+
+    # -- acquire / release --
+
+    def _acquire(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None = None,
+        at: float | None = None,
+    ) -> None:
+        step_runner.run(self._acquire_steps(blocking, timeout, cancel, at))
+
+    async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
+        if not self.waits_on_loop:
+            await acquire_off_loop(self, blocking, timeout)
+        else:
+            await step_runner.run_async(self._acquire_steps(blocking, timeout, None, None, on_loop=True))
+        owners.note_async_holder()
+
+    def _acquire_steps(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None,
+        at: float | None,
+        on_loop: bool = False,
+    ) -> Steps:
+        """The whole acquire, as steps (recipes/step_runner.py): a thread or the event loop drives it."""
+        blocking, deadline, once = self._start(blocking, timeout, cancel, at, on_loop)
+        started = time.monotonic()
+        if deadline.cancelled():  # an async call cancelled before a thread took it up
+            raise LockTimeout(
+                f"{self.kind} lock {self.name!r} (alias {self.using!r}) not acquired within the timeout", name=self.name
+            )
+        grant = Grant()
+        owner: object | None = None
+        depth: int | None = None
+        attempt = observe.acquire_started(self.using, self.kind, self.name)
+        try:
+            try:
+                hold = yield from self._hold_steps(blocking and not once, deadline, grant)
+            except (ZkUnavailable, KazooException, KazooTimeoutError) as exc:
+                raise self.named_error(exc) from exc
+            except LockNotAcquired as exc:
+                if once and not isinstance(exc, LockTimeout):
+                    raise LockTimeout(
+                        f"{self.kind} lock {self.name!r} (alias {self.using!r}) is held elsewhere "
+                        "(timeout=0: one attempt)",
+                        name=self.name,
+                    ) from None
+                raise
+            owner = current_owner()
+            with self._mine_lock:
+                stack = self._mine.setdefault(owner, [])
+                depth = len(stack)
+                stack.append(hold)  # nothing can interrupt between the depth and the append
+            observe.acquired(attempt, hold)
+            if hold.count == 1:
+                signals.send_async(
+                    signals.lock_acquired,
+                    sender=type(self),
+                    name=self.name,
+                    alias=self.using,
+                    kind=hold.kind,
+                    token=hold.token,
+                    wait_time=time.monotonic() - started,
+                )
+        except BaseException as exc:
+            observe.acquire_failed(attempt, exc)
+            # Whatever arrived after the grant (even asynchronously) must not leave a node nobody releases.
+            if owner is not None:
+                with self._mine_lock:
+                    mine = self._mine.get(owner)
+                    if mine is not None:
+                        if depth is not None:
+                            del mine[depth:]
+                        if not mine:
+                            del self._mine[owner]
+            grant.give_back()
+            raise
+
+    def release(self, wait: bool = False) -> None:
+        """Release (the outermost release frees the lock). Idempotent; never raises for a lost lock.
+
+        The delete is sent without waiting for its answer: this session's later requests see it applied, and
+        other clients see the node gone one round trip later. ``wait=True`` waits for the server's answer.
+
+        Ownership (docs/reference.md): the owner that acquired (a thread, or the asyncio task under ``async
+        with``) releases. Work started from the holding task's context releases on its behalf: a new task of
+        ``asyncio.wait_for`` (Python 3.11) or ``asyncio.shield``, a thread of ``asyncio.to_thread``. Any other
+        thread or task that holds nothing through this handle gets LockOwnershipError while someone else holds
+        through it (never a silent no-op that leaves the lock held); when nobody does, a release does nothing.
+        """
+        owner = current_owner()
+        with self._mine_lock:
+            stack = self._mine.get(owner)
+            if not stack:
+                holder = owners.releasing_for()
+                stack = self._mine.get(holder) if holder is not None else None
+                if stack:
+                    owner = holder
+                elif not self._mine:
+                    return  # nobody holds through this handle: a release is idempotent
+                else:
+                    raise LockOwnershipError(
+                        f"{self.kind} lock {self.name!r} (alias {self.using!r}) was released by a thread or task "
+                        "that does not hold it, so it stays held by its owner. Release from the owner that "
+                        "acquired, from work started in its context (asyncio.to_thread, a task it creates), or "
+                        "with `await lock.release_async()`",
+                        name=self.name,
+                    )
+            hold = stack.pop()
+            if not stack:
+                del self._mine[owner]
+        self._drop(hold, wait)
+
+    def named_error(self, exc: BaseException) -> BaseException:
+        """``exc`` as the error a user of this lock sees: kazoo's errors translated, and the lock named."""
+        if isinstance(exc, (KazooException, KazooTimeoutError)):
+            exc = translate(exc, self.using, f"acquire {self.kind} lock {self.name!r}")
+        text = str(exc)
+        if isinstance(exc, ZkUnavailable) and repr(self.name) not in text:
+            prefix = f"zklocks alias {self.using!r}: "
+            rest = text[len(prefix) :] if text.startswith(prefix) else text
+            named = ZkUnavailable(f"zklocks alias {self.using!r}, {self.kind} lock {self.name!r}: {rest}")
+            named.__cause__ = exc.__cause__
+            return named
+        return exc
+
+    def _drop(self, hold: Hold, wait: bool = False) -> None:
+        if hold.key is not None:
+            with hold_registry.registry_lock:
+                hold.count -= 1
+                last = hold.count == 0
+                if last and hold_registry.registry.get(hold.key) is hold:
+                    del hold_registry.registry[hold.key]
+        else:
+            hold.count -= 1
+            last = hold.count == 0
+        if not last:
+            return
+        try:
+            hold.session.remove_hold(hold)
+            if not hold.lost:
+                self._release_hold(hold, wait)
+        except BaseException:
+            # Raised mid-release (a signal handler's): it reaches the caller, and the node goes all the same.
+            hold.contender.abandon()
+            raise
+        if hold.lost:
+            # Lost, but our node may still be there (written by someone else: "changed"): it must go, or the
+            # contenders behind it wait for our session to end. Gone already or with its session: nothing to do.
+            hold.contender.abandon()
+        observe.released(hold)
+        signals.send_async(
+            signals.lock_released,
+            sender=type(self),
+            name=self.name,
+            alias=self.using,
+            kind=hold.kind,
+            token=hold.token,
+            held_time=time.monotonic() - hold.acquired_at,
+        )
+
+    # -- what the holder sees --
+
+    def _hold(self, strict: bool = False) -> Hold | None:
+        """The caller's innermost hold. For the read-only properties, a caller that holds nothing sees the
+        only holder of this handle if there is exactly one (e.g. a monitoring thread)."""
+        owner = current_owner()
+        with self._mine_lock:
+            stack = self._mine.get(owner)
+            if not stack and not strict and len(self._mine) == 1:
+                stack = next(iter(self._mine.values()))
+        return stack[-1] if stack else None
+
+    @property
+    def token(self) -> int | None:
+        """Fencing token: the czxid of our node, strictly increasing over successive holders of the name."""
+        hold = self._hold()
+        return None if hold is None else hold.token
+
+    @property
+    def is_held(self) -> bool:
+        """False from the moment the server could have expired our session, or once the lock is known lost."""
+        hold = self._hold()
+        return hold is not None and hold.is_held
+
+    def ensure_held(self) -> None:
+        """Raise LockLost unless we still hold the lock; costs a sync and a read to catch a force-release."""
+        hold = self._hold(strict=True)
+        if hold is None:
+            raise LockLost(
+                f"lock {self.name!r} (alias {self.using!r}) is not held by this thread or task",
+                name=self.name,
+                alias=self.using,
+                reason="not held",
+            )
+        try:
+            hold.check_node()
+        except ZkUnavailable as exc:
+            raise self.named_error(exc) from exc.__cause__
+        except (KazooException, KazooTimeoutError) as exc:
+            raise translate(exc, self.using, f"check {self.kind} lock {self.name!r}") from exc
+        if not hold.is_held:
+            raise LockLost(name=self.name, alias=self.using, reason=hold.lost_reason or "suspended")
+
+    # -- context manager --
+
+    def __enter__(self):
+        self._acquire(None, None)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.release_on_commit:
+            release_after_commit(self, self.release_on_commit)
+        else:
+            self.release()
+
+    # -- async --
+
+    async def __aenter__(self):
+        await self._acquire_async(None, None)
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        if self.waits_on_loop and not self.release_on_commit:
+            self.release()  # sends the delete without waiting: nothing here blocks the loop
+            return
+        await run_off_loop(self.__exit__, exc_type, exc, tb)
+
+    async def release_async(self, wait: bool = False) -> None:
+        """``release`` for coroutines: the same ``wait``, without blocking the event loop."""
+        if self.waits_on_loop and not wait:
+            self.release()
+            return
+        await run_off_loop(self.release, wait)
+
+    # -- decorator --
+
+    def __call__(self, func: F) -> F:
+        template = self.name
+        where = f"{func.__module__}.{func.__qualname__}"
+        owner = f"{func.__qualname__}{names.signature(func)}"
+        # Mistakes in the template are caught when decorating (at import time), not at the first call.
+        try:
+            templated = bool(names.template_fields(template))
+        except ValueError as exc:
+            raise InvalidLockName(f"{where}: lock name template {template!r} {exc}") from None
+        missing = names.missing_fields(template, func)
+        if missing:
+            raise InvalidLockName(
+                f"{where}: lock name template {template!r} refers to "
+                f"{', '.join(map(repr, missing))}, which is not an argument of {owner}"
+            )
+        conf.declare_alias(self.using, where)
+
+        def handle_for(args: tuple, kwargs: dict) -> BaseHandle:
+            if not templated:
+                return self._clone(template)
+            try:
+                arguments = names.bind_arguments(func, args, kwargs)
+            except TypeError as exc:
+                raise TypeError(f"{where}: {exc}") from None
+            return self._clone(
+                names.render_template(template, arguments, what=where, label="lock name template", owner=owner)
+            )
+
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args, **kwargs):
+                async with handle_for(args, kwargs):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with handle_for(args, kwargs):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    def describe(self) -> tuple[str, str]:
+        return f"lock {self.name!r}", self.name
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r} using={self.using!r} held={self.is_held}>"

@@ -1,0 +1,123 @@
+"""Leader election: ``zk_leader(name)``, one leader among every process that runs for ``name``.
+
+An election is the fair exclusive queue (recipes/queue.py) with its own contender marker (``__elect__``, see
+recipes/layout.py): the first candidate leads, each other candidate watches only its predecessor (Curator's
+LeaderLatch, kazoo's Election). Leadership is a hold like a lock's, so it follows the same lease rule:
+``is_leader`` turns False from the moment the server could have expired our session, the loss is announced
+through the ``lock_lost`` signal (kind ``"election"``), and ``token`` is the candidate node's czxid, strictly
+increasing over successive leaders.
+
+    with zk_leader("celery-beat") as leader:      # blocks until elected
+        while leader.is_leader:
+            work(fencing_token=leader.token)
+"""
+
+from __future__ import annotations
+
+from ..client.pools import connections
+from ..exceptions import LockLost, ZkUnavailable
+from ..names import join_path
+from ..recipes import layout, node_data, queue
+from ..recipes.kazoo_calls import Deadline
+from ..recipes.layout import Kind
+from . import hold_registry
+from .base import BaseHandle
+from .hold_registry import Grant, Hold
+
+
+class ZkLeader(BaseHandle):
+    """A candidacy in the election ``name``. Re-entrant per owner: a nested acquire while leading succeeds."""
+
+    kind: str = Kind.ELECTION
+
+    def __init__(self, name: str, *, timeout: float | None = None, blocking: bool = True, using: str = "default"):
+        super().__init__(name, timeout=timeout, blocking=blocking, using=using)
+
+    def _clone(self, name: str) -> ZkLeader:
+        return ZkLeader(name, timeout=self.timeout, blocking=self.blocking, using=self.using)
+
+    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
+        mine = self._hold(strict=True)
+        if mine is not None:
+            if not mine.is_held:
+                reason = mine.lost_reason or "suspended"
+                raise LockLost(
+                    f"election {self.name!r} (alias {self.using!r}): this owner led and lost the leadership "
+                    f"({reason}); release() before running again",
+                    name=self.name,
+                    alias=self.using,
+                    reason=reason,
+                )
+            mine.count += 1
+            grant.hold = mine
+            return mine
+        pool = connections[self.using]
+        parent = join_path(pool.cfg.namespace, self.name)
+        latch = layout.get(pool.cfg.layout).latch  # kazoo layout: __elect__; Curator's LeaderLatch: latch-
+        data = node_data.payload()
+        while True:
+            grant.hold = None
+            contender = grant.contender = queue.acquire(
+                pool.session, parent, latch, data, blocking=blocking, deadline=deadline, name=self.name
+            )
+            hold = grant.hold = Hold(self.using, self.name, self.kind, contender, None)
+            if contender.session.add_hold(hold):
+                break
+            if deadline.expired():  # the session ended between the grant and now: an outage, not contention
+                raise ZkUnavailable(
+                    f"{self.kind} {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
+                    "acquiring, and the timeout ran out"
+                )
+        hold_registry.long_holds.add(hold, contender.waited)  # watches our node: a deleted node is a lost leadership
+        return hold
+
+    # -- what the leader sees --
+
+    @property
+    def is_leader(self) -> bool:
+        """Same truth as a lock's ``is_held``: False from the moment the server could have expired our session."""
+        return self.is_held
+
+    def ensure_leader(self) -> None:
+        """Raise LockLost unless we still lead; costs a sync and a read (catches a deleted candidate node)."""
+        hold = self._hold(strict=True)
+        if hold is None:
+            raise LockLost(
+                f"election {self.name!r} (alias {self.using!r}): this owner is not the leader",
+                name=self.name,
+                alias=self.using,
+                reason="not leader",
+            )
+        hold.check_node()
+        if not hold.is_held:
+            raise LockLost(
+                f"election {self.name!r} (alias {self.using!r}): leadership lost ({hold.lost_reason or 'suspended'})",
+                name=self.name,
+                alias=self.using,
+                reason=hold.lost_reason or "suspended",
+            )
+
+    def leading_hold(self) -> Hold | None:
+        """The caller's hold while it leads (session and candidate node, for fenced writes), else None."""
+        hold = self._hold(strict=True)
+        return hold if hold is not None and hold.is_held else None
+
+    def describe(self) -> tuple[str, str]:
+        return f"election {self.name!r}", self.name
+
+    def __repr__(self) -> str:
+        return f"<ZkLeader {self.name!r} using={self.using!r} leader={self.is_leader}>"
+
+
+def zk_leader(name: str, *, using: str = "default") -> ZkLeader:
+    """A candidacy in the election ``name`` on alias ``using``.
+
+    ``with zk_leader(name) as leader`` blocks until this process leads; ``acquire(blocking=True, timeout=None)``
+    returns whether it was elected; ``release()`` steps down (idempotent). ``is_leader``, ``ensure_leader()`` (raises
+    LockLost) and ``token`` (a fencing token, strictly increasing over successive leaders) tell the leader where
+    it stands; a lost leadership is announced through ``zklocks.signals.lock_lost`` with ``kind="election"``.
+    """
+    return ZkLeader(name, using=using)
+
+
+__all__ = ["ZkLeader", "zk_leader"]

@@ -1,0 +1,155 @@
+"""``zk_lock``: the exclusive or shared (read) lock handle, and ``lock_path``.
+
+What every handle shares (per-owner holds, reentrancy, tokens, loss, the context-manager, decorator and async
+protocols) is in base.py. ``zk_multi_lock`` lives in multilock.py, async bridging in async_bridge.py, release on
+commit in on_commit.py.
+"""
+
+from __future__ import annotations
+
+from .. import conf
+from ..client.pools import connections
+from ..exceptions import (
+    LockLost,
+    LockUpgradeError,
+    ZkUnavailable,
+)
+from ..names import join_path
+from ..owners import current_owner
+from ..recipes import layout, node_data, queue, step_runner
+from ..recipes.kazoo_calls import Deadline
+from ..recipes.layout import Kind
+from ..recipes.step_runner import Steps
+from . import hold_registry
+from .base import BaseHandle
+from .hold_registry import Grant, Hold
+
+
+class ZkLock(BaseHandle):
+    """An exclusive or shared (read) lock on one name."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        shared: bool = False,
+        timeout: float | None = None,
+        blocking: bool = True,
+        using: str = "default",
+        release_on_commit: bool | str = False,
+        reentrant: bool = True,
+        rw: bool = False,
+    ) -> None:
+        super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+        self.shared = shared
+        self.kind = Kind.SHARED if shared else Kind.EXCLUSIVE
+        self.reentrant = reentrant
+        self.rw = rw  # a zk_rw_lock handle (rwlock.py): Curator's read/write lock rather than its mutex
+        if shared and not rw:
+            try:
+                cfg = conf.alias_config(using)
+            except Exception:
+                return  # an unknown alias is reported by the acquire
+            layout.get(cfg.layout).marker(self.kind, rw=rw, name=self.name, alias=using)
+
+    def _clone(self, name: str) -> ZkLock:
+        return ZkLock(
+            name,
+            shared=self.shared,
+            timeout=self.timeout,
+            blocking=self.blocking,
+            using=self.using,
+            release_on_commit=self.release_on_commit,
+            reentrant=self.reentrant,
+            rw=self.rw,
+        )
+
+    waits_on_loop = True
+
+    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
+        return step_runner.run(self._hold_steps(blocking, deadline, grant))
+
+    def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
+        pool = connections[self.using]
+        lay = layout.get(pool.cfg.layout)
+        marker_ = lay.marker(self.kind, rw=self.rw, name=self.name, alias=self.using)
+        key: tuple = (current_owner(), self.using, self.name)
+        if self.rw and lay.read != lay.shared:
+            key += ("rw",)  # Curator's read/write lock and its mutex are separate locks on one path
+        if self.reentrant:
+            with hold_registry.registry_lock:
+                existing = hold_registry.registry.get(key)
+                if existing is not None:
+                    if existing.lost or not existing.is_held:
+                        reason = existing.lost_reason or "suspended"
+                        raise LockLost(
+                            f"lock {self.name!r} (alias {self.using!r}) is already held by this thread or task "
+                            f"and was lost ({reason}); release() it before acquiring it again",
+                            name=self.name,
+                            alias=self.using,
+                            reason=reason,
+                        )
+                    if existing.kind == Kind.SHARED and not self.shared:
+                        raise LockUpgradeError(
+                            f"this thread holds the shared lock {self.name!r} and asked for the exclusive one; "
+                            "an upgrade would deadlock. Release the shared lock first."
+                        )
+                    existing.count += 1
+                    grant.hold = existing
+                    return existing
+        parent = join_path(pool.cfg.namespace, self.name)
+        data = node_data.payload()
+        while True:
+            grant.hold = None
+            contender = grant.contender = yield from queue.acquire_steps(
+                pool.session,
+                parent,
+                marker_,
+                data,
+                blocking=blocking,
+                deadline=deadline,
+                name=self.name,
+                peek_session=pool.ready_session,
+            )
+            hold = grant.hold = Hold(self.using, self.name, self.kind, contender, key)
+            if contender.session.add_hold(hold):
+                break
+            if deadline.expired():  # the session ended between the grant and now: an outage, not contention
+                raise ZkUnavailable(
+                    f"{self.kind} lock {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
+                    "acquiring, and the timeout ran out"
+                )
+        hold_registry.long_holds.add(hold, contender.waited)
+        with hold_registry.registry_lock:
+            # A non-reentrant hold (SingleExecutionTask) is registered too: a plain zk_lock of the same name in
+            # the task body nests in it instead of queueing behind itself. It never displaces an existing entry.
+            if hold_registry.registry.setdefault(key, hold) is not hold:
+                hold.key = None
+        return hold
+
+
+def zk_lock(
+    name: str,
+    *,
+    shared: bool = False,
+    timeout: float | None = None,
+    blocking: bool = True,
+    using: str = "default",
+    release_on_commit: bool | str = False,
+) -> ZkLock:
+    """A distributed lock on ``name``: context manager (``with``/``async with``), decorator, or handle.
+
+    shared=True takes the read lock. blocking=False makes one attempt. timeout=None waits for ever.
+    As a decorator, ``name`` may be a template filled from the call's bound arguments.
+    release_on_commit=True (or a database alias) defers the release to transaction.on_commit.
+    """
+    return ZkLock(
+        name, shared=shared, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
+    )
+
+
+def lock_path(name: str, using: str = "default") -> str:
+    """The lock node of ``name`` for alias ``using``, as other ZooKeeper clients see it."""
+    from ..conf import alias_config
+
+    return join_path(alias_config(using).namespace, name)

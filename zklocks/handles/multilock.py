@@ -1,0 +1,168 @@
+"""``zk_multi_lock``: several locks taken as one, all or none (docs/design.md §8)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+
+from .. import owners
+from ..recipes.layout import Kind
+from .acquire_base import Acquirable
+from .async_bridge import acquire_off_loop, run_off_loop
+from .base import F
+from .locks import ZkLock
+from .on_commit import release_after_commit
+
+MemberSpec = str | tuple[str, str] | ZkLock
+
+
+class ZkMultiLock(Acquirable):
+    """Several locks taken as one: all or none, in sorted order, under one overall deadline.
+
+    Members are names (exclusive), ``(name, "shared")`` / ``(name, "exclusive")`` pairs, or ZkLock handles.
+    """
+
+    def __init__(
+        self,
+        members: list[MemberSpec] | tuple[MemberSpec, ...],
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        using: str = "default",
+        release_on_commit: bool | str = False,
+    ) -> None:
+        locks: dict[str, ZkLock] = {}
+        for spec in members:
+            lock = self._member(spec, using)
+            if lock.name in locks:
+                raise ValueError(f"zk_multi_lock: {lock.name!r} appears twice")
+            locks[lock.name] = lock
+        if not locks:
+            raise ValueError("zk_multi_lock needs at least one name")
+        # One global order (sorted names) for every multi-lock: no deadlock between overlapping sets.
+        self.locks = [locks[n] for n in sorted(locks)]
+        self.timeout = timeout
+        self.blocking = blocking
+        self.using = using
+        self.release_on_commit = release_on_commit
+        self.names = [lock.name for lock in self.locks]
+
+    @staticmethod
+    def _member(spec: MemberSpec, using: str) -> ZkLock:
+        if isinstance(spec, ZkLock):
+            return spec
+        if isinstance(spec, str):
+            return ZkLock(spec, using=using)
+        if isinstance(spec, tuple) and len(spec) == 2 and spec[1] in (Kind.SHARED, Kind.EXCLUSIVE):
+            return ZkLock(spec[0], shared=spec[1] == Kind.SHARED, using=using)
+        raise ValueError(f"zk_multi_lock member {spec!r}: give a name, (name, 'shared'|'exclusive') or a zk_lock")
+
+    def _acquire(
+        self,
+        blocking: bool | None,
+        timeout: float | None,
+        cancel: threading.Event | None = None,
+        at: float | None = None,
+    ) -> None:
+        blocking, deadline, once = self._start(blocking, timeout, cancel, at)
+        # What each member held for this owner before: a member whose acquire returned is given back even if an
+        # exception (a signal handler's) comes before the loop has noted it.
+        owner = owners.current_owner()
+        before = [len(lock._mine.get(owner, ())) for lock in self.locks]
+        try:
+            for lock in self.locks:
+                # A member reached past the deadline still asks the server once: only its answer says "held
+                # elsewhere" (LockTimeout); an outage is ZkUnavailable.
+                # timeout=0: one attempt per member; otherwise the members share the overall deadline.
+                lock._acquire(blocking, 0 if once else None, cancel, deadline.at)
+        except BaseException:
+            for lock, held in reversed(list(zip(self.locks, before, strict=True))):
+                if len(lock._mine.get(owner, ())) > held:
+                    lock.release()
+            raise
+
+    def describe(self) -> tuple[str, str]:
+        return f"multi-lock {self.names!r}", self.names[0]
+
+    def release(self, wait: bool = False) -> None:
+        error: BaseException | None = None
+        for lock in reversed(self.locks):
+            try:
+                lock.release(wait)
+            except BaseException as exc:  # e.g. a signal handler's: the other members are released all the same
+                error = error or exc
+        if error is not None:
+            raise error
+
+    @property
+    def tokens(self) -> dict[str, int | None]:
+        return {lock.name: lock.token for lock in self.locks}
+
+    @property
+    def is_held(self) -> bool:
+        return all(lock.is_held for lock in self.locks)
+
+    def ensure_held(self) -> None:
+        for lock in self.locks:
+            lock.ensure_held()
+
+    def __enter__(self):
+        self._acquire(None, None)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.release_on_commit:
+            for lock in reversed(self.locks):
+                release_after_commit(lock, self.release_on_commit)
+        else:
+            self.release()
+
+    async def __aenter__(self):
+        await acquire_off_loop(self, None, None)
+        owners.note_async_holder()
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await run_off_loop(self.__exit__, exc_type, exc, tb)
+
+    def __call__(self, func: F) -> F:
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args, **kwargs):
+                async with ZkMultiLock(
+                    [lock._clone(lock.name) for lock in self.locks],
+                    timeout=self.timeout,
+                    blocking=self.blocking,
+                    using=self.using,
+                    release_on_commit=self.release_on_commit,
+                ):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            with ZkMultiLock(
+                [lock._clone(lock.name) for lock in self.locks],
+                timeout=self.timeout,
+                blocking=self.blocking,
+                using=self.using,
+                release_on_commit=self.release_on_commit,
+            ):
+                return func(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+
+def zk_multi_lock(
+    names: list[MemberSpec] | tuple[MemberSpec, ...],
+    *,
+    timeout: float | None = None,
+    blocking: bool = True,
+    using: str = "default",
+    release_on_commit: bool | str = False,
+) -> ZkMultiLock:
+    """Take several locks as one: ``zk_multi_lock(["a", ("b", "shared")], timeout=5)``; ``.tokens`` maps names."""
+    return ZkMultiLock(names, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)

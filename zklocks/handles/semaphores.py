@@ -1,0 +1,84 @@
+"""``zk_semaphore``: up to N holders of a name at once (docs/design.md §7; the recipe is recipes/semaphore.py)."""
+
+from __future__ import annotations
+
+from ..client.pools import connections
+from ..exceptions import ZkUnavailable
+from ..names import join_path
+from ..recipes import node_data, semaphore
+from ..recipes.kazoo_calls import Deadline
+from ..recipes.layout import Kind
+from . import hold_registry
+from .base import BaseHandle
+from .hold_registry import Grant, Hold
+
+
+class ZkSemaphore(BaseHandle):
+    """Up to ``max_leases`` holders at once (not reentrant: each acquire takes a lease)."""
+
+    kind: str = Kind.SEMAPHORE
+
+    def __init__(
+        self,
+        name: str,
+        max_leases: int,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        using: str = "default",
+        release_on_commit: bool | str = False,
+    ) -> None:
+        if not isinstance(max_leases, int) or isinstance(max_leases, bool) or max_leases < 1:
+            raise ValueError(f"max_leases must be an integer >= 1, not {max_leases!r}")
+        super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+        self.max_leases = max_leases
+
+    def _clone(self, name: str) -> ZkSemaphore:
+        return ZkSemaphore(
+            name,
+            self.max_leases,
+            timeout=self.timeout,
+            blocking=self.blocking,
+            using=self.using,
+            release_on_commit=self.release_on_commit,
+        )
+
+    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
+        pool = connections[self.using]
+        path = join_path(pool.cfg.namespace, self.name)
+        while True:
+            grant.hold = None
+            lease = grant.contender = semaphore.acquire(
+                pool.session,
+                path,
+                self.max_leases,
+                node_data.payload(),
+                blocking=blocking,
+                deadline=deadline,
+                name=self.name,
+                alias=self.using,
+            )
+            hold = grant.hold = Hold(self.using, self.name, self.kind, lease, None)
+            if lease.session.add_hold(hold):
+                hold_registry.long_holds.add(hold, lease.waited)
+                return hold
+            if deadline.expired():  # the session ended between the grant and now: an outage, not contention
+                raise ZkUnavailable(
+                    f"{self.kind} {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
+                    "acquiring, and the timeout ran out"
+                )
+
+
+def zk_semaphore(
+    name: str,
+    max_leases: int,
+    *,
+    timeout: float | None = None,
+    blocking: bool = True,
+    using: str = "default",
+    release_on_commit: bool | str = False,
+) -> ZkSemaphore:
+    """A counting semaphore: at most ``max_leases`` holders of ``name`` at a time, across all processes."""
+    return ZkSemaphore(
+        name, max_leases, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
+    )

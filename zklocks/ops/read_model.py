@@ -1,0 +1,363 @@
+"""Read-only snapshot of every lock's holders and queue: the one reader the admin and the CLI use.
+
+Reads are pipelined with kazoo's async API and batched with ZooKeeper's multiRead (``multiread.py``): every
+request of a round is sent before any answer is awaited, so a namespace of thousands of nodes costs four
+rounds of a few requests each, not thousands of round trips:
+
+1. the namespace's children (the lock nodes);
+2. each lock node's data (a semaphore marks itself there) and children;
+3. each contender's and lease's data, and each semaphore's internal mutex children;
+4. the data of the semaphores' mutex contenders (their waiters).
+
+Nodes that vanish between rounds (a release, an expiry) are skipped. Answers are awaited with a bound that is
+reset whenever one arrives: an alias whose server stops answering gives an error after CONNECT_TIMEOUT, and a
+large namespace that answers steadily is never cut short.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+from kazoo.exceptions import NoAuthError, NoNodeError
+
+from ..client.multiread import CHILDREN, DATA, fetch
+from ..names import decode_name, encode_name, validate_name
+from ..recipes import node_data
+from ..recipes.kazoo_calls import translate
+from ..recipes.layout import KAZOO, Kind, Layout, get, sequence_trusted
+from ..recipes.semaphore import stored_max_leases
+from .snapshots import AliasSnapshot, Contender, LockInfo, Snapshot
+
+KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE, Kind.ELECTION)
+
+
+class NoAnswer(Exception):
+    """ZooKeeper stopped answering in the middle of a snapshot."""
+
+
+# -- reading one namespace (kazoo only, no Django) --
+
+
+class _Results:
+    """Waits for async results with a bound that restarts whenever an answer arrives."""
+
+    def __init__(self, patience: float) -> None:
+        self.patience = patience
+        self.last = time.monotonic()
+
+    def wait(self, result) -> Any:
+        while True:
+            remaining = self.last + self.patience - time.monotonic()
+            if remaining <= 0:
+                raise NoAnswer(f"ZooKeeper did not answer within {self.patience:g}s")
+            if result.wait(min(remaining, 0.5)):
+                break
+        self.last = time.monotonic()
+        return result.get_nowait()
+
+
+# Node data may come from anyone (docs/security.md, "Hostile node data"): each field is taken only with the type
+# and range a zklocks writes; any other value is dropped and the field named in Contender.invalid.
+TEXT_LIMIT = 200  # characters kept of a text field (zklocks writes at most 120)
+RAW_LIMIT = 300  # characters kept of foreign data shown verbatim
+_INVALID = object()
+
+
+def _int(value: Any) -> Any:
+    """A pid, ident or owner number: an int of at most 64 bits, or a short string."""
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and -(2**64) < value < 2**64:
+        return value
+    if isinstance(value, str) and len(value) <= TEXT_LIMIT:
+        return value
+    return _INVALID
+
+
+def _float(value: Any) -> Any:
+    return None if value is None else _INVALID if (moment := node_data.timestamp(value)) is None else moment
+
+
+def _str(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value if value is None or len(value) <= TEXT_LIMIT else value[:TEXT_LIMIT] + "…"
+    return _INVALID
+
+
+def _raw(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value if value is None or len(value) <= RAW_LIMIT else value[:RAW_LIMIT] + "…"
+    return _INVALID
+
+
+_FIELDS = (
+    ("host", _str),
+    ("pid", _int),
+    ("thread", _str),
+    ("task_id", _str),
+    ("task_name", _str),
+    ("queued_at", _float),
+    ("acquired_at", _float),
+    ("raw", _raw),
+    ("ident", _int),
+    ("owner", _int),
+    ("asyncio_task", _str),
+)
+
+
+def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None:
+    if answer is None:
+        return None  # gone since the listing
+    raw, stat = answer
+    data = node_data.parse(raw)
+    created = stat.ctime / 1000.0
+    fields: dict[str, Any] = {}
+    invalid = []
+    for name, take in _FIELDS:
+        value = take(data.get(name))
+        if value is _INVALID:
+            invalid.append(name)
+            value = None
+        fields[name] = value
+    fields["queued_at"] = fields["queued_at"] or created
+    if mode == "lease":
+        fields["acquired_at"] = created  # a lease node is created at the moment the lease is taken
+    return Contender(
+        node=child,
+        mode=mode,
+        sequence=sequence,
+        token=stat.czxid,
+        session_id=stat.ephemeralOwner,
+        created_at=created,
+        invalid=tuple(invalid),
+        **fields,
+    )
+
+
+def _max_leases(raw: bytes | None) -> int | None:
+    """A semaphore marker's lease count; None for other data, and for a marker whose count is no sane number."""
+    if not raw or len(raw) > node_data.MAX_PARSE or not node_data._shallow(raw.decode("utf-8", errors="replace")):
+        return None
+    try:
+        value = stored_max_leases(raw)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31:
+        return value
+    return None
+
+
+def read_namespace(
+    client,
+    namespace: str,
+    alias: str = "default",
+    *,
+    patience: float = 5.0,
+    nodes: list[str] | None = None,
+    layout: Layout = KAZOO,
+) -> list[LockInfo]:
+    """Every lock below ``namespace`` (or only the lock nodes in ``nodes``), sorted by name, read in the alias's
+    node ``layout``.
+
+    Raises NoAnswer if the server stops answering for ``patience`` seconds, NoAuthError if reads are refused.
+    """
+    results = _Results(patience)
+    ns = namespace.rstrip("/")
+    if nodes is None:
+        try:
+            nodes = results.wait(client.get_children_async(ns))
+        except NoNodeError:
+            return []
+    # Round 2: every lock node's data (a semaphore's marker) and children.
+    answers = fetch(
+        client, [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))], results.wait
+    )
+    found: list[tuple[LockInfo, list, list, bool, bool]] = []
+    records: dict[str, tuple[str, float]] = {}  # lock path: an exclusive long hold's (child, acquired_at)
+    for idx, node in enumerate(nodes):
+        data, children = answers[2 * idx], answers[2 * idx + 1]
+        if data is None or children is None:
+            continue  # reaped since the listing
+        record = node_data.parse_hold_record(data[0])
+        if record is not None:
+            records[f"{ns}/{node}"] = record
+        max_leases = _max_leases(data[0])
+        lock = LockInfo(
+            alias=alias,
+            name=decode_name(node),
+            node=node,
+            path=f"{ns}/{node}",
+            kind=Kind.EXCLUSIVE,
+            max_leases=max_leases,
+        )
+        # A semaphore only Curator used has no marker of ours: its leases/ child tells.
+        sub = layout.leases_child is not None and layout.leases_child in children
+        if max_leases is not None or sub:
+            lock.kind = Kind.SEMAPHORE
+            held = [] if layout.leases_child else [(str(layout.sequence_of(c)), "", c) for c in layout.leases(children)]
+            found.append((lock, held, [], layout.mutex in children, sub))
+        else:
+            order = layout.sort_contenders(children)
+            # A contender whose suffix is past the sequence limit (docs/design.md §13) is never granted: it leaves.
+            order.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
+            held, waiting = layout.split(order)
+            if any(marker == layout.latch for _, marker, _ in order):
+                lock.kind = Kind.ELECTION  # holders: the leader; waiters: the standby candidates, in order
+            else:
+                # The holders' mode is the lock's kind: a queue of readers behind a writer is held exclusively.
+                lock.kind = None if not held else Kind.EXCLUSIVE if layout.is_exclusive(held[0][1]) else Kind.SHARED
+            found.append((lock, held, waiting, False, False))
+    # Round 3: every holder's and waiter's data, the semaphores' internal mutex queues (and Curator's leases/).
+    ops: list[tuple[str, str]] = []
+    for lock, held, waiting, mutex, sub in found:
+        ops.extend((DATA, f"{lock.path}/{child}") for _, _, child in held + waiting)
+        if mutex:
+            ops.append((CHILDREN, layout.mutex_path(lock.path)))
+        if sub:
+            ops.append((CHILDREN, layout.leases_path(lock.path)))
+    replies = iter(fetch(client, ops, results.wait))
+    later = []  # (list to fill, parent, mode, entries) for round 4
+    for lock, held, waiting, mutex, sub in found:
+        record = records.get(lock.path)
+        for target, entries in ((lock.holders, held), (lock.waiters, waiting)):
+            for seq, marker, child in entries:
+                c = _contender(child, layout.mode(marker), int(seq), next(replies))
+                if c is not None and record is not None and record[0] == child and target is lock.holders:
+                    c = replace(c, acquired_at=c.acquired_at or record[1])  # a stale record names a past holder
+                if c is not None:
+                    target.append(c)
+        if mutex:
+            order = layout.sort_contenders(next(replies) or [], layout.exclusive)
+            later.append((lock.waiters, layout.mutex_path(lock.path), Kind.EXCLUSIVE.value, order))
+        if sub:
+            taken = [(str(layout.sequence_of(c) or 0), "", c) for c in layout.leases(next(replies) or [])]
+            later.append((lock.holders, layout.leases_path(lock.path), "lease", taken))
+    # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order); Curator's leases.
+    ops = [(DATA, f"{parent}/{child}") for _, parent, _, entries in later for _, _, child in entries]
+    replies = iter(fetch(client, ops, results.wait))
+    for target, _, mode, entries in later:
+        for seq, _, child in entries:
+            c = _contender(child, mode, int(seq), next(replies))
+            if c is not None:
+                target.append(c)
+    out = [entry[0] for entry in found]
+    out.sort(key=lambda lock: lock.name)
+    return out
+
+
+# -- Django side: every configured alias --
+
+
+def _scrub(message: str, cfg) -> str:
+    """Never show a credential, whatever an error message carries."""
+    for _scheme, credential in getattr(cfg, "auth", ()) or ():
+        if credential:
+            message = message.replace(credential, "***")
+            secret = credential.split(":", 1)[-1]
+            if secret:
+                message = message.replace(secret, "***")
+    return message
+
+
+def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.Event | None = None) -> AliasSnapshot:
+    """One alias's locks (or only the lock nodes ``nodes``); problems become ``error``, never an exception.
+
+    ``connected`` is set once a session is at hand (or the attempt is over)."""
+    from ..client.pools import connections
+    from ..exceptions import ZkLocksError
+
+    started = time.monotonic()
+    cfg = None
+    try:
+        pool = connections[alias]
+        cfg = pool.cfg
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace)
+        session = pool.session()
+        if connected is not None:
+            connected.set()
+        snap.locks = read_namespace(
+            session.client, cfg.namespace, alias, patience=cfg.connect_timeout, nodes=nodes, layout=get(cfg.layout)
+        )
+    except NoAuthError as exc:
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
+        snap.error = str(
+            translate(
+                exc,
+                alias,
+                f"list {cfg.namespace if cfg else 'the namespace'}",
+                hint="Check the alias's AUTH and READ_ACL.",
+            )
+        )
+    except NoAnswer as exc:
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
+        snap.error = f"alias {alias!r}: {exc}"
+    except ZkLocksError as exc:
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
+        text = str(exc)
+        snap.error = text if repr(alias) in text else f"alias {alias!r}: {text}"
+    except Exception as exc:  # a snapshot reports, it never fails the page or the command
+        snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
+        snap.error = f"alias {alias!r}: {type(exc).__name__}: {exc}"
+    if snap.error:
+        snap.error = _scrub(snap.error, cfg)
+    snap.seconds = time.monotonic() - started
+    return snap
+
+
+def _read_all(wanted: list[tuple[str, list[str] | None]]) -> list[AliasSnapshot]:
+    """Read aliases in parallel. Getting a session is bounded by the alias's CONNECT_TIMEOUT even when another
+    thread is already starting one; the reads themselves are bounded by answers arriving (``_Results``)."""
+    from .. import conf
+
+    found: dict[int, AliasSnapshot] = {}
+    running = []
+    for idx, (alias, nodes) in enumerate(wanted):
+        connected = threading.Event()
+
+        def run(idx=idx, alias=alias, nodes=nodes, connected=connected) -> None:
+            try:
+                found[idx] = read_alias(alias, nodes, connected)
+            finally:
+                connected.set()
+
+        t = threading.Thread(target=run, name=f"zklocks-inspect-{alias}", daemon=True)
+        t.start()
+        running.append((idx, alias, t, connected, time.monotonic()))
+    for idx, alias, t, connected, started in running:
+        try:
+            limit = conf.alias_config(alias).connect_timeout
+        except Exception:
+            limit = 0.0  # unknown or invalid alias: read_alias reports it at once
+        if not connected.wait(max(0.0, started + limit + 0.5 - time.monotonic())):
+            found[idx] = AliasSnapshot(
+                alias=alias,
+                namespace="",
+                error=(f"alias {alias!r}: no ZooKeeper session within CONNECT_TIMEOUT={limit:g}s"),
+                seconds=limit,
+            )
+            continue
+        t.join()
+    return [found[idx] for idx in range(len(wanted))]
+
+
+def snapshot(aliases: list[str] | None = None) -> Snapshot:
+    """All locks of every configured alias (or of ``aliases``), read in parallel: an unreachable alias costs
+    its own CONNECT_TIMEOUT, not the sum of them."""
+    from .. import conf
+
+    wanted = list(conf.aliases() if aliases is None else aliases)
+    taken_at = time.time()
+    return Snapshot(taken_at=taken_at, aliases=_read_all([(alias, None) for alias in wanted]))
+
+
+def lock_info(alias: str, name: str | None = None, *, node: str | None = None) -> tuple[LockInfo | None, str | None]:
+    """One lock, by name or by lock node name (None if it has no node), and the alias's error, if any."""
+    if node is None:
+        node = encode_name(validate_name(name))
+    (snap,) = _read_all([(alias, [node])])
+    if snap.error:
+        return None, snap.error
+    return (snap.locks[0] if snap.locks else None), None

@@ -1,0 +1,161 @@
+"""Reaping of empty lock nodes, off the hot path: a background sweep per pool and ``manage.py zklocks_reap``.
+
+A lock node whose queue is empty is deleted; ZooKeeper refuses with NotEmpty if a contender arrived in
+between, and a contender whose create meets NoNode re-creates the node. Fencing tokens are czxids, so a
+re-created node never resets them.
+
+Deleting and re-creating a node also resets its sequence counter (docs/design.md §13): a lock node that is never empty
+runs out of sequence numbers after 2**31-1 creates. The sweep reports such nodes as they near the limit, and
+:func:`recycle` deletes one at its next empty moment (``manage.py zklocks_reap --recycle NAME``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Protocol
+
+from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
+
+from ..client.session import Session
+from ..conf import AliasConfig
+from ..recipes import layout
+from ..recipes.layout import INTERNAL_CHILDREN, SEQUENCE_WARN
+
+log = logging.getLogger("zklocks")
+
+
+def sequence_used(stat) -> int:
+    """How many children were ever created below a node: the counter its next sequential child is named after.
+
+    ZooKeeper shows ``2 * creates - numChildren`` as the cversion, as a signed 32-bit int."""
+    return ((stat.cversion + stat.numChildren) % 2**32) // 2
+
+
+def sweep(
+    client, namespace: str, worn: list[tuple[str, int]] | None = None, internal: tuple[str, ...] = INTERNAL_CHILDREN
+) -> int:
+    """Delete empty lock nodes (and their empty ``internal`` children: the alias layout's) below ``namespace``;
+    return how many went.
+
+    Lock nodes in use that are near the end of their sequence numbers are logged, and added to ``worn`` as
+    ``(name, used)``."""
+    try:
+        names = client.get_children(namespace)
+    except NoNodeError:
+        return 0
+    removed = 0
+    stats = [(name, client.exists_async(f"{namespace}/{name}")) for name in names]
+    for name, result in stats:
+        path = f"{namespace}/{name}"
+        try:
+            stat = result.get(timeout=10)
+        except NoNodeError:
+            continue
+        if stat is None:
+            continue
+        if stat.numChildren and sequence_used(stat) >= SEQUENCE_WARN:
+            log.warning(
+                "zklocks: lock node %s has used %d of its 2147483647 sequence numbers; it is recycled when "
+                "next empty (manage.py zklocks_reap --recycle)",
+                path,
+                sequence_used(stat),
+            )
+            if worn is not None:
+                worn.append((name, sequence_used(stat)))
+        if stat.numChildren:
+            for child in internal:
+                _delete_if_empty(client, f"{path}/{child}")
+            stat = client.exists(path)
+            if stat is None or stat.numChildren:
+                continue
+        removed += _delete_if_empty(client, path, stat.version)
+    return removed
+
+
+def recycle(client, path: str, wait: float, internal: tuple[str, ...] = INTERNAL_CHILDREN) -> bool:
+    """Delete the lock node ``path`` at its next empty moment, within ``wait`` seconds; True once it is gone.
+
+    The next contender re-creates it with a fresh sequence counter. ZooKeeper refuses the delete while any
+    child is left, so no holder or waiter is ever removed with it.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        changed = threading.Event()
+        try:
+            children = client.get_children(path, watch=lambda _event, changed=changed: changed.set())
+        except NoNodeError:
+            return True
+        for child in internal:
+            if child in children:
+                _delete_if_empty(client, f"{path}/{child}")
+        if _delete_if_empty(client, path) or client.exists(path) is None:
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        changed.wait(min(remaining, 0.2))  # a semaphore's mutex queue changes without waking this watch
+
+
+def _delete_if_empty(client, path: str, version: int = -1) -> int:
+    try:
+        client.delete(path, version=version)
+        return 1
+    except (NoNodeError, NotEmptyError, BadVersionError):
+        return 0
+
+
+def internal_children(cfg: AliasConfig) -> tuple[str, ...]:
+    """The internal children of a lock node in the alias's layout (a semaphore's mutex queue and leases)."""
+    return layout.get(cfg.layout).internal_children
+
+
+_started: set[int] = set()
+_started_lock = threading.Lock()
+
+
+def reset_after_fork() -> None:
+    global _started_lock
+    _started.clear()
+    _started_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=reset_after_fork)
+
+
+class Pool(Protocol):
+    """What the sweeper needs of a connection pool (connections.Pool)."""
+
+    cfg: AliasConfig
+    closed: bool
+
+    def sessions(self) -> list[Session]: ...
+
+
+def schedule(pool: Pool) -> None:
+    """Start the pool's sweeper thread once (REAP_INTERVAL=0 disables it)."""
+    interval = pool.cfg.reap_interval
+    if not interval:
+        return
+    with _started_lock:
+        if id(pool) in _started:
+            return
+        _started.add(id(pool))
+    thread = threading.Thread(target=_loop, args=(pool, interval), name=f"zklocks-reaper-{pool.cfg.alias}", daemon=True)
+    thread.start()
+
+
+def _loop(pool: Pool, interval: float) -> None:
+    while not pool.closed:
+        time.sleep(interval)
+        if pool.closed:
+            return
+        for session in pool.sessions():
+            if session.connected:
+                try:
+                    sweep(session.client, pool.cfg.namespace, internal=internal_children(pool.cfg))
+                except Exception:
+                    log.debug("zklocks: sweep of %r failed", pool.cfg.alias, exc_info=True)
+                break

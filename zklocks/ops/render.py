@@ -1,0 +1,53 @@
+"""Plain-text rendering of snapshots for the management commands: safe for a terminal.
+
+It does not import zklocks.admin: the commands work in projects without django.contrib.admin."""
+
+from __future__ import annotations
+
+import re
+
+from .snapshots import Contender
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def duration(seconds: float | None) -> str:
+    """'850 ms', '12.3 s', '4 min 05 s', '2 h 03 min', '3 d 4 h'."""
+    if seconds is None:
+        return "—"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def clean(value: object) -> str:
+    """Node data comes from anywhere: never let it drive the terminal (escape sequences, newlines)."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", "" if value is None else str(value))
+
+
+def who(c: Contender) -> str:
+    if c.raw is not None:
+        return f"[foreign] {clean(c.raw)}"
+    text = f"{clean(c.host or '?')} pid {clean(c.pid or '?')}"
+    if c.thread:
+        text += f" {clean(c.thread)}"
+    if c.task_name or c.task_id:
+        text += f" task {clean(c.task_name or '')}{' [' + clean(c.task_id) + ']' if c.task_id else ''}"
+    return text
+
+
+def table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+
+
+__all__ = ["clean", "who", "table", "duration"]

@@ -1,0 +1,130 @@
+"""What a snapshot of the read model holds (read_model.py): each contender, each lock with its holders and
+waiters, each alias, the whole snapshot. Plain data, no I/O."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Contender:
+    """One holder or waiter: a node in a lock's queue (or a semaphore lease)."""
+
+    node: str  # the child node's name, e.g. "<guid>__lock__0000000007"
+    mode: str  # "exclusive", "shared" or "lease"
+    sequence: int
+    token: int  # the node's czxid: the fencing token
+    session_id: int  # the ephemeralOwner: the ZooKeeper session that holds the node
+    created_at: float  # the server's clock when the node was created (epoch seconds)
+    host: str | None = None
+    pid: int | str | None = None
+    thread: str | None = None
+    task_id: str | None = None
+    task_name: str | None = None
+    queued_at: float | None = None
+    acquired_at: float | None = None
+    raw: str | None = None  # foreign node data (e.g. a kazoo Lock identifier), verbatim
+    ident: int | str | None = None  # the thread ident of the owner (an asyncio task's: its loop's thread)
+    owner: int | str | None = None  # its number in its process (owners.Owner): a thread or an asyncio task
+    asyncio_task: str | None = None  # the asyncio task's name, when the owner is one
+    invalid: tuple[str, ...] = ()  # fields of the node data that were there but unusable (wrong type, range)
+
+    @property
+    def session_hex(self) -> str:
+        return f"0x{self.session_id:x}"
+
+    @property
+    def since(self) -> float:
+        """When this contender started holding (holders) or waiting (waiters)."""
+        return self.acquired_at or self.queued_at or self.created_at
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["session_id"] = self.session_hex
+        return data
+
+
+@dataclass
+class LockInfo:
+    alias: str
+    name: str
+    node: str  # the lock node's znode name (the encoded name)
+    path: str
+    kind: str | None  # None for a plain lock node with nobody in its queue: nothing tells its kind
+    max_leases: int | None = None
+    holders: list[Contender] = field(default_factory=list)
+    waiters: list[Contender] = field(default_factory=list)
+
+    @property
+    def holder(self) -> Contender | None:
+        return self.holders[0] if self.holders else None
+
+    @property
+    def held_since(self) -> float | None:
+        return min((h.since for h in self.holders), default=None)
+
+    def held_for(self, now: float | None = None) -> float | None:
+        since = self.held_since
+        return None if since is None else max(0.0, (time.time() if now is None else now) - since)
+
+    @property
+    def queue_length(self) -> int:
+        return len(self.waiters)
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        return {
+            "alias": self.alias,
+            "name": self.name,
+            "path": self.path,
+            "kind": self.kind,
+            "max_leases": self.max_leases,
+            "held_for": self.held_for(now),
+            "holders": [h.to_dict() for h in self.holders],
+            "waiters": [w.to_dict() for w in self.waiters],
+        }
+
+
+@dataclass
+class AliasSnapshot:
+    alias: str
+    namespace: str
+    locks: list[LockInfo] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0  # how long the read took
+
+
+@dataclass
+class Snapshot:
+    taken_at: float
+    aliases: list[AliasSnapshot]
+
+    @property
+    def locks(self) -> list[LockInfo]:
+        return [lock for a in self.aliases for lock in a.locks]
+
+    @property
+    def errors(self) -> list[AliasSnapshot]:
+        return [a for a in self.aliases if a.error]
+
+    def find(self, alias: str, name: str) -> LockInfo | None:
+        for lock in self.locks:
+            if lock.alias == alias and lock.name == name:
+                return lock
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "taken_at": self.taken_at,
+            "aliases": [
+                {
+                    "alias": a.alias,
+                    "namespace": a.namespace,
+                    "error": a.error,
+                    "seconds": round(a.seconds, 4),
+                    "locks": [lock.to_dict(self.taken_at) for lock in a.locks],
+                }
+                for a in self.aliases
+            ],
+        }

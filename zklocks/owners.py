@@ -1,0 +1,124 @@
+"""Owners: who a hold belongs to, a thread or an asyncio task.
+
+A hold belongs to the thread by default; ``async with`` binds the asyncio task instead. Node data records the
+owner (recipes/node_data.py), the hold registry keys holds by it (handles/hold_registry.py), and the wait-for graph
+uses it as its actor (ops/deadlocks.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import itertools
+import os
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_thread_local = threading.local()
+_numbers = itertools.count(1)
+_task_owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_task_owners_lock = threading.Lock()
+_numbers_lock = threading.Lock()
+
+
+class Owner:
+    """A thread, or an asyncio task: what holds belong to, and the actor of the wait-for graph (deadlocks.py).
+
+    Compared by identity. Not the thread ident alone: idents are reused by later threads (which would "re-enter"
+    a dead thread's hold), and every task of one event loop shares its thread. ``number`` is never reused
+    within the process; contenders write it into their node data (node_data.payload) with the thread ident, and,
+    for a task, the task's name.
+    """
+
+    __slots__ = ("number", "ident", "thread_name", "task_name")
+
+    def __init__(self, task_name: str | None = None) -> None:
+        with _numbers_lock:
+            self.number = next(_numbers)
+        self.ident = threading.get_ident()
+        self.thread_name = threading.current_thread().name  # for a task: its loop's thread
+        self.task_name = task_name
+
+    def __repr__(self) -> str:
+        what = f"task {self.task_name!r}" if self.task_name is not None else "thread"
+        return f"<Owner #{self.number} {what} of thread {self.thread_name!r} ({self.ident})>"
+
+
+# The owner of a hold: the thread by default; ``async with`` binds the asyncio task instead.
+_owner_var: contextvars.ContextVar[object | None] = contextvars.ContextVar("zklocks_owner", default=None)
+
+
+def _thread_owner() -> Owner:
+    try:
+        return _thread_local.owner
+    except AttributeError:
+        owner = _thread_local.owner = Owner()
+        return owner
+
+
+def _task_owner(task: asyncio.Task) -> Owner:
+    """A fresh owner per asyncio task (ids of finished tasks are reused; owners are not)."""
+    with _task_owners_lock:
+        owner = _task_owners.get(task)
+        if owner is None:
+            owner = _task_owners[task] = Owner(task.get_name())
+        return owner
+
+
+def current_owner() -> object:
+    """Who a hold belongs to: the asyncio task when called from a coroutine, else the thread."""
+    owner = _owner_var.get()
+    if owner is not None:
+        return owner
+    if asyncio._get_running_loop() is not None:
+        task = asyncio.current_task()
+        if task is not None:
+            return _task_owner(task)
+    return _thread_owner()
+
+
+# The owner of the asyncio task that took a hold under ``async with``, in that task's context. Tasks started from
+# it copy the context: ``asyncio.wait_for`` (a new task on Python 3.11), ``asyncio.shield`` and
+# ``asyncio.to_thread`` run a release on the holder's behalf, and :func:`releasing_for` lets them.
+_acquired_by: contextvars.ContextVar[object | None] = contextvars.ContextVar("zklocks_acquired_by", default=None)
+
+
+def note_async_holder() -> None:
+    """In a task that has just acquired: remember it as the holder for work started from this context."""
+    _acquired_by.set(current_owner())
+
+
+def releasing_for() -> object | None:
+    """The owner whose release the caller may run: the holder task this context was copied from, if any."""
+    return _acquired_by.get()
+
+
+def owner_context() -> contextvars.Context:
+    """A context for executor threads that carries the calling task as the owner of holds."""
+    token = _owner_var.set(current_owner())
+    try:
+        return contextvars.copy_context()
+    finally:
+        _owner_var.reset(token)
+
+
+@contextmanager
+def acting_as(owner: object) -> Iterator[None]:
+    """Run the block as ``owner`` (e.g. a release on commit, run by whichever thread commits)."""
+    token = _owner_var.set(owner)
+    try:
+        yield
+    finally:
+        _owner_var.reset(token)
+
+
+def reset_after_fork() -> None:
+    """The locks of a forked child start free (the forking thread may have held one)."""
+    global _task_owners_lock, _numbers_lock
+    _task_owners_lock = threading.Lock()
+    _numbers_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=reset_after_fork)

@@ -1,0 +1,196 @@
+"""Deadlines, waiting for kazoo's answers, and the one translator from kazoo errors to zklocks errors.
+
+Every recipe waits through :func:`wait_result` or :func:`call`, and every other module that talks to ZooKeeper
+turns a kazoo error into the error a user sees with :func:`translate`. Knows kazoo, nothing of Django.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from kazoo.exceptions import (
+    AuthFailedError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NoAuthError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+
+from ..exceptions import ZkAuthError, ZkLocksError, ZkUnavailable
+
+if TYPE_CHECKING:
+    from ..client.session import Session
+
+NOAUTH_HINT = "Check the alias's AUTH credentials and the ACL of its NAMESPACE."
+
+
+class SessionGone(Exception):
+    """Our session is lost or closed: whatever we enqueued is gone with it."""
+
+
+class DeadlinePassed(Exception):
+    """A recipe's own deadline passed; the caller turns it into LockTimeout naming the lock."""
+
+
+class Deadline:
+    """An absolute monotonic deadline; ``None`` waits for ever.
+
+    A lock's deadline bounds the wait for the lock, not the wait for an answer: a request unanswered at the
+    deadline is waited for until CONNECT_TIMEOUT (see :func:`overdue`). A ``hard`` deadline also ends the wait
+    for an answer, with DeadlinePassed (for a check that must end when the lease does).
+    """
+
+    __slots__ = ("at", "cancel", "hard")
+
+    def __init__(self, timeout: float | None, cancel: threading.Event | None = None, *, hard: bool = False) -> None:
+        self.at = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        self.cancel = cancel  # set by an async caller whose task was cancelled
+        self.hard = hard
+
+    def remaining(self) -> float | None:
+        return None if self.at is None else self.at - time.monotonic()
+
+    def expired(self) -> bool:
+        if self.cancel is not None and self.cancel.is_set():
+            return True
+        return self.at is not None and time.monotonic() >= self.at
+
+    def cancelled(self) -> bool:
+        """The async caller whose thread runs this wait was cancelled: nobody reads the outcome any more."""
+        return self.cancel is not None and self.cancel.is_set()
+
+    def final(self) -> bool:
+        """Passed, and no answer is waited for past it: a cancelled caller, or a hard deadline."""
+        return self.cancelled() or (self.hard and self.expired())
+
+
+def translate(
+    exc: BaseException,
+    alias: str,
+    action: str = "run the request",
+    *,
+    hint: str = NOAUTH_HINT,
+    timeout: float | None = None,
+) -> Exception:
+    """The zklocks error to raise for a kazoo error ``exc`` met while trying to ``action`` on ``alias``.
+
+    NoAuth and a rejected AUTH are ZkAuthError; silence, a lost connection and an ended session are ZkUnavailable;
+    any other kazoo error is a ZkLocksError naming the action. Anything else comes back unchanged. (Recipes treat
+    an ended session as SessionGone and start over before it ever gets here.)
+    """
+    prefix = f"zklocks alias {alias!r}: "
+    if isinstance(exc, NoAuthError):
+        return ZkAuthError(f"{prefix}ZooKeeper refused to {action} (NoAuth). {hint}")
+    if isinstance(exc, AuthFailedError):
+        return ZkAuthError(f"{prefix}ZooKeeper rejected the AUTH credentials (unknown scheme or malformed credential).")
+    if isinstance(exc, KazooTimeoutError):
+        within = f" within {timeout:g}s" if timeout is not None else ""
+        return ZkUnavailable(f"{prefix}ZooKeeper did not answer{within} (trying to {action})")
+    if isinstance(exc, (SessionExpiredError, ConnectionClosedError, ConnectionLoss)):
+        return ZkUnavailable(
+            f"{prefix}the ZooKeeper session or connection ended while trying to {action} ({type(exc).__name__})"
+        )
+    if isinstance(exc, KazooException):
+        return ZkLocksError(f"{prefix}could not {action} ({type(exc).__name__})")
+    return exc  # type: ignore[return-value]
+
+
+def answer_limits(session: Session, deadline: Deadline) -> tuple[float, float]:
+    """How long to wait for an answer: first until the caller's deadline (at most CONNECT_TIMEOUT), then, if the
+    deadline passed with the connection up, for the rest of CONNECT_TIMEOUT.
+
+    The caller's deadline never turns a missing answer into a timeout: a request that ZooKeeper has not answered
+    says nothing about contention, so it ends either in its answer or in ZkUnavailable (see :func:`overdue`).
+    """
+    cap = session.cfg.connect_timeout
+    remaining = deadline.remaining()
+    first = cap if remaining is None else min(max(remaining, 0.0), cap)
+    return first, cap - first
+
+
+def overdue(session: Session, deadline: Deadline, *, finally_: bool) -> None:
+    """No answer yet: raise what that means, or return to wait for the rest of CONNECT_TIMEOUT.
+
+    ``finally_`` is True once the whole CONNECT_TIMEOUT has passed. A cancelled async caller gets DeadlinePassed
+    (nobody reads its error); a dead session SessionGone; a deadline met while disconnected ZkUnavailable at once.
+    """
+    if deadline.final():
+        raise DeadlinePassed()
+    if session.dead:
+        raise SessionGone()
+    if session.unresponsive:
+        raise session.unavailable("connected, but the server answers nothing")
+    if finally_:
+        raise translate(KazooTimeoutError(), session.alias, timeout=session.cfg.connect_timeout)
+    if not session.connected:
+        raise session.unavailable("the connection was down when the call's timeout ran out")
+
+
+def silence_check(session: Session) -> float:
+    """While an answer is awaited: how often to look whether the session was marked unresponsive."""
+    return max(0.05, session.cfg.connect_timeout / 16)
+
+
+def answered(async_result, session: Session, limit: float) -> bool:
+    """Wait at most ``limit`` seconds for the answer; False sooner once the session is marked unresponsive
+    (Session._watch: a server silent since before the request was sent, a pause or a cut link that came while
+    something waited). CONNECT_TIMEOUT then counts from the silence, not from this request."""
+    end = time.monotonic() + limit
+    step = silence_check(session)
+    while not async_result.wait(max(0.0, min(end - time.monotonic(), step))):
+        if session.unresponsive or time.monotonic() >= end:
+            return False
+    return True
+
+
+def wait_result(async_result, session: Session, deadline: Deadline):
+    """The value of a kazoo async result, bounded by CONNECT_TIMEOUT and by the session's life.
+
+    An exception raised while we wait (a signal handler's: Celery's soft time limit, KeyboardInterrupt) reaches
+    the caller: nothing here catches it.
+    """
+    first, rest = answer_limits(session, deadline)
+    if not answered(async_result, session, first):
+        overdue(session, deadline, finally_=rest <= 0)
+        if not answered(async_result, session, rest):
+            overdue(session, deadline, finally_=True)
+    return outcome(async_result, session)
+
+
+def outcome(async_result, session: Session):
+    """The value of an answered kazoo async result, or its error: an ended session as SessionGone, a refused
+    authentication as ZkAuthError, any other kazoo error as it is (the recipes handle those)."""
+    try:
+        return async_result.get_nowait()
+    except (SessionExpiredError, ConnectionClosedError):
+        raise SessionGone() from None
+    except (NoAuthError, AuthFailedError) as exc:
+        raise translate(exc, session.alias) from exc
+
+
+def call(session: Session, make: Callable[[], object], deadline: Deadline):
+    """Run an idempotent request, retrying through connection loss (bounded by CONNECT_TIMEOUT).
+
+    A reconnect after the caller's deadline earns one more try, so that the call ends in an answer (which the
+    recipe judges) or in ZkUnavailable, never in a timeout that no answer backs.
+    """
+    late_tries = 0
+    while True:
+        if session.dead:
+            raise SessionGone()
+        try:
+            return wait_result(make(), session, deadline)
+        except (ConnectionLoss, OperationTimeoutError):
+            session.wait_connected(deadline.at)
+            if deadline.final():
+                raise DeadlinePassed() from None
+            if deadline.expired():
+                late_tries += 1
+                if late_tries > 1:
+                    raise session.unavailable("the connection kept dropping past the call's timeout") from None
