@@ -44,3 +44,18 @@ def raised_by_signal_handler(exc: BaseException) -> bool:
             return True
         tb = tb.tb_next
     return False
+
+
+def unmasked(exc: BaseException) -> BaseException:
+    """The signal handler's exception that ``exc`` hides, else ``exc``.
+
+    ``threading.Condition.wait`` (under kazoo's result waits and every Event) is not safe against an exception
+    raised between two of its own bytecodes: raised just after it released its lock and before its ``try``, the
+    ``with`` around it then fails with ``RuntimeError: cannot release un-acquired lock`` and the handler's
+    exception is only that error's context. The lock is released either way; the caller must see the handler's
+    exception.
+    """
+    context = exc.__context__
+    if isinstance(exc, RuntimeError) and context is not None and raised_by_signal_handler(context):
+        return context
+    return exc

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, KazooException
+from kazoo.protocol.serialization import CloseInstance
 from kazoo.protocol.states import KeeperState
 
 
@@ -52,3 +53,17 @@ def raise_through_wakeup(client: KazooClient) -> None:
 
     client._call = _call
     client.create_async = create_async
+
+
+def send_close(client: KazooClient) -> None:
+    """Queue kazoo's close request and wake its connection thread: what kazoo's ``stop()`` does the first time,
+    and skips when its stop flag is already set (a stop cut short by a signal handler's exception after it set
+    the flag): the connected loop would then wait for a close that was never sent, and ``stop()`` join it for
+    ever."""
+    client._queue.append((CloseInstance, None))
+    write_sock = client._connection._write_sock
+    if write_sock is not None:
+        try:
+            write_sock.send(b"\0")
+        except OSError:
+            pass

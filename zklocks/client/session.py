@@ -34,7 +34,7 @@ from ..exceptions import ZkAuthError, ZkUnavailable
 from . import clock, kazoo_compat, lease, observe, worker_threads
 from .interrupts import raised_by_signal_handler
 from .iohandler import DEFAULT_HANDLER, read_without_select
-from .kazoo_hooks import raise_through_wakeup
+from .kazoo_hooks import raise_through_wakeup, send_close
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
 from .kazoolog import KazooLog
 from .lease_keeping import LeaseKeeping
@@ -425,7 +425,16 @@ class Session(LeaseKeeping, OutageWatch):
                     raise  # interrupted while waiting for kazoo's threads: the caller's to handle
                 log.debug("zklocks: closing a session of %r failed", self.alias, exc_info=True)
 
-        if wait:
-            _stop()
-        else:
+        if not wait:
             threading.Thread(target=_stop, name="zklocks-close", daemon=True).start()
+            return
+        # kazoo's stop() joins its connection thread without a bound: bound it here (kazoo itself waits up to
+        # max(10 s, the session timeout) for its writer), so that a close never hangs its caller.
+        stopping = threading.Thread(target=_stop, name="zklocks-close", daemon=True)
+        stopping.start()
+        stopping.join(max(10.0, self.cfg.session_timeout) + self.cfg.connect_timeout)
+        if stopping.is_alive():
+            send_close(self.client)  # a stop interrupted earlier may have left no close request queued
+            stopping.join(self.cfg.connect_timeout)
+        if stopping.is_alive():
+            log.warning("zklocks: kazoo's connection thread of a session of %r did not stop; left behind", self.alias)

@@ -301,8 +301,21 @@ class BaseHandle(Acquirable):
     # -- context manager --
 
     def __enter__(self):
-        self._acquire(None, None)
-        return self
+        owner = current_owner()
+        before = self._holds_of(owner)
+        try:
+            self._acquire(None, None)
+            return self
+        except BaseException:
+            # A signal handler's exception can come as ``_acquire`` returns, after the hold was taken and before
+            # the with statement has it: give that hold back, since no __exit__ will.
+            if self._holds_of(owner) > before:
+                self.release()
+            raise
+
+    def _holds_of(self, owner: object) -> int:
+        with self._mine_lock:
+            return len(self._mine.get(owner, ()))
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.release_on_commit:

@@ -22,6 +22,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
+from ..client.interrupts import unmasked
 from ..exceptions import ZkAuthError, ZkLocksError, ZkUnavailable
 
 if TYPE_CHECKING:
@@ -143,9 +144,12 @@ def answered(async_result, session: Session, limit: float) -> bool:
     something waited). CONNECT_TIMEOUT then counts from the silence, not from this request."""
     end = time.monotonic() + limit
     step = silence_check(session)
-    while not async_result.wait(max(0.0, min(end - time.monotonic(), step))):
-        if session.unresponsive or time.monotonic() >= end:
-            return False
+    try:
+        while not async_result.wait(max(0.0, min(end - time.monotonic(), step))):
+            if session.unresponsive or time.monotonic() >= end:
+                return False
+    except RuntimeError as exc:
+        raise unmasked(exc) from None  # a signal handler's exception, hidden by threading's Condition
     return True
 
 

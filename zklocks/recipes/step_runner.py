@@ -26,6 +26,7 @@ from typing import Any
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 
+from ..client.interrupts import unmasked
 from ..client.session import Session
 from . import gate
 from .kazoo_calls import (
@@ -139,7 +140,7 @@ def run(steps: Steps) -> Any:
         try:
             value = _perform(step)
         except BaseException as exc:  # handed to the recipe, which cleans up and re-raises
-            error = exc
+            error = unmasked(exc)  # a signal handler's exception, not threading's RuntimeError that hides it
 
 
 def _perform(step: Step) -> Any:
