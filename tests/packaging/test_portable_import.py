@@ -31,7 +31,7 @@ override_settings(ZKLOCKS={"default": json.loads(sys.argv[1])}).enable()
 import selectors
 import zklocks
 from kazoo.handlers.threading import SequentialThreadingHandler
-from zklocks import iohandler
+from zklocks.client import iohandler
 from zklocks.client.pools import connections
 
 assert not iohandler.HAS_POLL and iohandler.DEFAULT_HANDLER is SequentialThreadingHandler

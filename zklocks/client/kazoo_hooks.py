@@ -24,20 +24,20 @@ def raise_through_wakeup(client: KazooClient) -> None:
     def _call(request, async_object):
         if client._state in (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION):
             return kazoo_call(request, async_object)  # fails the request at once, nothing is queued
-        client._queue.append((request, async_object))
-        write_sock = client._connection._write_sock
-        if write_sock is None:
-            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
-            return None
         try:
+            client._queue.append((request, async_object))
+            write_sock = client._connection._write_sock
+            if write_sock is None:
+                async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+                return None
             write_sock.send(b"\0")
         except OSError:
             async_object.set_exception(ConnectionClosedError("Connection has been closed"))
         except BaseException:
-            try:
-                write_sock.send(b"\0")  # the request is queued: wake the connection thread all the same
-            except OSError:
-                pass
+            # Raised anywhere after the append (before the wake, or after it): wake the connection thread for
+            # the queued request all the same. A wake byte too many is harmless (kazoo drops a byte that finds
+            # the queue empty); one too few would leave the request unsent until the next one.
+            wake(client)
             raise
         return None
 
@@ -61,6 +61,11 @@ def send_close(client: KazooClient) -> None:
     the flag): the connected loop would then wait for a close that was never sent, and ``stop()`` join it for
     ever."""
     client._queue.append((CloseInstance, None))
+    wake(client)
+
+
+def wake(client: KazooClient) -> None:
+    """Wake kazoo's connection thread (it sends what is queued); nothing if the connection is closed."""
     write_sock = client._connection._write_sock
     if write_sock is not None:
         try:
