@@ -23,7 +23,10 @@ from pathlib import Path
 
 from benchmarks.compare.locks import FEATURES, open_lock
 
-CTX = multiprocessing.get_context("fork")  # the parent never configures Django nor opens a lock client
+# Workers come from a fork server, not a fork of this process: the parent runs several systems in threads (--jobs)
+# and its proxies in more, and a child forked while one of them held a lock (stderr's, a module's import lock)
+# waited on it for ever before it ever reached its store.
+CTX = multiprocessing.get_context("forkserver")
 
 
 @dataclass
