@@ -4,18 +4,22 @@ lock_acquired(name, alias, kind, token, wait_time)
 lock_released(name, alias, kind, token, held_time)
 lock_lost(name, alias, kind, token, reason, task_id)   reason: "expired", "suspended", "deleted", "closed"
 task_skipped(task, name, alias, task_id)                from zklocks.celery, when on_locked="skip"
+task_deduplicated(task, outcome, name, alias, task_id)  a single-execution task call that did not simply run
+                                                        (Celery and zklocks.tasks); outcome: skipped, shared,
+                                                        debounced, throttled, retried or raised
 """
 
 from __future__ import annotations
 
 from django.dispatch import Signal
 
-from .client import worker_threads
+from .client import observe, worker_threads
 
 lock_acquired = Signal()
 lock_released = Signal()
 lock_lost = Signal()
 task_skipped = Signal()
+task_deduplicated = Signal()
 
 
 def send_async(signal: Signal, sender: object, **kwargs: object) -> None:
@@ -23,3 +27,11 @@ def send_async(signal: Signal, sender: object, **kwargs: object) -> None:
     if not signal.has_listeners(sender):
         return
     worker_threads.signals().call_soon(lambda: signal.send_robust(sender, **kwargs))
+
+
+def task_outcome(sender: object, task: str, outcome: str, name: str, alias: str, task_id: str | None) -> None:
+    """Report a de-duplication outcome: the ``task_deduplicated`` signal and zklocks_task_dedup_total."""
+    if outcome not in observe.DEDUP_OUTCOMES:
+        raise ValueError(f"unknown de-duplication outcome {outcome!r}")
+    observe.task_deduplicated(task, outcome)
+    send_async(task_deduplicated, sender, task=task, outcome=outcome, name=name, alias=alias, task_id=task_id)

@@ -19,6 +19,10 @@ _lock = threading.Lock()
 #: The results of an acquire attempt (the ``result`` label of zklocks_acquire_seconds).
 ACQUIRED, TIMEOUT, NOT_ACQUIRED, UNAVAILABLE = "acquired", "timeout", "not_acquired", "unavailable"
 
+#: What became of a single-execution task call that did not simply run (the ``outcome`` label of
+#: zklocks_task_dedup_total), for Celery's SingleExecutionTask and for zklocks.tasks alike.
+DEDUP_OUTCOMES = ("skipped", "shared", "debounced", "throttled", "retried", "raised")
+
 
 class Observer:
     """Override what you need. ``state`` is whatever :meth:`acquire_started` returned."""
@@ -40,6 +44,9 @@ class Observer:
 
     def session_state(self, session: Any, state: str) -> None:
         """``state``: "connected", "suspended", "lost", or "closed" (the session is gone)."""
+
+    def task_deduplicated(self, task: str, outcome: str) -> None:
+        """A single-execution task call did not simply run: ``outcome`` is one of :data:`DEDUP_OUTCOMES`."""
 
 
 def register(observer: Observer) -> None:
@@ -133,6 +140,11 @@ def lost(hold: Any, reason: str) -> None:
 def session_state(session: Any, state: str) -> None:
     for observer in observers:
         _safe(observer.session_state, session, state)
+
+
+def task_deduplicated(task: str, outcome: str) -> None:
+    for observer in observers:
+        _safe(observer.task_deduplicated, task, outcome)
 
 
 def _safe(method, *args):

@@ -81,6 +81,12 @@ class Metrics(observe.Observer):
             registry=registry,
         )
         self.lost_total = pc.Counter("zklocks_lost_total", "Holds lost", ("alias", "reason"), registry=registry)
+        self.task_dedup_total = pc.Counter(
+            "zklocks_task_dedup_total",
+            "Single-execution task calls that did not simply run, by outcome",
+            ("task", "outcome"),
+            registry=registry,
+        )
         self.sessions = pc.Gauge(
             "zklocks_sessions",
             "This process's ZooKeeper sessions by state (lost: not yet replaced)",
@@ -139,6 +145,9 @@ class Metrics(observe.Observer):
     def lost(self, hold: Any, reason: str) -> None:
         self._child(self.lost_total, (hold.alias, reason)).inc()
         self._uncount(hold)
+
+    def task_deduplicated(self, task: str, outcome: str) -> None:
+        self._child(self.task_dedup_total, (task, outcome)).inc()
 
     # -- sessions --
 
