@@ -6,6 +6,9 @@ one key of the setting (``OPTION_KEYS``); a task attribute left at None takes th
 Check ids: zklocks.E020 (ZKLOCKS_CELERY not a dict, or an invalid value), W020 (unknown key), E021 (an
 invalid option on a SingleExecutionTask subclass, e.g. a lock_key naming a missing argument), W021 (a task
 option that neither SingleExecutionTask nor Celery knows: a misspelling such as ``lock_timout``).
+De-duplication policies: E100 (an invalid policy option on a task), E101 (share_running with lock_concurrency
+above 1), E102 (debounce with unique_queued), E103 (keep_lock_on_retry with lock_concurrency above 1), W100
+(debounce whose latest call can be skipped), W101 (share_running with unique_queued, which already shares).
 """
 
 from __future__ import annotations
@@ -27,6 +30,13 @@ DEFAULTS: dict[str, Any] = {
     "USING": "default",  # connection alias
     "UNIQUE_QUEUED": False,  # enqueue-time de-duplication
     "UNIQUE_TIMEOUT": 3600.0,  # seconds after which a queued marker is stale
+    # De-duplication policies (see zklocks.celery.policies)
+    "SHARE_RUNNING": False,  # a call while one runs returns that execution's AsyncResult
+    "DEBOUNCE": None,  # seconds: a newer call replaces the queued one (None: off)
+    "THROTTLE": None,  # seconds: at most one start per window per key (None: off)
+    "CONCURRENCY": 1,  # executions per key at once (above 1: a semaphore)
+    "KEEP_LOCK_ON_RETRY": False,  # no other execution starts between the tries of self.retry()
+    "RETRY_LOCK_GRACE": 30.0,  # seconds after the retry's countdown during which the lock waits for it
 }
 
 # task attribute -> ZKLOCKS_CELERY key (Celery's ``from_config`` pattern)
@@ -39,6 +49,16 @@ OPTION_KEYS: tuple[tuple[str, str], ...] = (
     ("lock_using", "USING"),
     ("unique_queued", "UNIQUE_QUEUED"),
     ("unique_timeout", "UNIQUE_TIMEOUT"),
+    ("share_running", "SHARE_RUNNING"),
+    ("debounce", "DEBOUNCE"),
+    ("throttle", "THROTTLE"),
+    ("lock_concurrency", "CONCURRENCY"),
+    ("keep_lock_on_retry", "KEEP_LOCK_ON_RETRY"),
+    ("retry_lock_grace", "RETRY_LOCK_GRACE"),
+)
+# The options of the de-duplication policies: a bad value on a task is zklocks.E100, not E021.
+POLICY_KEYS = frozenset(
+    {"SHARE_RUNNING", "DEBOUNCE", "THROTTLE", "CONCURRENCY", "KEEP_LOCK_ON_RETRY", "RETRY_LOCK_GRACE"}
 )
 
 
@@ -51,7 +71,7 @@ def value_problem(key: str, value: Any) -> str | None:
     if key in ("LOCK_TIMEOUT", "RETRY_COUNTDOWN"):
         if not _number(value) or value < 0:
             return f"{key} must be a number of seconds >= 0, not {value!r}"
-    elif key == "UNIQUE_TIMEOUT":
+    elif key in ("UNIQUE_TIMEOUT", "RETRY_LOCK_GRACE"):
         if not _number(value) or value <= 0:
             return f"{key} must be a positive number of seconds, not {value!r}"
     elif key == "MAX_RETRIES":
@@ -66,10 +86,72 @@ def value_problem(key: str, value: Any) -> str | None:
     elif key == "USING":
         if not isinstance(value, str) or not value:
             return f"{key} must be a connection alias (a non-empty string), not {value!r}"
-    elif key == "UNIQUE_QUEUED":
+    elif key in ("UNIQUE_QUEUED", "SHARE_RUNNING", "KEEP_LOCK_ON_RETRY"):
         if not isinstance(value, bool):
             return f"{key} must be True or False, not {value!r}"
+    elif key == "DEBOUNCE":
+        if value is not None and (not _number(value) or value < 0):
+            return f"{key} must be None or a number of seconds >= 0, not {value!r}"
+    elif key == "THROTTLE":
+        if value is not None and (not _number(value) or value <= 0):
+            return f"{key} must be None or a positive number of seconds, not {value!r}"
+    elif key == "CONCURRENCY":
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return f"{key} must be an integer >= 1, not {value!r}"
     return None
+
+
+def policy_problems(values: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(check id, message, hint) for de-duplication policies that do not go together. Pure.
+
+    ``values``: the task's options by ZKLOCKS_CELERY key, defaults applied.
+    """
+    out = []
+    concurrency = values["CONCURRENCY"]
+    if values["SHARE_RUNNING"] and concurrency > 1:
+        out.append(
+            (
+                "zklocks.E101",
+                f"share_running=True with lock_concurrency={concurrency}: there is no one running execution to share.",
+                "Use lock_concurrency=1 with share_running, or drop share_running.",
+            )
+        )
+    if values["DEBOUNCE"] is not None and values["UNIQUE_QUEUED"]:
+        out.append(
+            (
+                "zklocks.E102",
+                "debounce with unique_queued=True: unique_queued keeps the first queued call, debounce the latest.",
+                "Choose one of them.",
+            )
+        )
+    if values["KEEP_LOCK_ON_RETRY"] and concurrency > 1:
+        out.append(
+            (
+                "zklocks.E103",
+                f"keep_lock_on_retry=True with lock_concurrency={concurrency}: only an exclusive lock is kept "
+                "across retries.",
+                "Use lock_concurrency=1 with keep_lock_on_retry.",
+            )
+        )
+    if values["DEBOUNCE"] is not None and values["ON_LOCKED"] == "skip" and values["LOCK_TIMEOUT"] == 0:
+        out.append(
+            (
+                "zklocks.W100",
+                "debounce with on_locked='skip' and lock_timeout=0: the latest call is skipped when it starts "
+                "while an earlier one still runs, so the latest does not always win.",
+                'Set on_locked="retry", or a lock_timeout longer than a run.',
+            )
+        )
+    if values["SHARE_RUNNING"] and values["UNIQUE_QUEUED"]:
+        out.append(
+            (
+                "zklocks.W101",
+                "share_running=True with unique_queued=True: unique_queued already returns the running "
+                "execution's result.",
+                "Drop share_running.",
+            )
+        )
+    return out
 
 
 def option_dict_problems(
@@ -139,6 +221,20 @@ def reset() -> None:
 declared_task_problems: list[tuple[str, str]] = []
 # (task name, message, hint): options given to @app.task that nothing reads (W021).
 declared_task_warnings: list[tuple[str, str, str]] = []
+# (check id, task name, message, hint): de-duplication policy options (E100-E103, W100, W101).
+declared_policy_problems: list[tuple[str, str, str, str]] = []
+# (task name, {ZKLOCKS_CELERY key: value}): the options of tasks that set a policy, combined with the defaults
+# at check time (policy_problems).
+declared_task_options: list[tuple[str, dict[str, Any]]] = []
+
+
+def declared_policy_messages(defaults: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """(check id, task name, message, hint) for the recorded tasks' policy options, over ``defaults``."""
+    out = list(declared_policy_problems)
+    for where, own in declared_task_options:
+        out.extend((i, where, msg, hint) for i, msg, hint in policy_problems({**defaults, **own}))
+    return out
+
 
 # Options of @app.task that Celery reads without making them Task attributes (see add_autoretry_behaviour).
 CELERY_DECORATOR_OPTIONS = frozenset(

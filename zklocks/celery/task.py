@@ -8,10 +8,10 @@ at enqueue time. Options left at None on the class come from ``settings.ZKLOCKS_
 
 from __future__ import annotations
 
+import datetime
 import logging
 import random
 import threading
-import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,14 +19,18 @@ from celery import Task
 from celery.exceptions import Retry
 from celery.utils import uuid
 
-from .. import conf, names, signals
+from .. import signals
 from ..client.pools import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..handles.locks import ZkLock
-from ..recipes import node_data
+from ..handles.semaphores import ZkSemaphore
+from ..recipes import layout, node_data
 from . import conf as celery_conf
-from . import keys, unique
+from . import keys, policies, unique
 from .holder_task import holder_task_id
+from .options import record_option_problems
+
+__all__ = ["SingleExecutionTask", "LockOptions", "record_option_problems", "redelivery_wait"]
 
 log = logging.getLogger("zklocks")
 
@@ -53,6 +57,12 @@ class LockOptions:
     lock_using: str
     unique_queued: bool
     unique_timeout: float
+    share_running: bool
+    debounce: float | None
+    throttle: float | None
+    lock_concurrency: int
+    keep_lock_on_retry: bool
+    retry_lock_grace: float
 
 
 def redelivery_wait(using: str) -> float:
@@ -75,6 +85,15 @@ class SingleExecutionTask(Task):
     - ``lock_retry_countdown``, ``lock_max_retries``: for both kinds of retry.
     - ``lock_using``: connection alias.
     - ``unique_queued``, ``unique_timeout``: enqueue-time de-duplication and its stale-marker bound.
+    - ``share_running``: a call while an execution of the key runs returns that execution's ``AsyncResult``.
+    - ``debounce``: seconds; each call replaces the queued one of its key (sent with this countdown), and only
+      the latest runs: an earlier one that reaches a worker is a no-op reported "debounced".
+    - ``throttle``: seconds; at most one start per window per key (ZooKeeper's clock); later ones are no-ops.
+    - ``lock_concurrency``: up to N executions per key at once, on a ``zk_semaphore``.
+    - ``keep_lock_on_retry``, ``retry_lock_grace``: after ``self.retry()`` no other execution of the key starts
+      before the retry, for at most its countdown plus the grace.
+
+    Every outcome other than a plain run is reported through ``signals.task_outcome``.
 
     The running execution's lock is ``self.request.zk_lock`` (``token``, ``is_held``, ``ensure_held()``).
     """
@@ -88,6 +107,12 @@ class SingleExecutionTask(Task):
     lock_using: str | None = None
     unique_queued: bool | None = None
     unique_timeout: float | None = None
+    share_running: bool | None = None
+    debounce: float | None = None
+    throttle: float | None = None
+    lock_concurrency: int | None = None
+    keep_lock_on_retry: bool | None = None
+    retry_lock_grace: float | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -97,7 +122,7 @@ class SingleExecutionTask(Task):
 
     def lock_options(self) -> LockOptions:
         defaults = celery_conf.task_defaults()
-        values = {}
+        values, by_key = {}, {}
         for attr, key in celery_conf.OPTION_KEYS:
             value = getattr(self, attr)
             if value is None:
@@ -106,8 +131,15 @@ class SingleExecutionTask(Task):
                 why = celery_conf.value_problem(key, value)
                 if why is not None:
                     raise ZkConfigError(f"task {self.name!r}: {attr}: {why.split(' ', 1)[1]}")
-            values[attr] = value
+            values[attr] = by_key[key] = value
+        for check_id, message, _ in celery_conf.policy_problems(by_key):
+            if check_id.startswith("zklocks.E"):
+                raise ZkConfigError(f"task {self.name!r}: {message}")
         return LockOptions(**values)
+
+    def report(self, outcome: str, name: str, opts: LockOptions, task_id: str | None) -> None:
+        """The task_deduplicated signal and zklocks_task_dedup_total for one outcome."""
+        signals.task_outcome(self, self.name, outcome, name, opts.lock_using, task_id)
 
     def lock_name(self, args: tuple | list | None = None, kwargs: dict | None = None) -> str:
         """The lock name of an execution with these arguments (InvalidLockName naming the task if bad)."""
@@ -120,7 +152,26 @@ class SingleExecutionTask(Task):
     ):
         name = self.lock_name(args, kwargs)  # a bad key fails here, before anything is queued
         opts = self.lock_options()
-        if not opts.unique_queued or self._get_app().conf.task_always_eager:
+        if self._get_app().conf.task_always_eager:
+            return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
+        resend = task_id is not None and task_id == self.request.id  # a retry sent by the running task itself
+        if opts.share_running and not resend:
+            running = holder_task_id(opts.lock_using, name)
+            if running is not None:
+                log.debug("zklocks: %s: %r is running as %s; sharing it", self.name, name, running)
+                self.report("shared", name, opts, running)
+                return self.AsyncResult(running)
+        if opts.debounce is not None and not resend:
+            task_id = task_id or uuid()
+            previous = policies.make_latest(opts.lock_using, name, task_id, self.name)
+            if opts.debounce > 0 and "countdown" not in options and "eta" not in options:
+                options["countdown"] = opts.debounce
+            try:
+                return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
+            except BaseException:
+                policies.undo_latest(opts.lock_using, name, task_id, previous)
+                raise
+        if not opts.unique_queued:
             return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
         task_id = task_id or uuid()
         try:
@@ -139,6 +190,7 @@ class SingleExecutionTask(Task):
             owner = task_id
         if owner != task_id:
             log.debug("zklocks: %s: %r is already queued or running as %s", self.name, name, owner)
+            self.report("shared", name, opts, owner)
             return self.AsyncResult(owner)
         try:
             return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
@@ -152,28 +204,69 @@ class SingleExecutionTask(Task):
         opts = self.lock_options()
         request = self.request
         name = self.lock_name(args, kwargs)
-        marker = opts.unique_queued and request.id is not None and not request.is_eager
-        lock: ZkLock | None = None
+        queued = request.id is not None and not request.is_eager  # sent through the broker: policies apply
+        marker = opts.unique_queued and queued
+        debounced = opts.debounce is not None and queued
+        if debounced and policies.latest_task(opts.lock_using, name) != request.id:
+            log.info("zklocks: task %s[%s] is a no-op: a later call of %r replaced it", self.name, request.id, name)
+            self.report("debounced", name, opts, request.id)
+            return None
+        lock: ZkLock | ZkSemaphore | None = None
         retried = False
         try:
             lock = self._acquire(name, opts, request)
             if lock is None:
                 return self._on_contention(name, opts, request)
+            if queued and opts.keep_lock_on_retry:
+                waited_for = policies.reserved_for_other(opts.lock_using, name, request.id)
+                if waited_for is not None:
+                    lock.release(wait=True)
+                    lock = None
+                    log.info(
+                        "zklocks: %s[%s]: lock %r is kept for the retry of %s", self.name, request.id, name, waited_for
+                    )
+                    return self._on_contention(name, opts, request)
+            if queued and opts.throttle is not None:
+                if not policies.start_in_window(opts.lock_using, name, opts.throttle, request.id, self.name):
+                    log.info(
+                        "zklocks: task %s[%s] throttled: %r started less than %gs ago",
+                        self.name,
+                        request.id,
+                        name,
+                        opts.throttle,
+                    )
+                    self.report("throttled", name, opts, request.id)
+                    return None
             if marker:
                 self._marker_running(opts, name, request.id)
             return self._run_holding(lock, opts, name, args, kwargs)
-        except Retry:
+        except Retry as exc:
             retried = True  # the retry message is queued: its marker stays
+            if lock is not None and queued and opts.keep_lock_on_retry:
+                # Reserved before the release below: no other execution starts between the tries.
+                ttl = _retry_delay(exc) + opts.retry_lock_grace
+                try:
+                    policies.reserve_for_retry(opts.lock_using, name, request.id, self.name, ttl)
+                except ZkLocksError:
+                    log.warning(
+                        "zklocks: %s[%s]: cannot keep %r for the retry; another execution may start first",
+                        self.name,
+                        request.id,
+                        name,
+                        exc_info=True,
+                    )
             raise
         finally:
             if marker and not retried:
                 self._forget_marker(opts, name, request.id)
+            if debounced and not retried:
+                self._forget_latest(opts, name, request.id)
             if lock is not None:
                 # Wait for the server's answer (bounded by CONNECT_TIMEOUT) before Celery publishes our result
                 # or the next task of a chain: a follower that runs on another session must find the lock free.
                 lock.release(wait=True)
 
-    def _run_holding(self, lock: ZkLock, opts: LockOptions, name: str, args: tuple, kwargs: dict) -> Any:
+    def _run_holding(self, lock: ZkLock | ZkSemaphore, opts: LockOptions, name: str, args: tuple, kwargs: dict) -> Any:
         request = self.request
         previous = getattr(request, "zk_lock", None)
         request.zk_lock = lock
@@ -189,8 +282,12 @@ class SingleExecutionTask(Task):
             held.discard(key)
             request.zk_lock = previous
 
-    def _acquire(self, name: str, opts: LockOptions, request) -> ZkLock | None:
-        lock = ZkLock(name, using=opts.lock_using, reentrant=False)
+    def _acquire(self, name: str, opts: LockOptions, request) -> ZkLock | ZkSemaphore | None:
+        lock: ZkLock | ZkSemaphore
+        if opts.lock_concurrency > 1:
+            lock = ZkSemaphore(name, opts.lock_concurrency, using=opts.lock_using)
+        else:
+            lock = ZkLock(name, using=opts.lock_using, reentrant=False)
         wait = opts.lock_timeout
         token = node_data.current_task.set((request.id, self.name))
         got = False
@@ -233,7 +330,13 @@ class SingleExecutionTask(Task):
     def _own_previous_attempt_holds(self, name: str, opts: LockOptions, request) -> bool:
         if request.id is None or (opts.lock_using, name) in _held_here():
             return False  # a call from inside the holding execution is plain contention
-        return holder_task_id(opts.lock_using, name) == request.id
+        if holder_task_id(opts.lock_using, name) == request.id:
+            return True
+        # keep_lock_on_retry: the lock waits for this retry; another execution holds it only to give it back.
+        if not opts.keep_lock_on_retry:
+            return False
+        reserved = policies.read(opts.lock_using, name, layout.RETRY)
+        return reserved is not None and reserved.get("task_id") == request.id
 
     def _on_contention(self, name: str, opts: LockOptions, request) -> None:
         if opts.on_locked == "skip":
@@ -241,10 +344,19 @@ class SingleExecutionTask(Task):
             signals.send_async(
                 signals.task_skipped, sender=self, task=self, name=name, alias=opts.lock_using, task_id=request.id
             )
+            self.report("skipped", name, opts, request.id)
             return None
         exc = LockNotAcquired(f"task {self.name}[{request.id}]: lock {name!r} is held by another execution", name=name)
         if opts.on_locked == "retry":
-            raise self._retry(exc, opts)
+            try:
+                raise self._retry(exc, opts)
+            except Retry:
+                self.report("retried", name, opts, request.id)
+                raise
+            except LockNotAcquired:  # the retries ran out
+                self.report("raised", name, opts, request.id)
+                raise
+        self.report("raised", name, opts, request.id)
         raise exc
 
     def _retry(self, exc: Exception, opts: LockOptions) -> Retry:
@@ -262,6 +374,15 @@ class SingleExecutionTask(Task):
                 "zklocks: %s[%s]: cannot mark the queued marker of %r running", self.name, task_id, name, exc_info=True
             )
 
+    def _forget_latest(self, opts: LockOptions, name: str, task_id: str) -> None:
+        try:
+            policies.delete_if_owned(opts.lock_using, name, layout.LATEST, task_id)
+        except ZkLocksError:
+            # Harmless: a later call replaces it; until then the admin lists this call as queued.
+            log.warning(
+                "zklocks: %s[%s]: cannot remove the debounce node of %r", self.name, task_id, name, exc_info=True
+            )
+
     def _forget_marker(self, opts: LockOptions, name: str, task_id: str) -> None:
         try:
             unique.release(opts.lock_using, name, task_id)
@@ -276,56 +397,12 @@ class SingleExecutionTask(Task):
             )
 
 
-def record_option_problems(cls: type) -> None:
-    """Record option problems of a task class for ``manage.py check`` (zklocks.E021); never raise here."""
-    where = getattr(cls, "name", None) or f"{cls.__module__}.{cls.__qualname__}"
-    for attr, key in celery_conf.OPTION_KEYS:
-        value = cls.__dict__.get(attr)
-        if value is not None:
-            why = celery_conf.value_problem(key, value)
-            if why is not None:
-                celery_conf.declared_task_problems.append((str(where), f"{attr}: {why.split(' ', 1)[1]}"))
-    if cls.__dict__.get("_decorated"):
-        _declare_unknown_options(cls, str(where))
-    using = cls.__dict__.get("lock_using")
-    if isinstance(using, str) and using:
-        conf.declare_alias(using, f"task {where}")
-    template = cls.__dict__.get("lock_key")
-    if template is None:
-        return
-    if not isinstance(template, str) or not template:
-        celery_conf.declared_task_problems.append((str(where), f"lock_key must be a non-empty str, not {template!r}"))
-        return
-    try:
-        names.template_fields(template)
-    except ValueError as exc:
-        celery_conf.declared_task_problems.append((str(where), f"lock_key {template!r} {exc}"))
-        return
-    run = cls.__dict__.get("run")
-    if run is None:
-        return
-    # The arguments as the run-time error lists them: a bound task's ``self`` is not one of them.
-    func = run.__func__ if isinstance(run, (staticmethod, classmethod)) else types.MethodType(run, cls)
-    missing = names.missing_fields(template, func)
-    if missing:
-        arguments = ", ".join(names.signature(func).parameters) or "none"
-        celery_conf.declared_task_problems.append(
-            (
-                str(where),
-                f"lock_key {template!r} refers to {', '.join(missing)}, which is not an argument of the task "
-                f"(arguments: {arguments})",
-            )
-        )
-
-
-def _declare_unknown_options(cls: type, where: str) -> None:
-    """W021: an @app.task option that no base class defines and Celery does not read (``lock_timout=5``)."""
-    bases = cls.__mro__[1:]
-    known = sorted({a for b in bases for a in vars(b) if not a.startswith("_")} | celery_conf.CELERY_DECORATOR_OPTIONS)
-    celery_set = {"app", "name", "run", *celery_conf.CELERY_DECORATOR_OPTIONS}
-    celery_set.update(attr for attr, _ in getattr(cls, "from_config", ()))  # Task.bind() sets these from the app
-    for attr, value in cls.__dict__.items():
-        if attr.startswith("_") or attr in celery_set:
-            continue
-        if not any(hasattr(b, attr) for b in bases):
-            celery_conf.declared_task_warnings.append(celery_conf.unknown_option(where, attr, value, known))
+def _retry_delay(retry: Retry) -> float:
+    """Seconds until a retry is due: its countdown, or its ETA from now."""
+    when = retry.when
+    if isinstance(when, datetime.datetime):
+        now = datetime.datetime.now(when.tzinfo) if when.tzinfo else datetime.datetime.now()
+        return max(0.0, (when - now).total_seconds())
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        return max(0.0, float(when))
+    return 0.0

@@ -54,7 +54,7 @@ def _delete(path: str, version: int) -> Callable[[Session], Any]:
     return lambda s: s.client.delete_async(path, version=version)
 
 
-def _call(pool: Pool, make: Callable[[Session], Any]) -> Any:
+def bounded_call(pool: Pool, make: Callable[[Session], Any]) -> Any:
     """One request on the calling thread's session, bounded by CONNECT_TIMEOUT; ZkUnavailable on trouble."""
     for _ in range(2):
         session = pool.session()
@@ -88,7 +88,7 @@ def server_now(pool: Pool) -> float:
     if known is None or time.monotonic() - known[0] > CLOCK_REFRESH:
         sent = time.time()
         try:
-            stat = _call(pool, lambda s: s.client.set_async(pool.cfg.namespace, b""))
+            stat = bounded_call(pool, lambda s: s.client.set_async(pool.cfg.namespace, b""))
         except (NoNodeError, ZkLocksError):
             log.debug("zklocks: cannot read ZooKeeper's clock for %r; using the local clock", alias)
             with _offsets_lock:
@@ -122,7 +122,7 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
         try:
             pool.session()  # connect first, so the clock reading below spans one round trip only
             sent = time.time()
-            _, stat = _call(
+            _, stat = bounded_call(
                 pool, lambda s: s.client.create_async(path, mine, acl=s.acl, makepath=True, include_data=True)
             )
             _note_offset(pool.cfg.alias, stat, sent, time.time())
@@ -132,13 +132,13 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
         except NoNodeError:
             continue  # the lock node was reaped between makepath and create
         try:
-            raw, stat = _call(pool, lambda s: s.client.get_async(path))
+            raw, stat = bounded_call(pool, lambda s: s.client.get_async(path))
         except NoNodeError:
             continue
         marker = node_data.parse(raw)
         try:
             if marker.get("task_id") == task_id:  # a retry or a re-send of the same task: refresh the marker
-                _call(pool, _set_data(path, mine, stat.version))
+                bounded_call(pool, _set_data(path, mine, stat.version))
                 return task_id
             if is_live(pool, name, marker, stat):
                 return marker["task_id"]
@@ -148,7 +148,7 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
                 marker.get("task_id"),
                 marker.get("state"),
             )
-            _call(pool, _delete(path, stat.version))
+            bounded_call(pool, _delete(path, stat.version))
         except (BadVersionError, NoNodeError):
             continue  # it changed under us: look again
     raise ZkLocksError(f"queued marker of {name!r} kept changing; gave up after {_ATTEMPTS} attempts")
@@ -159,10 +159,10 @@ def mark_running(using: str, name: str, task_id: str, task_name: str, ttl: float
     pool = connections[using]
     path = marker_path(pool, name)
     try:
-        raw, stat = _call(pool, lambda s: s.client.get_async(path))
+        raw, stat = bounded_call(pool, lambda s: s.client.get_async(path))
         if node_data.parse(raw).get("task_id") == task_id:
             data = _data(task_id, task_name, "running", ttl)
-            _call(pool, lambda s: s.client.set_async(path, data, version=stat.version))
+            bounded_call(pool, lambda s: s.client.set_async(path, data, version=stat.version))
     except (NoNodeError, BadVersionError):
         pass  # none (sent without de-duplication), or replaced: not ours to change
 
@@ -173,13 +173,13 @@ def release(using: str, name: str, task_id: str) -> bool:
     path = marker_path(pool, name)
     for _ in range(_ATTEMPTS):
         try:
-            raw, stat = _call(pool, lambda s: s.client.get_async(path))
+            raw, stat = bounded_call(pool, lambda s: s.client.get_async(path))
         except NoNodeError:
             return False
         if node_data.parse(raw).get("task_id") != task_id:
             return False
         try:
-            _call(pool, _delete(path, stat.version))
+            bounded_call(pool, _delete(path, stat.version))
             return True
         except NoNodeError:
             return False
@@ -192,7 +192,7 @@ def read(using: str, name: str) -> dict | None:
     """The marker's data (None if there is none); for tests and inspection."""
     pool = connections[using]
     try:
-        raw, _ = _call(pool, lambda s: s.client.get_async(marker_path(pool, name)))
+        raw, _ = bounded_call(pool, lambda s: s.client.get_async(marker_path(pool, name)))
     except NoNodeError:
         return None
     return node_data.parse(raw)

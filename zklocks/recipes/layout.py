@@ -8,6 +8,9 @@ the ordering rules: §2, §6, §7, §13).
         <32-hex guid>__lease__<10-digit seq>     a semaphore lease
         <32-hex guid>__elect__<10-digit seq>     an election candidate (the first one leads)
         __queued__                               SingleExecutionTask's enqueue-time marker (persistent)
+        __latest__                               ... debounce: the id of the latest call (persistent)
+        __throttle__                             ... throttle: its mtime is the last start (persistent)
+        __retry__                                ... keep_lock_on_retry: the retry the lock waits for (persistent)
         __beat__/<encoded entry name>            the Celery beat leader's last send of each entry (persistent)
 
 The guid is fresh for every acquire, so a contender finds its own node again after a connection loss. Only this
@@ -58,6 +61,10 @@ EXCLUSIVE_MARKERS = (EXCLUSIVE, ELECTION)
 # Persistent children zklocks itself creates below a lock node.
 MUTEX = "__mutex__"
 QUEUED = "__queued__"
+LATEST = "__latest__"
+THROTTLE = "__throttle__"
+RETRY = "__retry__"
+TASK_MARKERS = (QUEUED, LATEST, RETRY)  # the markers that name a queued task (the admin's Celery keys)
 BEAT = "__beat__"
 INTERNAL_CHILDREN = (MUTEX,)
 
@@ -158,6 +165,11 @@ def mutex_path(lock_path: str) -> str:
 
 def queued_marker_path(lock_path: str) -> str:
     return f"{lock_path}/{QUEUED}"
+
+
+def task_marker_path(lock_path: str, marker: str) -> str:
+    """A SingleExecutionTask policy's persistent child (QUEUED, LATEST, THROTTLE or RETRY)."""
+    return f"{lock_path}/{marker}"
 
 
 # -- layouts: one object per LAYOUT setting --
