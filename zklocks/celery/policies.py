@@ -51,6 +51,10 @@ def _put(pool: Pool, path: str, data: bytes, version: int | None):
     return bounded_call(pool, lambda s: s.client.set_async(path, data, version=version))
 
 
+def _delete(path: str, version: int):
+    return lambda s: s.client.delete_async(path, version=version)
+
+
 def delete_if_owned(using: str, name: str, marker: str, task_id: str) -> bool:
     """Delete the ``marker`` node of ``name`` if it names ``task_id``; True if it did."""
     pool = connections[using]
@@ -59,9 +63,8 @@ def delete_if_owned(using: str, name: str, marker: str, task_id: str) -> bool:
         found = _get(pool, path)
         if found is None or found[0].get("task_id") != task_id:
             return False
-        version = found[2].version
         try:
-            bounded_call(pool, lambda s: s.client.delete_async(path, version=version))
+            bounded_call(pool, _delete(path, found[2].version))
             return True
         except NoNodeError:
             return False
