@@ -54,7 +54,7 @@ app.conf.update(
     task_track_started=False,
     worker_send_task_events=False,
     # Misconfigured tasks live apart, so that importing this module in the test process reports no problems.
-    imports=("tests.support.celery_bad_tasks",),
+    imports=("tests.support.celery_bad_tasks", "tests.support.celery_policy_tasks"),
 )
 
 
