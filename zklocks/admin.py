@@ -175,6 +175,12 @@ class LockAdmin(admin.ModelAdmin):
             merged = {k: v for k, v in {**params, **change}.items() if v not in ("", 0, None)}
             return "?" + urlencode(merged) if merged else "?"
 
+        # Celery keys: what runs (holders that recorded a task id) and what is queued (the policies' nodes).
+        task_keys = [
+            {"lock": lock, "url": self._detail_url(lock.alias, lock.node), "running": lock.running_tasks}
+            for lock in matching
+            if lock.queued_tasks or lock.running_tasks
+        ][:PER_PAGE]
         found = [deadlocks.search(a.alias, a.locks) for a in snap.aliases]
         page_number = page.number if page.paginator.num_pages > 1 else 0
 
@@ -182,6 +188,7 @@ class LockAdmin(admin.ModelAdmin):
             request,
             "Locks",
             rows=rows,
+            task_keys=task_keys,
             errors=[a.error for a in snap.errors],
             answered=len(snap.aliases) - len(snap.errors),
             deadlocks=[d for f in found for d in f.cycles],

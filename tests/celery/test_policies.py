@@ -1,6 +1,7 @@
 """The de-duplication policies of SingleExecutionTask under real contention: two prefork workers (concurrency 2
 each) on a real Redis broker, calls sent from several threads at once. Each test fails without its policy."""
 
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
@@ -201,7 +202,7 @@ def test_skip_retry_and_raise_are_reported(celery_settings):
     env = celery_settings
     for task, outcome in ((rec_skip, "skipped"), (rec_retry, "retried"), (rec_raise, "raised")):
         key = new_key()
-        sent = at_once([lambda task=task: send(task, key, 0.5) for _ in range(4)])
+        sent = at_once([lambda task=task, key=key: send(task, key, 0.5) for _ in range(4)])
         for r in sent:
             r.get(timeout=60, propagate=False)
         found = wait_until(
@@ -209,3 +210,34 @@ def test_skip_retry_and_raise_are_reported(celery_settings):
         )
         assert {r["outcome"] for r in found} == {outcome}, found
         assert {r["task"] for r in found} == {task.name}
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.django_db
+def test_admin_lists_running_and_queued_tasks_by_key(celery_settings, admin_client):
+    env = celery_settings
+    running_key, debounce_key, retry_key = new_key(), new_key(), new_key()
+    running = send(shared_run, running_key, 4.0)
+    first = send(debounced, debounce_key, 0, 4.0)
+    kept_first = send(kept, retry_key, True, 4.0)  # retries after 4 s: the lock is kept for it meanwhile
+    wait_until(lambda: holder_task_id("default", f"pol:{running_key}") == running.id, timeout=30)
+    wait_until(lambda: holder_task_id("default", f"pol:{debounce_key}") == first.id, timeout=30)
+    env.wait_records(f"attempt-{retry_key}", 1, timeout=30)
+    latest = send(debounced, debounce_key, 1)  # queued behind the running one, and the latest now
+
+    page = admin_client.get("/admin/zklocks/lock/").content.decode()
+    rows = dict(re.findall(r'<tr class="zk-task-key" data-name="([^"]+)">(.*?)</tr>', page, re.S))
+
+    def ids(row, css):
+        return re.findall(rf'class="{css}" data-task-id="([^"]+)"', row)
+
+    assert ids(rows[f"pol:{running_key}"], "zk-running") == [running.id]
+    assert ids(rows[f"pol:{running_key}"], "zk-queued") == []
+    assert ids(rows[f"pol:{debounce_key}"], "zk-running") == [first.id]
+    assert ids(rows[f"pol:{debounce_key}"], "zk-queued") == [latest.id]
+    assert "(debounce)" in rows[f"pol:{debounce_key}"]
+    assert ids(rows[f"pol:{retry_key}"], "zk-running") == []
+    assert ids(rows[f"pol:{retry_key}"], "zk-queued") == [kept_first.id]
+    assert "(keep_lock_on_retry)" in rows[f"pol:{retry_key}"]
+    for r in (running, first, latest, kept_first):
+        r.get(timeout=60, propagate=False)

@@ -120,19 +120,6 @@ def latest_task(using: str, name: str) -> str | None:
     return None if found is None else found.get("task_id")
 
 
-def mark_latest_running(using: str, name: str, task_id: str, task_name: str) -> None:
-    pool = connections[using]
-    path = _path(pool, name, layout.LATEST)
-    found = _get(pool, path)
-    if found is None or found[0].get("task_id") != task_id:
-        return
-    data = node_data.payload(kind="debounce", state="running", task_id=task_id, task_name=task_name)
-    try:
-        _put(pool, path, data, found[2].version)
-    except (BadVersionError, NoNodeError):
-        pass  # a newer call came: it stays the latest
-
-
 # -- throttle --
 
 

@@ -6,7 +6,8 @@ rounds of a few requests each, not thousands of round trips:
 
 1. the namespace's children (the lock nodes);
 2. each lock node's data (a semaphore marks itself there) and children;
-3. each contender's and lease's data, and each semaphore's internal mutex children;
+3. each contender's and lease's data, each semaphore's internal mutex children, and the Celery policies' nodes
+   that name a queued task (``__queued__``, ``__latest__``, ``__retry__``);
 4. the data of the semaphores' mutex contenders (their waiters).
 
 Nodes that vanish between rounds (a release, an expiry) are skipped. Answers are awaited with a bound that is
@@ -27,9 +28,9 @@ from ..client.multiread import CHILDREN, DATA, fetch
 from ..names import decode_name, encode_name, validate_name
 from ..recipes import node_data
 from ..recipes.kazoo_calls import translate
-from ..recipes.layout import KAZOO, Kind, Layout, get, sequence_trusted
+from ..recipes.layout import KAZOO, LATEST, QUEUED, RETRY, TASK_MARKERS, Kind, Layout, get, sequence_trusted
 from ..recipes.semaphore import stored_max_leases
-from .snapshots import AliasSnapshot, Contender, LockInfo, Snapshot
+from .snapshots import AliasSnapshot, Contender, LockInfo, QueuedTask, Snapshot
 
 KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE, Kind.ELECTION)
 
@@ -137,6 +138,20 @@ def _contender(child: str, mode: str, sequence: int, answer) -> Contender | None
     )
 
 
+_POLICIES = {QUEUED: "unique_queued", LATEST: "debounce", RETRY: "keep_lock_on_retry"}
+
+
+def _queued_task(marker: str, answer) -> QueuedTask | None:
+    """The task a policy node names as queued; None if gone, running (its holder shows it) or not ours."""
+    if answer is None:
+        return None
+    data = node_data.parse(answer[0])
+    task_id, task_name = _str(data.get("task_id")), _str(data.get("task_name"))
+    if not isinstance(task_id, str) or data.get("state") == "running":
+        return None
+    return QueuedTask(_POLICIES[marker], task_id, task_name if isinstance(task_name, str) else None)
+
+
 def _max_leases(raw: bytes | None) -> int | None:
     """A semaphore marker's lease count; None for other data, and for a marker whose count is no sane number."""
     if not raw or len(raw) > node_data.MAX_PARSE or not node_data._shallow(raw.decode("utf-8", errors="replace")):
@@ -176,11 +191,13 @@ def read_namespace(
         client, [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))], results.wait
     )
     found: list[tuple[LockInfo, list, list, bool, bool]] = []
+    markers: dict[str, list[str]] = {}  # lock path: the task policies' nodes below it
     records: dict[str, tuple[str, float]] = {}  # lock path: an exclusive long hold's (child, acquired_at)
     for idx, node in enumerate(nodes):
         data, children = answers[2 * idx], answers[2 * idx + 1]
         if data is None or children is None:
             continue  # reaped since the listing
+        markers[f"{ns}/{node}"] = [m for m in TASK_MARKERS if m in children]
         record = node_data.parse_hold_record(data[0])
         if record is not None:
             records[f"{ns}/{node}"] = record
@@ -218,6 +235,7 @@ def read_namespace(
             ops.append((CHILDREN, layout.mutex_path(lock.path)))
         if sub:
             ops.append((CHILDREN, layout.leases_path(lock.path)))
+        ops.extend((DATA, f"{lock.path}/{m}") for m in markers[lock.path])
     replies = iter(fetch(client, ops, results.wait))
     later = []  # (list to fill, parent, mode, entries) for round 4
     for lock, held, waiting, mutex, sub in found:
@@ -235,6 +253,11 @@ def read_namespace(
         if sub:
             taken = [(str(layout.sequence_of(c) or 0), "", c) for c in layout.leases(next(replies) or [])]
             later.append((lock.holders, layout.leases_path(lock.path), "lease", taken))
+        running = {h.task_id for h in lock.holders}
+        for m in markers[lock.path]:
+            queued = _queued_task(m, next(replies))
+            if queued is not None and queued.task_id not in running:
+                lock.queued_tasks.append(queued)
     # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order); Curator's leases.
     ops = [(DATA, f"{parent}/{child}") for _, parent, _, entries in later for _, _, child in entries]
     replies = iter(fetch(client, ops, results.wait))

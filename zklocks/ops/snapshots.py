@@ -46,6 +46,15 @@ class Contender:
         return data
 
 
+@dataclass(frozen=True)
+class QueuedTask:
+    """A task call waiting for a key, named by a SingleExecutionTask policy's node below the lock node."""
+
+    policy: str  # "unique_queued", "debounce" or "keep_lock_on_retry"
+    task_id: str
+    task_name: str | None = None
+
+
 @dataclass
 class LockInfo:
     alias: str
@@ -56,6 +65,12 @@ class LockInfo:
     max_leases: int | None = None
     holders: list[Contender] = field(default_factory=list)
     waiters: list[Contender] = field(default_factory=list)
+    queued_tasks: list[QueuedTask] = field(default_factory=list)
+
+    @property
+    def running_tasks(self) -> list[Contender]:
+        """The holders that are task executions (they recorded a task id)."""
+        return [h for h in self.holders if h.task_id]
 
     @property
     def holder(self) -> Contender | None:
@@ -83,6 +98,7 @@ class LockInfo:
             "held_for": self.held_for(now),
             "holders": [h.to_dict() for h in self.holders],
             "waiters": [w.to_dict() for w in self.waiters],
+            "queued_tasks": [asdict(q) for q in self.queued_tasks],
         }
 
 
