@@ -51,18 +51,19 @@ def limited(self, key, hold=0.6):
     return _run(self, key, hold)
 
 
-def _retry_once(task, key, countdown):
-    """First attempt: hold the lock a little, then ``self.retry(countdown=...)``; the retry runs normally."""
+def _retry_once(task, key, countdown, queue=None):
+    """First attempt: hold the lock a little, then ``self.retry(countdown=...)`` (to ``queue``, if given); the
+    retry runs normally."""
     if task.request.retries == 0:
         record(f"attempt-{key}", task_id=task.request.id, end=time.monotonic(), token=task.request.zk_lock.token)
-        raise task.retry(countdown=countdown, max_retries=3)
+        raise task.retry(countdown=countdown, max_retries=3, **({"queue": queue} if queue else {}))
     return _run(task, key, 0.2)
 
 
 @app.task(bind=True, base=SingleExecutionTask, lock_key="pol:{key}", keep_lock_on_retry=True, retry_lock_grace=2.0)
-def kept(self, key, first=False, countdown=1.0):
+def kept(self, key, first=False, countdown=1.0, retry_queue=None):
     if first:
-        return _retry_once(self, key, countdown)
+        return _retry_once(self, key, countdown, retry_queue)
     return _run(self, key, 0.05)
 
 

@@ -6,7 +6,8 @@
 - ``worker_process_shutdown`` (each prefork child, which leaves through ``os._exit`` and so skips atexit) and
   ``worker_shutdown`` (the main process): close every session, so the server drops our nodes at once instead
   of a session timeout later.
-- ``task_revoked``: a revoked or expired task never runs, so its queued marker is removed here.
+- ``task_revoked``: a revoked or expired task never runs, so its queued marker, its debounce node and the
+  lock reservation for it (keep_lock_on_retry) are removed here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from celery import signals as celery_signals
 
 from ..client.pools import connections
 from ..exceptions import ZkLocksError
+from ..recipes import layout
 from . import conf as celery_conf
+from . import policies
 
 log = logging.getLogger("zklocks")
 
@@ -61,12 +64,20 @@ def forget_revoked(sender=None, request=None, **_: object) -> None:
         return
     try:
         opts = sender.lock_options()
-        if not opts.unique_queued:
+        if not (opts.unique_queued or opts.debounce is not None or opts.keep_lock_on_retry):
             return
         name = sender.lock_name(getattr(request, "args", None), getattr(request, "kwargs", None))
     except (ZkLocksError, ValueError, TypeError):
         return
-    sender._forget_marker(opts, name, request.id)
+    if opts.unique_queued:
+        sender._forget_marker(opts, name, request.id)
+    if opts.debounce is not None:
+        sender._forget_latest(opts, name, request.id)
+    if opts.keep_lock_on_retry:
+        try:
+            policies.delete_if_owned(opts.lock_using, name, layout.RETRY, request.id)
+        except ZkLocksError:
+            log.warning("zklocks: cannot remove the lock reservation of revoked task %s; it ends by itself", request.id)
 
 
 celery_signals.worker_process_init.connect(open_sessions, weak=False, dispatch_uid="zklocks.open_sessions")
