@@ -9,7 +9,7 @@ from itertools import pairwise
 import pytest
 import redis
 
-from tests.support.celery_app import app, rec_raise, rec_retry, rec_skip
+from tests.support.celery_app import app, rec_raise, rec_retry, rec_skip, unique_short
 from tests.support.celery_harness import new_key, running_workers
 from tests.support.celery_policy_tasks import debounced, kept, limited, not_kept, shared_run, throttled
 from tests.support.helpers import assert_no_overlap, wait_until
@@ -246,6 +246,8 @@ def test_admin_lists_running_and_queued_tasks_by_key(celery_settings, admin_clie
     wait_until(lambda: holder_task_id("default", f"pol:{debounce_key}") == first.id, timeout=30)
     env.wait_records(f"attempt-{retry_key}", 1, timeout=30)
     latest = send(debounced, debounce_key, 1)  # queued behind the running one, and the latest now
+    unique_key = new_key()
+    waiting = unique_short.apply_async((unique_key,), queue=IDLE)  # unique_queued, never consumed
 
     page = admin_client.get("/admin/zklocks/lock/").content.decode()
     rows = dict(re.findall(r'<tr class="zk-task-key" data-name="([^"]+)">(.*?)</tr>', page, re.S))
@@ -261,5 +263,7 @@ def test_admin_lists_running_and_queued_tasks_by_key(celery_settings, admin_clie
     assert ids(rows[f"pol:{retry_key}"], "zk-running") == []
     assert ids(rows[f"pol:{retry_key}"], "zk-queued") == [kept_first.id]
     assert "(keep_lock_on_retry)" in rows[f"pol:{retry_key}"]
+    assert ids(rows[f"u:{unique_key}"], "zk-queued") == [waiting.id]
+    assert "(unique_queued)" in rows[f"u:{unique_key}"]
     for r in (running, first, latest, kept_first):
         r.get(timeout=60, propagate=False)

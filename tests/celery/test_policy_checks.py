@@ -2,6 +2,8 @@
 together (E101-E103, W100, W101), in a project laid out as Celery's Django guide lays it out; the same options
 raise ZkConfigError when the task is used."""
 
+import datetime
+
 import pytest
 
 from tests.support.project import Project
@@ -126,3 +128,16 @@ def test_a_task_with_policies_that_do_not_go_together_refuses_to_send(celery_app
         celery_conf.declared_task_options[:] = [
             t for t in celery_conf.declared_task_options if t[0] != shared_of_many_here.name
         ]
+
+
+@pytest.mark.timeout(10)
+def test_retry_delay_of_a_countdown_and_of_an_eta():
+    from celery.exceptions import Retry
+
+    from zklocks.celery.task import retry_delay
+
+    assert retry_delay(Retry(when=2.5)) == 2.5
+    assert retry_delay(Retry(when=None)) == 0.0
+    eta = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=30)
+    assert 29.0 < retry_delay(Retry(when=eta)) <= 30.0
+    assert retry_delay(Retry(when=eta - datetime.timedelta(seconds=60))) == 0.0

@@ -30,7 +30,7 @@ from . import keys, policies, unique
 from .holder_task import holder_task_id
 from .options import record_option_problems
 
-__all__ = ["SingleExecutionTask", "LockOptions", "record_option_problems", "redelivery_wait"]
+__all__ = ["SingleExecutionTask", "LockOptions", "record_option_problems", "redelivery_wait", "retry_delay"]
 
 log = logging.getLogger("zklocks")
 
@@ -244,7 +244,7 @@ class SingleExecutionTask(Task):
             retried = True  # the retry message is queued: its marker stays
             if lock is not None and queued and opts.keep_lock_on_retry:
                 # Reserved before the release below: no other execution starts between the tries.
-                ttl = _retry_delay(exc) + opts.retry_lock_grace
+                ttl = retry_delay(exc) + opts.retry_lock_grace
                 try:
                     policies.reserve_for_retry(opts.lock_using, name, request.id, self.name, ttl)
                 except ZkLocksError:
@@ -397,7 +397,7 @@ class SingleExecutionTask(Task):
             )
 
 
-def _retry_delay(retry: Retry) -> float:
+def retry_delay(retry: Retry) -> float:
     """Seconds until a retry is due: its countdown, or its ETA from now."""
     when = retry.when
     if isinstance(when, datetime.datetime):
