@@ -12,6 +12,7 @@ import datetime
 import logging
 import random
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,18 +208,20 @@ class SingleExecutionTask(Task):
         queued = request.id is not None and not request.is_eager  # sent through the broker: policies apply
         marker = opts.unique_queued and queued
         debounced = opts.debounce is not None and queued
-        if debounced and policies.latest_task(opts.lock_using, name) != request.id:
+        if debounced and self._policy_read(opts, request, policies.latest_task, opts.lock_using, name) != request.id:
             log.info("zklocks: task %s[%s] is a no-op: a later call of %r replaced it", self.name, request.id, name)
             self.report("debounced", name, opts, request.id)
             return None
         lock: ZkLock | ZkSemaphore | None = None
-        retried = False
+        retried = in_body = False
         try:
             lock = self._acquire(name, opts, request)
             if lock is None:
                 return self._on_contention(name, opts, request)
             if queued and opts.keep_lock_on_retry:
-                waited_for = policies.reserved_for_other(opts.lock_using, name, request.id)
+                waited_for = self._policy_read(
+                    opts, request, policies.reserved_for_other, opts.lock_using, name, request.id
+                )
                 if waited_for is not None:
                     lock.release(wait=True)
                     lock = None
@@ -227,7 +230,9 @@ class SingleExecutionTask(Task):
                     )
                     return self._on_contention(name, opts, request)
             if queued and opts.throttle is not None:
-                if not policies.start_in_window(opts.lock_using, name, opts.throttle, request.id, self.name):
+                if not self._policy_read(
+                    opts, request, policies.start_in_window, opts.lock_using, name, opts.throttle, request.id, self.name
+                ):
                     log.info(
                         "zklocks: task %s[%s] throttled: %r started less than %gs ago",
                         self.name,
@@ -239,10 +244,11 @@ class SingleExecutionTask(Task):
                     return None
             if marker:
                 self._marker_running(opts, name, request.id)
+            in_body = True
             return self._run_holding(lock, opts, name, args, kwargs)
         except Retry as exc:
             retried = True  # the retry message is queued: its marker stays
-            if lock is not None and queued and opts.keep_lock_on_retry:
+            if in_body and lock is not None and queued and opts.keep_lock_on_retry:
                 # Reserved before the release below: no other execution starts between the tries.
                 ttl = retry_delay(exc) + opts.retry_lock_grace
                 try:
@@ -326,6 +332,16 @@ class SingleExecutionTask(Task):
                 lock.release()
             raise
         return lock if got else None
+
+    def _policy_read(self, opts: LockOptions, request, read: Callable[..., Any], *args: Any) -> Any:
+        """A policy's ZooKeeper call: an outage fails or retries the task (on_unavailable), as the acquire does."""
+        try:
+            return read(*args)
+        except ZkUnavailable as exc:
+            if opts.on_unavailable == "retry":
+                log.warning("zklocks: %s[%s]: ZooKeeper unavailable (%s); retrying", self.name, request.id, exc)
+                raise self._retry(exc, opts) from exc
+            raise
 
     def _own_previous_attempt_holds(self, name: str, opts: LockOptions, request) -> bool:
         if request.id is None or (opts.lock_using, name) in _held_here():
