@@ -1,6 +1,7 @@
 """Per-task overhead of ``SingleExecutionTask`` against a plain task on the same worker.
 
     python -m benchmarks.celery_overhead [--n 300] [--pool prefork] [--json]
+    python -m benchmarks.celery_overhead --policies [--n 200]   # each de-duplication policy against the plain lock
 
 Starts its own ZooKeeper server (Debian's package), Redis server and one ``celery worker`` (concurrency 1)
 that serves two tasks returning their argument: a plain one and a ``SingleExecutionTask``. It then sends them
@@ -52,7 +53,26 @@ def build_app(broker: str):
     def single(x):
         return x
 
+    for policy, options in POLICIES.items():
+        app.task(
+            name=f"zklocks_bench.{policy}", base=SingleExecutionTask, lock_key=f"zklocks-bench:{policy}", **options
+        )(_identity)
     return app
+
+
+def _identity(x):
+    return x
+
+
+# The de-duplication policies, each on a call that runs (the cost of the policy's reads and writes, not of a
+# skipped call). throttle's window is 1 ms, shorter than a round trip, so every call starts.
+POLICIES: dict[str, dict[str, Any]] = {
+    "share_running": {"share_running": True},
+    "debounce": {"debounce": 0},
+    "throttle": {"throttle": 0.001},
+    "lock_concurrency": {"lock_concurrency": 2},
+    "keep_lock_on_retry": {"keep_lock_on_retry": True},
+}
 
 
 def _configure_django(hosts: str) -> None:
@@ -211,12 +231,68 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
     }
 
 
+def policy_costs(n: int = 200, pool: str = "prefork", warmup: int = 20) -> dict[str, Any]:
+    """Median round trip of the plain SingleExecutionTask and of each policy, alternating, in one run."""
+    from tests.support.redis_server import RedisServer
+    from zklocks.testing import ZkServer
+
+    workdir = Path(tempfile.mkdtemp(prefix="zklocks-bench-policies-"))
+    zk, redis, proc = ZkServer(tick_time=2000, force_sync=True), RedisServer(), None
+    names = ["single", *POLICIES]
+    try:
+        zk.start()
+        redis.start()
+        _configure_django(zk.hosts)
+        proc = _start_worker(zk.hosts, redis.url, pool, workdir)
+        app = build_app(redis.url)
+        tasks = {name: app.tasks[f"zklocks_bench.{name}"] for name in names}
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                _round_trip(tasks["single"], -1)
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"the bench worker did not start; see {workdir}/worker.log") from None
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for i in range(warmup + n):
+            for name in names:
+                elapsed = _round_trip(tasks[name], i)
+                if i >= warmup:
+                    times[name].append(elapsed)
+        app.close()
+    finally:
+        if proc is not None:
+            _stop(proc)
+        redis.cleanup()
+        zk.cleanup()
+    shutil.rmtree(workdir, ignore_errors=True)
+    base = statistics.median(times["single"])
+    return {
+        "pool": pool,
+        "n": n,
+        "median_ms": {name: round(statistics.median(times[name]) * 1000, 3) for name in names},
+        "ratio_to_single": {name: round(statistics.median(times[name]) / base, 3) for name in POLICIES},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=300, help="round trips per task (default 300)")
     parser.add_argument("--pool", default="prefork", choices=["prefork", "threads", "solo"])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--policies", action="store_true", help="each de-duplication policy against the plain lock")
     args = parser.parse_args(argv)
+    if args.policies:
+        costs = policy_costs(n=args.n, pool=args.pool)
+        if args.json:
+            print(json.dumps(costs))
+            return 0
+        print(f"Celery round trip, one worker ({costs['pool']} pool, concurrency 1), {costs['n']} calls each:")
+        print(f"  SingleExecutionTask  median {costs['median_ms']['single']:7.2f} ms")
+        for name, ratio in costs["ratio_to_single"].items():
+            print(f"  {name:<20} median {costs['median_ms'][name]:7.2f} ms   ratio {ratio:.2f}")
+        return 0
     figures = run(n=args.n, pool=args.pool)
     if args.json:
         print(json.dumps(figures))
