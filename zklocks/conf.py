@@ -110,6 +110,25 @@ def _hosts(value: Any) -> tuple[str | None, str]:
     return ",".join(parts), ""
 
 
+_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost"}
+
+
+def servers(hosts: str) -> frozenset[str]:
+    """The servers a HOSTS string names, compared as ZooKeeper would reach them: host names are case-blind, a
+    missing port is 2181, and every loopback spelling is one host. Two aliases share a server when these meet."""
+    out = set()
+    for part in hosts.split(","):
+        part = part.strip().lower()
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":") if not part.endswith("]") else (part, "", "")
+        if not sep or (host.count(":") and not host.endswith("]")):  # a bare IPv6 address has no port
+            host, port = part, ""
+        host = "127.0.0.1" if host in _LOOPBACK or host.startswith("127.") else host
+        out.add(f"{host}:{port or '2181'}")
+    return frozenset(out)
+
+
 def closest_hint(unknown: list[str], known: frozenset[str]) -> str:
     """``"SESION_TIMEOUT: did you mean SESSION_TIMEOUT? "`` for each unknown key close to a known one (case aside)."""
     import difflib
@@ -379,12 +398,16 @@ def validate(raw: Any) -> tuple[dict[str, AliasConfig], list[Problem]]:
 def _mixed_layouts(configs: dict[str, AliasConfig]) -> list[Problem]:
     """Aliases on one namespace of one ensemble must agree on the layout: nodes of two layouts on one lock node
     do not see each other, so their holders would not exclude each other."""
-    first: dict[tuple[frozenset[str], str], AliasConfig] = {}
     problems = []
+    seen_aliases: list[AliasConfig] = []
     for alias, cfg in configs.items():
-        where = (frozenset(cfg.hosts.split(",")), cfg.namespace)
-        seen = first.setdefault(where, cfg)
-        if seen.layout != cfg.layout:
+        here = servers(cfg.hosts)
+        seen = next(
+            (o for o in seen_aliases if o.namespace == cfg.namespace and here & servers(o.hosts)),
+            None,
+        )
+        seen_aliases.append(cfg)
+        if seen is not None and seen.layout != cfg.layout:
             problems.append(
                 _problem(
                     "zklocks.E041",
