@@ -7,13 +7,12 @@ A :class:`Grant` records what an acquire has taken so far, so that an exception 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 from kazoo.protocol.states import EventType
 
-from .. import signals
+from .. import forking, signals
 from ..client import observe, worker_threads
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
@@ -299,4 +298,4 @@ def reset_after_fork() -> None:
     long_holds = LongHolds()
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+forking.register(reset_after_fork)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 import threading
 import time
 import weakref
@@ -26,6 +25,7 @@ from typing import Any
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 
+from .. import forking
 from ..client.interrupts import unmasked
 from ..client.session import Session
 from . import gate
@@ -416,11 +416,11 @@ def _blocking_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _reset_after_fork() -> None:
+def reset_after_fork() -> None:
     global _pool, _pool_lock
     _pool = None
     _pool_lock = threading.Lock()
     _open_batches.clear()
 
 
-os.register_at_fork(after_in_child=_reset_after_fork)
+forking.register(reset_after_fork)
