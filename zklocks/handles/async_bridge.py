@@ -110,5 +110,5 @@ def _connect_timeout(alias: str) -> float:
 
     try:
         return conf.alias_config(alias).connect_timeout
-    except Exception:
+    except Exception:  # noqa: BLE001 a bad alias: the acquire reports it
         return 0.0

@@ -278,7 +278,7 @@ def _record_in_lock_node(client, parent: str, record: bytes) -> None:
     def on_read(result) -> None:
         try:
             data, stat = result.get_nowait()
-        except Exception:
+        except Exception:  # noqa: BLE001 the record is for display only
             return  # gone, refused or disconnected: the record is for display only
         if data and node_data.parse_hold_record(data) is None:
             return

@@ -139,7 +139,7 @@ def run(steps: Steps) -> Any:
         value, error = None, None
         try:
             value = _perform(step)
-        except BaseException as exc:  # handed to the recipe, which cleans up and re-raises
+        except BaseException as exc:  # noqa: BLE001 handed to the recipe, which cleans up and re-raises
             error = unmasked(exc)  # a signal handler's exception, not threading's RuntimeError that hides it
 
 
@@ -181,7 +181,7 @@ async def run_async(steps: Steps) -> Any:
         value, error = None, None
         try:
             value = await _perform_async(step)
-        except BaseException as exc:  # a cancellation too: the recipe gives back its node and re-raises
+        except BaseException as exc:  # noqa: BLE001 a cancellation too: the recipe gives back its node and re-raises
             error = exc
 
 

@@ -128,7 +128,8 @@ def start_attempts(what, attempt, kill, repick, movable, describe, timeout: floa
             report = f"try {n} ({time.monotonic() - tried:.1f}s): {exc}\n{describe()}"
             failures.append(report)
             again = " (trying again on fresh ports)" if not last else ""
-            print(f"\nzklocks.testing: {what.name} did not start{again}, {report}", file=sys.stderr, flush=True)
+            text = f"\nzklocks.testing: {what.name} did not start{again}, {report}"
+            print(text, file=sys.stderr, flush=True)  # noqa: T201 the test run's stderr shows it before the logs go
             kill()
             if last:
                 break
