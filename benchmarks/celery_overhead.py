@@ -88,7 +88,7 @@ def _start_worker(hosts: str, broker: str, pool: str, logdir: Path) -> subproces
     env.pop("DJANGO_SETTINGS_MODULE", None)
     log = logdir / "worker.log"
     with open(log, "ab") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -116,7 +116,6 @@ def _start_worker(hosts: str, broker: str, pool: str, logdir: Path) -> subproces
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    return proc
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -273,7 +273,7 @@ def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     if isinstance(scheduler, str) and scheduler.strip() and not any(p.id == "zklocks.E030" for p in problems):
         try:
             celery_conf.import_scheduler(scheduler)
-        except Exception as exc:  # ImportError, TypeError, or what importing its models raises (app not installed)
+        except Exception as exc:  # noqa: BLE001 ImportError, TypeError, or its models' (app not installed)
             messages.append(
                 checks.Error(
                     f"ZKLOCKS_BEAT: SCHEDULER={scheduler!r} cannot be used: {exc}.",
