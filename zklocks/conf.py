@@ -110,22 +110,15 @@ def _hosts(value: Any) -> tuple[str | None, str]:
     return ",".join(parts), ""
 
 
-_LOOPBACK = {"localhost", "127.0.0.1", "::1", "[::1]", "ip6-localhost"}
+_LOOPBACK = re.compile(r"localhost|127\..*|\[::1\]")
 
 
 def servers(hosts: str) -> frozenset[str]:
-    """The servers a HOSTS string names, compared as ZooKeeper would reach them: host names are case-blind, a
-    missing port is 2181, and every loopback spelling is one host. Two aliases share a server when these meet."""
+    """The servers of a HOSTS string as ZooKeeper is reached: case-blind, port 2181 when none, one loopback."""
     out = set()
-    for part in hosts.split(","):
-        part = part.strip().lower()
-        if not part:
-            continue
-        host, sep, port = part.rpartition(":") if not part.endswith("]") else (part, "", "")
-        if not sep or (host.count(":") and not host.endswith("]")):  # a bare IPv6 address has no port
-            host, port = part, ""
-        host = "127.0.0.1" if host in _LOOPBACK or host.startswith("127.") else host
-        out.add(f"{host}:{port or '2181'}")
+    for part in filter(None, (p.strip().lower() for p in hosts.split(","))):
+        host, _, port = part.rpartition(":") if re.search(r":\d+$", part) else (part, "", "2181")
+        out.add(("127.0.0.1" if _LOOPBACK.fullmatch(host) else host) + ":" + port)
     return frozenset(out)
 
 
@@ -398,25 +391,15 @@ def validate(raw: Any) -> tuple[dict[str, AliasConfig], list[Problem]]:
 def _mixed_layouts(configs: dict[str, AliasConfig]) -> list[Problem]:
     """Aliases on one namespace of one ensemble must agree on the layout: nodes of two layouts on one lock node
     do not see each other, so their holders would not exclude each other."""
-    problems = []
-    seen_aliases: list[AliasConfig] = []
-    for alias, cfg in configs.items():
-        here = servers(cfg.hosts)
-        seen = next(
-            (o for o in seen_aliases if o.namespace == cfg.namespace and here & servers(o.hosts)),
-            None,
-        )
-        seen_aliases.append(cfg)
-        if seen is not None and seen.layout != cfg.layout:
-            problems.append(
-                _problem(
-                    "zklocks.E041",
-                    alias,
-                    f"LAYOUT {cfg.layout!r} differs from alias {seen.alias!r}'s {seen.layout!r} on the same "
-                    f"HOSTS and NAMESPACE {cfg.namespace!r}: their locks would not exclude each other.",
-                    "Give every alias of one namespace the same LAYOUT, or give them different NAMESPACEs.",
-                )
-            )
+    problems, earlier = [], list(configs.values())
+    for i, cfg in enumerate(earlier):
+        shared = (o for o in earlier[:i] if o.namespace == cfg.namespace and servers(cfg.hosts) & servers(o.hosts))
+        seen = next(shared, cfg)
+        if seen.layout != cfg.layout:
+            what = f"LAYOUT {cfg.layout!r} differs from alias {seen.alias!r}'s {seen.layout!r} on the same "
+            what += f"HOSTS and NAMESPACE {cfg.namespace!r}: their locks would not exclude each other."
+            hint = "Give every alias of one namespace the same LAYOUT, or give them different NAMESPACEs."
+            problems.append(_problem("zklocks.E041", cfg.alias, what, hint))
     return problems
 
 
