@@ -41,7 +41,7 @@ import time
 
 from django.core import checks
 
-from . import conf
+from . import conf, middleware
 from .celery import conf as celery_conf
 from .celery import discover
 from .client import kazoo_compat
@@ -322,7 +322,7 @@ def check_other_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage
             )
         )
     retry_after = getattr(settings, "ZKLOCKS_UNAVAILABLE_RETRY_AFTER", 5)
-    if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
+    if not middleware.is_seconds(retry_after):
         messages.append(
             checks.Error(
                 "settings.ZKLOCKS_UNAVAILABLE_RETRY_AFTER must be a whole number of seconds >= 0, "
