@@ -108,7 +108,7 @@ def _start_worker(hosts: str, broker: str, pool: str, logdir: Path) -> subproces
     env.pop("DJANGO_SETTINGS_MODULE", None)
     log = logdir / "worker.log"
     with open(log, "ab") as out:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -136,7 +136,6 @@ def _start_worker(hosts: str, broker: str, pool: str, logdir: Path) -> subproces
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    return proc
 
 
 def _stop(proc: subprocess.Popen) -> None:

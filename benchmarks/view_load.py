@@ -36,6 +36,7 @@ from typing import Any
 from benchmarks.servers import RedisServer, exit_on_sigterm, start_zookeeper
 from zklocks.testing.runtime import stop_group
 from zklocks.testing.server import free_port
+from zklocks.testing.startup import poll_until
 
 MODES = ("none", "zk", "sfu", "redis")
 # The ZooKeeper floor (a bare create + delete around the transaction, raw kazoo) runs in the sync server only.
@@ -131,17 +132,16 @@ class PgCluster:
             start_new_session=True,
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"postgres exited with {self.proc.returncode}; see {self.dir}/postgres.log")
-            try:
-                with self.connect("postgres"):
-                    return self
-            except Exception:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"PostgreSQL on port {self.port} did not start within {timeout}s")
+        message = f"PostgreSQL on port {self.port} did not start within {timeout}s"
+        poll_until(self.accepts, self.dir / "postgres.log", message, timeout, proc=self.proc, stop=self.stop)
+        return self
+
+    def accepts(self) -> bool:
+        try:
+            with self.connect("postgres"):
+                return True
+        except Exception:  # noqa: BLE001 (psycopg's errors while it starts: not accepting connections yet)
+            return False
 
     def connect(self, dbname: str = "shop"):
         import psycopg
@@ -190,12 +190,9 @@ def start_web(kind: str, port: int, env: dict[str, str], logdir: Path) -> subpro
         proc = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )
-    deadline = time.monotonic() + 60
-    while not _http_up(f"http://127.0.0.1:{port}/{kind}/none/sku1/"):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_process(proc)
-            raise RuntimeError(f"the {kind} web server did not start; see {logdir / (kind + '.log')}")
-        time.sleep(0.2)
+    url = f"http://127.0.0.1:{port}/{kind}/none/sku1/"
+    message = f"the {kind} web server did not start within 60s"
+    poll_until(lambda: _http_up(url), logdir / f"{kind}.log", message, 60, proc=proc, stop=lambda: stop_process(proc))
     return proc
 
 

@@ -74,7 +74,7 @@ def http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as response:
             return response.status < 500
-    except Exception:
+    except Exception:  # noqa: BLE001 not up yet, whatever the reason
         return False
 
 

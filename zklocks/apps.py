@@ -24,6 +24,11 @@ class ZkLocksConfig(AppConfig):
         checks.register(zk_checks.check_server_conf, "zklocks", deploy=True)
         checks.register(security_checks.check_exposed_views, "zklocks", deploy=True)
         setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")
+        # The reaper (operations) sits above the client layer: the pools call it back with each first session,
+        # so that they never import it.
+        from .ops import reaper
+
+        reaper.install()
         # Optional: Prometheus metrics (prometheus_client) and OpenTelemetry spans (opentelemetry-api). Neither
         # raises on a bad setting: check_other_settings reports it (a bad METRICS_FAMILY: no family label).
         from .contrib import metrics, tracing

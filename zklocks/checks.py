@@ -44,7 +44,7 @@ import time
 
 from django.core import checks
 
-from . import conf
+from . import conf, middleware
 from .celery import conf as celery_conf
 from .celery import discover
 from .client import kazoo_compat
@@ -279,7 +279,7 @@ def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     if isinstance(scheduler, str) and scheduler.strip() and not any(p.id == "zklocks.E030" for p in problems):
         try:
             celery_conf.import_scheduler(scheduler)
-        except Exception as exc:  # ImportError, TypeError, or what importing its models raises (app not installed)
+        except Exception as exc:  # noqa: BLE001 ImportError, TypeError, or its models' (app not installed)
             messages.append(
                 checks.Error(
                     f"ZKLOCKS_BEAT: SCHEDULER={scheduler!r} cannot be used: {exc}.",
@@ -328,7 +328,7 @@ def check_other_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage
             )
         )
     retry_after = getattr(settings, "ZKLOCKS_UNAVAILABLE_RETRY_AFTER", 5)
-    if not isinstance(retry_after, int) or isinstance(retry_after, bool) or retry_after < 0:
+    if not middleware.is_seconds(retry_after):
         messages.append(
             checks.Error(
                 "settings.ZKLOCKS_UNAVAILABLE_RETRY_AFTER must be a whole number of seconds >= 0, "

@@ -110,6 +110,18 @@ def _hosts(value: Any) -> tuple[str | None, str]:
     return ",".join(parts), ""
 
 
+_LOOPBACK = re.compile(r"localhost|127\..*|\[::1\]")
+
+
+def servers(hosts: str) -> frozenset[str]:
+    """The servers of a HOSTS string as ZooKeeper is reached: case-blind, port 2181 when none, one loopback."""
+    out = set()
+    for part in filter(None, (p.strip().lower() for p in hosts.split(","))):
+        host, _, port = part.rpartition(":") if re.search(r":\d+$", part) else (part, "", "2181")
+        out.add(("127.0.0.1" if _LOOPBACK.fullmatch(host) else host) + ":" + port)
+    return frozenset(out)
+
+
 def closest_hint(unknown: list[str], known: frozenset[str]) -> str:
     """``"SESION_TIMEOUT: did you mean SESSION_TIMEOUT? "`` for each unknown key close to a known one (case aside)."""
     import difflib
@@ -379,21 +391,15 @@ def validate(raw: Any) -> tuple[dict[str, AliasConfig], list[Problem]]:
 def _mixed_layouts(configs: dict[str, AliasConfig]) -> list[Problem]:
     """Aliases on one namespace of one ensemble must agree on the layout: nodes of two layouts on one lock node
     do not see each other, so their holders would not exclude each other."""
-    first: dict[tuple[frozenset[str], str], AliasConfig] = {}
-    problems = []
-    for alias, cfg in configs.items():
-        where = (frozenset(cfg.hosts.split(",")), cfg.namespace)
-        seen = first.setdefault(where, cfg)
+    problems, earlier = [], list(configs.values())
+    for i, cfg in enumerate(earlier):
+        shared = (o for o in earlier[:i] if o.namespace == cfg.namespace and servers(cfg.hosts) & servers(o.hosts))
+        seen = next(shared, cfg)
         if seen.layout != cfg.layout:
-            problems.append(
-                _problem(
-                    "zklocks.E041",
-                    alias,
-                    f"LAYOUT {cfg.layout!r} differs from alias {seen.alias!r}'s {seen.layout!r} on the same "
-                    f"HOSTS and NAMESPACE {cfg.namespace!r}: their locks would not exclude each other.",
-                    "Give every alias of one namespace the same LAYOUT, or give them different NAMESPACEs.",
-                )
-            )
+            what = f"LAYOUT {cfg.layout!r} differs from alias {seen.alias!r}'s {seen.layout!r} on the same "
+            what += f"HOSTS and NAMESPACE {cfg.namespace!r}: their locks would not exclude each other."
+            hint = "Give every alias of one namespace the same LAYOUT, or give them different NAMESPACEs."
+            problems.append(_problem("zklocks.E041", cfg.alias, what, hint))
     return problems
 
 

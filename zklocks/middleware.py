@@ -34,5 +34,19 @@ class ZkUnavailableMiddleware:
         response = HttpResponse(
             "ZooKeeper is unavailable; try again shortly.\n", status=503, content_type="text/plain; charset=utf-8"
         )
-        response["Retry-After"] = str(int(getattr(settings, "ZKLOCKS_UNAVAILABLE_RETRY_AFTER", 5)))
+        response["Retry-After"] = str(retry_after())
         return response
+
+
+def retry_after() -> int:
+    """The configured Retry-After, or 5 when it is not a whole number of seconds (manage.py check reports it as
+    zklocks.E054): a bad setting must not turn the outage's 503 into a 500."""
+    value = getattr(settings, "ZKLOCKS_UNAVAILABLE_RETRY_AFTER", 5)
+    if not is_seconds(value):
+        log.error("zklocks: ZKLOCKS_UNAVAILABLE_RETRY_AFTER=%r is not a number of seconds; sending 5", value)
+        return 5
+    return value
+
+
+def is_seconds(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -10,11 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import itertools
-import os
 import threading
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from . import forking
 
 _thread_local = threading.local()
 _numbers = itertools.count(1)
@@ -121,4 +122,4 @@ def reset_after_fork() -> None:
     _numbers_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+forking.register(reset_after_fork)

@@ -14,11 +14,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks.servers import RedisServer, start_zookeeper
 from zklocks.testing import free_port
+from zklocks.testing.startup import poll_until
 
 
 def _as_user() -> list[str]:
@@ -32,17 +32,12 @@ def _chown(path: Path) -> None:
         subprocess.run(["chown", "-R", "nobody:nogroup", str(path)], check=True)
 
 
-def _wait_port(port: int, proc: subprocess.Popen, timeout: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode}: {log.read_text(errors='replace')[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{what} did not listen on {port} within {timeout}s")
+def _listens(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def _killpg(proc: subprocess.Popen | None, sig: int = signal.SIGKILL) -> None:
@@ -76,7 +71,7 @@ class Process:
     def prepare(self) -> None:
         """One-time set-up before the first start (initdb, configuration files)."""
 
-    def start(self, timeout: float = 30.0):
+    def start(self, timeout: float = 60.0):
         if self.proc is None:
             self.prepare()
         log_path = self.dir / "server.log"
@@ -89,12 +84,13 @@ class Process:
                 start_new_session=True,
                 cwd=self.dir,
             )
-        _wait_port(self.port, self.proc, timeout, self.name, log_path)
-        self.ready()
+        message = f"{self.name} did not answer on {self.port} within {timeout}s"
+        poll_until(lambda: _listens(self.port) and self.ready(), log_path, message, timeout, proc=self.proc)
         return self
 
-    def ready(self) -> None:
-        """Wait until the server answers, not only listens."""
+    def ready(self) -> bool:
+        """Whether the server answers, not only listens (asked once it listens)."""
+        return True
 
     def kill(self) -> None:
         _killpg(self.proc)
@@ -146,18 +142,13 @@ class Postgres(Process):
             "shared_buffers=32MB",
         ]
 
-    def ready(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            ok = subprocess.run(
-                [pg_bin("pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            if ok.returncode == 0:
-                return
-            time.sleep(0.1)
-        raise RuntimeError("postgres did not accept connections")
+    def ready(self) -> bool:
+        ok = subprocess.run(
+            [pg_bin("pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port), "-U", self.user],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        return ok.returncode == 0
 
 
 class PgBouncer(Process):
@@ -224,18 +215,13 @@ class Etcd(Process):
             "500",
         ]
 
-    def ready(self) -> None:
+    def ready(self) -> bool:
         import requests
 
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(f"http://127.0.0.1:{self.port}/health", timeout=1).json().get("health") == "true":
-                    return
-            except (requests.RequestException, ValueError):
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("etcd did not become healthy")
+        try:
+            return requests.get(f"http://127.0.0.1:{self.port}/health", timeout=1).json().get("health") == "true"
+        except (requests.RequestException, ValueError):
+            return False
 
 
 class Redis:

@@ -74,12 +74,11 @@ def _catalog():
     # Shared lock: many readers at once, none while a restock (exclusive) runs.
     with zk_lock("catalog", shared=True, timeout=settings.DEMO_LOCK_TIMEOUT):
         time.sleep(settings.DEMO_READ_DELAY)
-        products = list(
+        return list(
             Product.objects.annotate(reserved=Sum("reservations__quantity"), orders=Count("reservations")).order_by(
                 "sku"
             )
         )
-    return products
 
 
 @require_GET

@@ -66,11 +66,10 @@ def test_the_demo_web_server_serves_the_admin_static_files_with_debug_off(tmp_pa
 
         status, body = wait_until(fetch, timeout=60, interval=0.3)
         assert status == 200 and b"body" in body
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/nope-404", timeout=5) as response:
-            pytest.fail(f"expected a 404, got {response.status}")
-    except urllib.error.HTTPError as exc:
-        assert exc.code == 404
-        page = exc.read()
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/nope-404", timeout=5).close()
+        assert info.value.code == 404
+        page = info.value.read()
         assert b"URLconf" not in page and b"DEBUG = True" not in page, page[:500]  # not Django's DEBUG page
     finally:
         server.terminate()

@@ -53,12 +53,29 @@ def test_a_namespace_inside_another_alias_namespace_on_a_shared_server_is_an_err
 
 
 @pytest.mark.parametrize(
+    ("outer", "inner"),
+    [
+        ("ZK1", "zk1:2181"),  # case and the default port
+        ("localhost:2181", "127.0.0.1"),  # two spellings of loopback
+        ("[::1]:2182,zk2", "127.0.0.1:2182"),
+    ],
+)
+def test_one_server_spelled_two_ways_is_one_server(outer, inner):
+    zklocks = {
+        "default": {"HOSTS": outer, "NAMESPACE": "/locks"},
+        "reports": {"HOSTS": inner, "NAMESPACE": "/locks/reports"},
+    }
+    assert [m.id for m in messages(ZKLOCKS=zklocks)] == ["zklocks.E042"]
+
+
+@pytest.mark.parametrize(
     "other",
     [
         {"HOSTS": "zk1:2181", "NAMESPACE": "/locks"},  # the same namespace: one set of locks, shared
         {"HOSTS": "zk1:2181", "NAMESPACE": "/locks-reports"},  # a prefix of the string, not of the path
         {"HOSTS": "zk1:2181", "NAMESPACE": "/other/locks"},
         {"HOSTS": "zk9:2181", "NAMESPACE": "/locks/reports"},  # another ensemble
+        {"HOSTS": "zk1:2182", "NAMESPACE": "/locks/reports"},  # another port: another server
     ],
 )
 def test_siblings_shared_namespaces_and_other_ensembles_pass(other):

@@ -116,7 +116,7 @@ def test_fenced_queryset_accepts_equal_and_higher_tokens_only():
     assert sorted(Stock.objects.filter(pk__in=[a.pk, b.pk]).values_list("quantity", "fence")) == [(4, 9), (5, 8)]
     assert both.update_or_reject(9, quantity=7) == 2
     for bad in (-1, "9", None, True):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="a fencing token is a non-negative int"):
             both.update_if_token(bad, quantity=1)
     with pytest.raises(ValueError, match="fence column"):
         both.update_if_token(10, fence=11)

@@ -64,7 +64,7 @@ def test_ports_are_held_distinct_and_off_the_ephemeral_range():
         if ports.pick_range() is not None:
             assert all(p < low for p in picked)
         for p in picked:
-            with socket.socket() as probe, pytest.raises(OSError):
+            with socket.socket() as probe, pytest.raises(OSError, match="Address already in use"):
                 probe.bind(("127.0.0.1", p))  # held
         assert set(picked) <= ports.claimed()
         first.release()

@@ -67,14 +67,18 @@ def test_status_command_prints_only_its_error(tmp_path):
     )
 
 
-def test_middleware_answers_503(tmp_path):
+@pytest.mark.parametrize("retry_after", [None, "'soon'"])
+def test_middleware_answers_503(tmp_path, retry_after):
+    """Also with a Retry-After setting manage.py check refuses (E054): the outage still answers 503, not 500."""
     port = free_port()
+    extra = "" if retry_after is None else f"ZKLOCKS_UNAVAILABLE_RETRY_AFTER = {retry_after}"
     project = Project(
         tmp_path,
         hosts=f"127.0.0.1:{port}",
-        settings_extra="""
+        settings_extra=f"""
             MIDDLEWARE = ["zklocks.middleware.ZkUnavailableMiddleware"]
             ZKLOCKS["default"]["CONNECT_TIMEOUT"] = 0.5
+            {extra}
         """,
     )
     project.write(
@@ -112,3 +116,5 @@ def test_middleware_answers_503(tmp_path):
         result.stderr
     )
     assert "zklocks: ZooKeeper unavailable for GET /reserve/tea/" in result.stderr
+    if retry_after is not None:
+        assert "ZKLOCKS_UNAVAILABLE_RETRY_AFTER='soon' is not a number of seconds; sending 5" in result.stderr

@@ -107,7 +107,7 @@ def test_invalid_names_are_refused_by_every_entry_point_before_touching_zookeepe
         "lock_path": lambda: lock_path(bad),
     }
     for what, use in uses.items():
-        with pytest.raises(ValueError, match=reason):
+        with pytest.raises(ValueError, match=reason):  # noqa: PT012 the fail names the use that did not raise
             use()
             pytest.fail(what)
     client = raw_client(zk_server.hosts)

@@ -221,7 +221,7 @@ def test_no_nodes_left_behind(zk_server):
 
 def test_invalid_name_is_value_error():
     for bad in ["", "x" * 201, "a\x01"]:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="lock name"):
             zk_lock(bad)
 
 

@@ -34,7 +34,7 @@ def raise_at(code, *, nth=1, caller=None):
             seen.append(frame)
             if len(seen) == nth:
                 raise Interrupted(f"injected at {code.co_qualname}")
-        return None
+        return
 
     return tracer, seen
 

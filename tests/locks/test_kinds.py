@@ -258,7 +258,7 @@ def test_semaphore_max_leases_mismatch_is_refused():
     with zk_semaphore("agree", 3):
         with pytest.raises(SemaphoreMismatch, match="max_leases=3 .* asked for 2"):
             in_thread(lambda: zk_semaphore("agree", 2).acquire())
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="max_leases must be an integer >= 1, not 0"):
         zk_semaphore("bad", 0)
 
 

@@ -417,7 +417,7 @@ def test_layout_checks(settings):
     hosts = "127.0.0.1:2181"
     settings.ZKLOCKS = {
         "default": {"HOSTS": hosts, "NAMESPACE": "/shop"},
-        "java": {"HOSTS": hosts, "NAMESPACE": "/shop", "LAYOUT": "curator"},
+        "java": {"HOSTS": "localhost:2181,zk2", "NAMESPACE": "/shop", "LAYOUT": "curator"},  # one server shared
         "other": {"HOSTS": hosts, "NAMESPACE": "/other", "LAYOUT": "curator"},
         "typo": {"HOSTS": hosts, "LAYOUT": "Curator"},
     }

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 from tests.support.helpers import ROOT, read_records, wait_until
 from tests.support.redis_server import RedisServer
+from zklocks.testing.startup import poll_until
 
 
 class CeleryWorker:
@@ -79,15 +79,9 @@ class CeleryWorker:
             start_new_session=True,
         )
         out.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker {self.name} exited with {self.proc.returncode}:\n{self.read_log()}")
-            if " ready." in self.read_log():
-                return self
-            time.sleep(0.1)
-        self.kill()
-        raise RuntimeError(f"worker {self.name} not ready within {timeout}s:\n{self.read_log()}")
+        message = f"worker {self.name} not ready within {timeout}s"
+        poll_until(lambda: " ready." in self.read_log(), self.log, message, timeout, proc=self.proc, stop=self.kill)
+        return self
 
     def read_log(self) -> str:
         try:

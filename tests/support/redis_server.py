@@ -8,11 +8,11 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from zklocks.testing.runtime import stop_group
 from zklocks.testing.server import free_port
+from zklocks.testing.startup import poll_until
 
 REDIS_SERVER = os.environ.get("ZKLOCKS_REDIS_SERVER", "redis-server")
 
@@ -63,15 +63,9 @@ class RedisServer:
             start_new_session=True,
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}; see {self.dir}/redis.log")
-            if self.ping():
-                return self
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"redis-server on port {self.port} did not start within {timeout}s")
+        message = f"redis-server on port {self.port} did not start within {timeout}s"
+        poll_until(self.ping, self.dir / "redis.log", message, timeout, proc=self.proc, stop=self.stop)
+        return self
 
     def stop(self) -> None:
         if self.proc is None:

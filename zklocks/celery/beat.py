@@ -111,7 +111,7 @@ class LeaderScheduler(Scheduler):
             self._step_down("leadership lost: the ZooKeeper session expired, was cut off or is no longer certain")
         if self._inner is None and not self._become_leader():
             return min(self.max_interval, 1.0)
-        assert self._inner is not None
+        assert self._inner is not None  # noqa: S101 for mypy only: the line above returned otherwise
         return self._inner.tick()
 
     def _become_leader(self) -> bool:
@@ -130,7 +130,7 @@ class LeaderScheduler(Scheduler):
             inner = cls.__new__(cls)
             inner.zklocks_guard = self
             inner.__init__(self.app, *self._inner_args, **self._inner_kwargs)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 the user's scheduler may raise anything: logged, the lead given back
             logger.error("beat: could not take the lead of election %r (alias %r): %s", self.election, self.using, exc)
             self.leader.release()
             time.sleep(1.0)
@@ -160,7 +160,7 @@ class LeaderScheduler(Scheduler):
             log("beat: stepping down as leader of %r (alias %r): %s", self.election, self.using, why)
             try:
                 inner.close()
-            except Exception as exc:  # the schedule's own storage may be gone with the leadership
+            except Exception as exc:  # noqa: BLE001 the schedule's own storage may be gone with the leadership
                 logger.warning("beat: closing %s failed: %s", self.scheduler_path, exc)
         self.leader.release(wait=True)
 
@@ -196,7 +196,7 @@ class LeaderScheduler(Scheduler):
                     exists=entry.name in self._sent,
                     deadline=deadline,
                 )
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 any failure counts as not recorded: nothing is sent
                 logger.warning("beat: could not record the send of %s in ZooKeeper: %s", entry.name, exc)
                 committed = False
             if committed:
@@ -208,7 +208,7 @@ class LeaderScheduler(Scheduler):
                 # Our node may still be there and only our guess of the entry's node was wrong: read again.
                 try:
                     self._sent = beatstate.read_sent(hold.session, hold.contender.parent, deadline)
-                except Exception:
+                except Exception:  # noqa: BLE001 a failed read ends the retries: nothing is sent
                     break
                 continue
             break

@@ -361,7 +361,7 @@ class SingleExecutionTask(Task):
                 signals.task_skipped, sender=self, task=self, name=name, alias=opts.lock_using, task_id=request.id
             )
             self.report("skipped", name, opts, request.id)
-            return None
+            return
         exc = LockNotAcquired(f"task {self.name}[{request.id}]: lock {name!r} is held by another execution", name=name)
         if opts.on_locked == "retry":
             try:
@@ -377,7 +377,7 @@ class SingleExecutionTask(Task):
 
     def _retry(self, exc: Exception, opts: LockOptions) -> Retry:
         # Jitter spreads retries that met the same holder, so they do not all come back at once.
-        countdown = opts.lock_retry_countdown * random.uniform(0.75, 1.25)
+        countdown = opts.lock_retry_countdown * random.uniform(0.75, 1.25)  # noqa: S311 jitter, no secret
         return self.retry(exc=exc, countdown=countdown, max_retries=opts.lock_max_retries)
 
     # -- queued markers (unique_queued) --

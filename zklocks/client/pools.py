@@ -5,10 +5,10 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+from collections.abc import Callable
 
-from .. import conf
+from .. import conf, forking
 from ..exceptions import ZkUnavailable
-from ..ops import reaper
 from .session import Session
 
 
@@ -55,7 +55,8 @@ class Pool:
                     session.close(wait=False)
                     raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
                 self._slots[idx] = session
-                reaper.schedule(self)
+                for hook in _on_session_started:
+                    hook(self)
         return session
 
     def sessions(self) -> list[Session]:
@@ -110,6 +111,7 @@ class ConnectionHandler:
 
 
 connections = ConnectionHandler()
+_on_session_started: list[Callable[[Pool], None]] = []
 _owner_pid = os.getpid()
 
 
@@ -119,8 +121,15 @@ def close_all(wait: bool = True) -> None:
         connections.close_all(wait=wait)
 
 
-def _after_fork_in_child() -> None:
-    """Every module with per-process state registers its own hook; this one drops the parent's sessions."""
+def on_session_started(hook: Callable[[Pool], None]) -> None:
+    """Call ``hook(pool)`` each time a pool has started a session (e.g. the reaper starts its sweeper then).
+
+    Layers above the client (operations) register here, so that the client never imports them."""
+    _on_session_started.append(hook)
+
+
+def reset_after_fork() -> None:
+    """The parent's sessions are not the child's: drop them (forking.SESSIONS, before every other reset)."""
     global _owner_pid
     _owner_pid = os.getpid()
     connections.drop_all()
@@ -131,5 +140,5 @@ def _at_exit() -> None:
         connections.close_all(wait=True)
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.register(reset_after_fork, forking.SESSIONS)
 atexit.register(_at_exit)

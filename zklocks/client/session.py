@@ -352,7 +352,7 @@ class Session(LeaseKeeping, OutageWatch):
         def start_kazoo() -> None:
             try:
                 box["live"] = self.client.start_async()
-            except Exception as exc:  # kazoo's or the OS's: reported below as ZkUnavailable
+            except Exception as exc:  # noqa: BLE001 kazoo's or the OS's: reported below as ZkUnavailable
                 box["error"] = exc
             finally:
                 started.set()

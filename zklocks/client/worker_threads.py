@@ -10,10 +10,10 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Callable
 
+from .. import forking
 from . import clock
 
 log = logging.getLogger("zklocks")
@@ -77,4 +77,4 @@ def signals() -> Dispatcher:
     return signal_dispatcher
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+forking.register(reset_after_fork)

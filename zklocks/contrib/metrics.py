@@ -31,6 +31,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .. import forking
 from ..client import observe
 from ..exceptions import ZkConfigError
 
@@ -174,7 +175,7 @@ class Metrics(observe.Observer):
         if state != "closed":
             self._child(self.sessions, (alias, state)).inc()
 
-    def _forget_after_fork(self) -> None:
+    def reset_after_fork(self) -> None:
         """A forked child holds nothing and has no sessions: its gauges start from zero."""
         self._lock = threading.Lock()
         self._held = {}
@@ -291,9 +292,9 @@ def exposition() -> tuple[bytes, str]:
     return prometheus_client.generate_latest(registry), prometheus_client.CONTENT_TYPE_LATEST
 
 
-def _after_fork_in_child() -> None:
+def reset_after_fork() -> None:
     for metrics in list(_instances):
-        metrics._forget_after_fork()
+        metrics.reset_after_fork()
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+forking.register(reset_after_fork)

@@ -4,13 +4,13 @@ ever runs on the event loop. Releases never queue behind waiting acquires."""
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from .. import forking
 from ..exceptions import LockTimeout, SyncLockInEventLoop
 from ..owners import owner_context
 
@@ -46,7 +46,7 @@ def reset_after_fork() -> None:
     _async_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+forking.register(reset_after_fork)
 
 
 async def run_off_loop(fn: Callable, *args: Any) -> Any:
@@ -110,5 +110,5 @@ def _connect_timeout(alias: str) -> float:
 
     try:
         return conf.alias_config(alias).connect_timeout
-    except Exception:
+    except Exception:  # noqa: BLE001 a bad alias: the acquire reports it
         return 0.0

@@ -7,13 +7,12 @@ A :class:`Grant` records what an acquire has taken so far, so that an exception 
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 from kazoo.protocol.states import EventType
 
-from .. import signals
+from .. import forking, signals
 from ..client import observe, worker_threads
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
@@ -279,7 +278,7 @@ def _record_in_lock_node(client, parent: str, record: bytes) -> None:
     def on_read(result) -> None:
         try:
             data, stat = result.get_nowait()
-        except Exception:
+        except Exception:  # noqa: BLE001 the record is for display only
             return  # gone, refused or disconnected: the record is for display only
         if data and node_data.parse_hold_record(data) is None:
             return
@@ -299,4 +298,4 @@ def reset_after_fork() -> None:
     long_holds = LongHolds()
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+forking.register(reset_after_fork)

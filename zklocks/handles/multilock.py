@@ -90,7 +90,7 @@ class ZkMultiLock(Acquirable):
         for lock in reversed(self.locks):
             try:
                 lock.release(wait)
-            except BaseException as exc:  # e.g. a signal handler's: the other members are released all the same
+            except BaseException as exc:  # noqa: BLE001 e.g. a signal handler's: the other members are released all the same
                 error = error or exc
         if error is not None:
             raise error

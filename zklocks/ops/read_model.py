@@ -321,7 +321,7 @@ def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
         text = str(exc)
         snap.error = text if repr(alias) in text else f"alias {alias!r}: {text}"
-    except Exception as exc:  # a snapshot reports, it never fails the page or the command
+    except Exception as exc:  # noqa: BLE001 a snapshot reports, it never fails the page or the command
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
         snap.error = f"alias {alias!r}: {type(exc).__name__}: {exc}"
     if snap.error:
@@ -352,7 +352,7 @@ def _read_all(wanted: list[tuple[str, list[str] | None]]) -> list[AliasSnapshot]
     for idx, alias, t, connected, started in running:
         try:
             limit = conf.alias_config(alias).connect_timeout
-        except Exception:
+        except Exception:  # noqa: BLE001 a bad alias: read_alias reports it at once
             limit = 0.0  # unknown or invalid alias: read_alias reports it at once
         if not connected.wait(max(0.0, started + limit + 0.5 - time.monotonic())):
             found[idx] = AliasSnapshot(

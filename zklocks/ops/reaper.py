@@ -12,13 +12,14 @@ runs out of sequence numbers after 2**31-1 creates. The sweep reports such nodes
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Protocol
 
 from kazoo.exceptions import BadVersionError, NoNodeError, NotEmptyError
 
+from .. import forking
+from ..client import pools
 from ..client.session import Session
 from ..conf import AliasConfig
 from ..recipes import layout
@@ -114,6 +115,7 @@ def internal_children(cfg: AliasConfig) -> tuple[str, ...]:
 
 _started: set[int] = set()
 _started_lock = threading.Lock()
+_installed = False  # the hook survives a fork: the child's pools call it too
 
 
 def reset_after_fork() -> None:
@@ -122,7 +124,7 @@ def reset_after_fork() -> None:
     _started_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=reset_after_fork)
+forking.register(reset_after_fork)
 
 
 class Pool(Protocol):
@@ -132,6 +134,14 @@ class Pool(Protocol):
     closed: bool
 
     def sessions(self) -> list[Session]: ...
+
+
+def install() -> None:
+    """Start each pool's sweeper with its first session; the app calls this when it is ready."""
+    global _installed
+    if not _installed:
+        _installed = True
+        pools.on_session_started(schedule)
 
 
 def schedule(pool: Pool) -> None:

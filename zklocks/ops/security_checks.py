@@ -30,9 +30,9 @@ def nested_namespaces(configs: dict[str, conf.AliasConfig]) -> list[checks.Check
     out: list[checks.CheckMessage] = []
     items = sorted(configs.items())
     for alias, cfg in items:
-        servers = set(cfg.hosts.split(","))
+        here = conf.servers(cfg.hosts)
         for other, ocfg in items:
-            if other == alias or not servers & set(ocfg.hosts.split(",")) or not _inside(cfg.namespace, ocfg.namespace):
+            if other == alias or not here & conf.servers(ocfg.hosts) or not _inside(cfg.namespace, ocfg.namespace):
                 continue
             out.append(
                 checks.Error(

@@ -29,7 +29,7 @@ def entry_node(entry: str) -> str:
     """The child name of an entry: its encoded name, or a digest for a name too long for one znode name."""
     encoded = encode_name(entry) if entry else ""
     if not encoded or len(encoded) > MAX_NAME_LENGTH or encoded.startswith("__"):
-        return "sha1-" + hashlib.sha1(entry.encode("utf-8")).hexdigest()
+        return "sha1-" + hashlib.sha1(entry.encode("utf-8"), usedforsecurity=False).hexdigest()
     return encoded
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import os
 import weakref
 
+from .. import forking
 from ..client.session import Session
 from .kazoo_calls import Deadline, DeadlinePassed
 
@@ -78,8 +78,8 @@ async def pace(session: Session, deadline: Deadline) -> None:
         raise DeadlinePassed() from None  # held back past the caller's deadline (the gate skips our future later)
 
 
-def _reset_after_fork() -> None:
+def reset_after_fork() -> None:
     _gates.clear()
 
 
-os.register_at_fork(after_in_child=_reset_after_fork)
+forking.register(reset_after_fork)

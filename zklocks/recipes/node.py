@@ -126,7 +126,7 @@ class OwnNode:
             result.get_nowait()
         except (ConnectionLoss, OperationTimeoutError):
             GuaranteedDelete(self).start_later()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 delete_failed reports any other failure
             delete_failed(self, exc)
 
     def abandon(self) -> None:
@@ -178,7 +178,7 @@ class _TransactionResult:
     def exception(self):
         try:
             self._unwrap()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 the failure is the answer
             return exc
         return None
 
@@ -232,7 +232,7 @@ class GuaranteedDelete:
         except (ConnectionLoss, OperationTimeoutError):
             self._later(self._search)
             return
-        except Exception:
+        except Exception:  # noqa: BLE001 NoNode parent, session gone, NoAuth: nothing was created
             return  # NoNode parent, session gone, NoAuth: nothing was created
         self.c._set_node(path, stat.czxid)
         self._delete()
@@ -252,7 +252,7 @@ class GuaranteedDelete:
         except (ConnectionLoss, OperationTimeoutError):
             self._later(self._search)
             return
-        except Exception:
+        except Exception:  # noqa: BLE001 session gone or refused: nothing to find
             return
         mine = self.c._find_own(children)
         if mine is not None:
@@ -270,7 +270,7 @@ class GuaranteedDelete:
             result.get_nowait()
         except (ConnectionLoss, OperationTimeoutError):
             self._later(self._delete)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 delete_failed reports any other failure
             delete_failed(self.c, exc)
 
     def _later(self, step: Callable[[], None]) -> None:

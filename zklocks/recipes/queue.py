@@ -198,7 +198,7 @@ class Contender(OwnNode):
         def _rearmed() -> bool:
             try:
                 arm().rawlink(on_rearmed)  # on this callback thread: the next event comes after the append
-            except Exception:  # the client is closing: wake up and look again
+            except Exception:  # noqa: BLE001 the client is closing: wake up and look again
                 return False
             return True
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import os
 import threading
 import time
 import weakref
@@ -26,6 +25,7 @@ from typing import Any
 
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 
+from .. import forking
 from ..client.interrupts import unmasked
 from ..client.session import Session
 from . import gate
@@ -139,7 +139,7 @@ def run(steps: Steps) -> Any:
         value, error = None, None
         try:
             value = _perform(step)
-        except BaseException as exc:  # handed to the recipe, which cleans up and re-raises
+        except BaseException as exc:  # noqa: BLE001 handed to the recipe, which cleans up and re-raises
             error = unmasked(exc)  # a signal handler's exception, not threading's RuntimeError that hides it
 
 
@@ -181,7 +181,7 @@ async def run_async(steps: Steps) -> Any:
         value, error = None, None
         try:
             value = await _perform_async(step)
-        except BaseException as exc:  # a cancellation too: the recipe gives back its node and re-raises
+        except BaseException as exc:  # noqa: BLE001 a cancellation too: the recipe gives back its node and re-raises
             error = exc
 
 
@@ -416,11 +416,11 @@ def _blocking_pool() -> ThreadPoolExecutor:
         return _pool
 
 
-def _reset_after_fork() -> None:
+def reset_after_fork() -> None:
     global _pool, _pool_lock
     _pool = None
     _pool_lock = threading.Lock()
     _open_batches.clear()
 
 
-os.register_at_fork(after_in_child=_reset_after_fork)
+forking.register(reset_after_fork)

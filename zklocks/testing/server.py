@@ -304,7 +304,7 @@ class ZkServer(StartedInWith):
         return held and not self._served and self.myid is None
 
     def _repick(self) -> None:
-        assert self._reservation is not None
+        assert self._reservation is not None  # noqa: S101 for mypy only: called when _movable() said so
         old = self._reservation
         self._reservation = _ports.Reservation(1, avoid=old.ports)
         old.unclaim()

@@ -8,16 +8,20 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+LOG_TAIL_CHARS = 4000  # how much of a server's log a failed start reports
 START_ATTEMPTS = 3  # a first start that lost a port is tried again on fresh ports, this many tries in all
 
 
 class ZkStartError(RuntimeError):
-    """A server or an ensemble did not start; the message says what each server was doing, logs included."""
+    """A server or an ensemble did not start (ZooKeeper, or any server a test starts through :func:`poll_until`);
+    the message says what each server was doing, logs included."""
 
 
 def listening_sockets() -> dict[int, set[str]] | None:
@@ -63,18 +67,48 @@ def port_owner(listeners: dict[int, set[str]] | None, mine: set[str] | None, por
     return "own" if inodes & mine else "other"
 
 
-def poll_until(ready, describe, message: str, timeout: float) -> None:
-    """Poll ``ready()`` every 0.1 s until it is true; ZkStartError on a timeout, or from ``ready()`` itself."""
+def poll_until(
+    ready,
+    describe,
+    message: str,
+    timeout: float,
+    *,
+    proc: subprocess.Popen | None = None,
+    stop: Callable[[], object] | None = None,
+) -> None:
+    """Poll ``ready()`` every 0.1 s until it is true; ZkStartError on a timeout, or from ``ready()`` itself.
+
+    ``describe`` adds what the caller knows to the error: a callable's text, the tail of a log file (a Path), or
+    nothing (None). With ``proc``, the server's process exiting ends the wait at once (a server that died will not
+    become ready). ``stop()``, if given, runs whenever the wait fails (e.g. to stop the server that did not start)."""
     deadline = time.monotonic() + timeout
     try:
         while not ready():
+            code = None if proc is None else proc.poll()
+            if code is not None:
+                raise ZkStartError(f"{message}: its process exited with {code}")
             if time.monotonic() > deadline:
                 raise ZkStartError(message)
             time.sleep(0.1)
     except ZkStartError as exc:
+        if stop is not None:
+            stop()
         if describe is None:
             raise
-        raise ZkStartError(f"{exc}\n{describe()}") from None
+        raise ZkStartError(f"{exc}\n{_described(describe)}") from None
+    except BaseException:
+        if stop is not None:
+            stop()
+        raise
+
+
+def _described(describe) -> str:
+    if not isinstance(describe, Path):
+        return describe()
+    try:
+        return f"--- {describe} (its end)\n" + describe.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+    except OSError as exc:
+        return f"--- {describe}: {exc}"
 
 
 def start_attempts(what, attempt, kill, repick, movable, describe, timeout: float) -> None:
@@ -94,7 +128,8 @@ def start_attempts(what, attempt, kill, repick, movable, describe, timeout: floa
             report = f"try {n} ({time.monotonic() - tried:.1f}s): {exc}\n{describe()}"
             failures.append(report)
             again = " (trying again on fresh ports)" if not last else ""
-            print(f"\nzklocks.testing: {what.name} did not start{again}, {report}", file=sys.stderr, flush=True)
+            text = f"\nzklocks.testing: {what.name} did not start{again}, {report}"
+            print(text, file=sys.stderr, flush=True)  # noqa: T201 the test run's stderr shows it before the logs go
             kill()
             if last:
                 break

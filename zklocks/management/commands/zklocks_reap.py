@@ -31,7 +31,8 @@ class Command(BaseCommand):
 
     def handle(self, *args, alias=None, recycle=None, wait=60.0, **options):
         if recycle:
-            return self._recycle(alias, recycle, wait)
+            self._recycle(alias, recycle, wait)
+            return
         for name in alias or conf.aliases():
             pool = connections[name]
             worn: list[tuple[str, int]] = []
