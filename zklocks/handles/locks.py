@@ -39,8 +39,18 @@ class ZkLock(BaseHandle):
         release_on_commit: bool | str = False,
         reentrant: bool = True,
         rw: bool = False,
+        on_lost: str = "notify",
+        max_hold: float | None = None,
     ) -> None:
-        super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+        super().__init__(
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            using=using,
+            release_on_commit=release_on_commit,
+            on_lost=on_lost,
+            max_hold=max_hold,
+        )
         self.shared = shared
         self.kind = Kind.SHARED if shared else Kind.EXCLUSIVE
         self.reentrant = reentrant
@@ -62,6 +72,8 @@ class ZkLock(BaseHandle):
             release_on_commit=self.release_on_commit,
             reentrant=self.reentrant,
             rw=self.rw,
+            on_lost=self.on_lost,
+            max_hold=self.max_hold,
         )
 
     waits_on_loop = True
@@ -136,15 +148,27 @@ def zk_lock(
     blocking: bool = True,
     using: str = "default",
     release_on_commit: bool | str = False,
+    on_lost: str = "notify",
+    max_hold: float | None = None,
 ) -> ZkLock:
     """A distributed lock on ``name``: context manager (``with``/``async with``), decorator, or handle.
 
     shared=True takes the read lock. blocking=False makes one attempt. timeout=None waits for ever.
     As a decorator, ``name`` may be a template filled from the call's bound arguments.
     release_on_commit=True (or a database alias) defers the release to transaction.on_commit.
+    on_lost="cancel" stops the holder when the lock is lost (LockLost raised in the holding thread, or the
+    holding asyncio task cancelled); "notify" (the default) only reports it. max_hold=s ends a hold after s
+    seconds as a loss under on_lost (docs/reliability.md, "Lost means stopped").
     """
     return ZkLock(
-        name, shared=shared, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
+        name,
+        shared=shared,
+        timeout=timeout,
+        blocking=blocking,
+        using=using,
+        release_on_commit=release_on_commit,
+        on_lost=on_lost,
+        max_hold=max_hold,
     )
 
 
