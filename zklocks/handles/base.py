@@ -41,6 +41,7 @@ from .async_bridge import acquire_off_loop, run_off_loop
 from .enforce import Enforcing
 from .hold_registry import Grant, Hold
 from .on_commit import release_after_commit
+from .stopping import LockLostInterrupt
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -198,9 +199,14 @@ class BaseHandle(Enforcing, Acquirable):
         through it (never a silent no-op that leaves the lock held); when nobody does, a release does nothing.
         """
         owner = current_owner()
-        # First of all: no stop of on_lost="cancel" may come after this point (enforce.py).
-        if self._stops:
-            self._disarm_for_release(owner if owner in self._mine else owners.releasing_for() or owner)
+        # First of all: no stop of on_lost="cancel" may come after this point. The try is inline: a call's own
+        # first instruction can take a pending stop, and must be inside it (enforce.py).
+        while self._stops:
+            try:
+                self._disarm_top(owner if owner in self._mine else owners.releasing_for() or owner)
+                break
+            except LockLostInterrupt:
+                continue  # it landed before the disarm: the body had ended
         with self._mine_lock:
             stack = self._mine.get(owner)
             if not stack:
@@ -339,8 +345,12 @@ class BaseHandle(Enforcing, Acquirable):
             return len(self._mine.get(owner, ()))
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self._stops:
-            self._disarm_for_release(current_owner())  # the body has ended: no stop may come after this
+        while self._stops:  # the body has ended: no stop may come after this (see release)
+            try:
+                self._disarm_top(current_owner())
+                break
+            except LockLostInterrupt:
+                continue
         if self.release_on_commit:
             release_after_commit(self, self.release_on_commit)
         else:

@@ -15,7 +15,7 @@ from typing import Any
 from .. import owners
 from ..client import worker_threads
 from .hold_registry import Hold
-from .stopping import LockLostInterrupt, Stopper, check_max_hold, check_on_lost
+from .stopping import Stopper, check_max_hold, check_on_lost
 
 
 class Enforcing:
@@ -100,13 +100,6 @@ class Enforcing:
                 self._stops[owner] = kept
             else:
                 del self._stops[owner]
-
-    def _disarm_for_release(self, owner: object) -> list[Stopper]:
-        while True:
-            try:
-                return self._disarm_top(owner)
-            except LockLostInterrupt:
-                continue  # it landed before the disarm: the body had ended; disarm again
 
     # -- async with --
 

@@ -13,7 +13,7 @@ from .async_bridge import acquire_off_loop, run_off_loop
 from .base import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
-from .stopping import check_max_hold, check_on_lost
+from .stopping import LockLostInterrupt, check_max_hold, check_on_lost
 
 MemberSpec = str | tuple[str, str] | ZkLock
 
@@ -97,9 +97,13 @@ class ZkMultiLock(Acquirable):
 
     def release(self, wait: bool = False) -> None:
         owner = owners.current_owner()
-        for lock in self.locks:  # no member's stop may land in another member's release
-            if lock._stops:
-                lock._disarm_for_release(owner)
+        for lock in self.locks:  # no member's stop may land in another member's release (inline try: base.py)
+            while lock._stops:
+                try:
+                    lock._disarm_top(owner)
+                    break
+                except LockLostInterrupt:
+                    continue
         error: BaseException | None = None
         for lock in reversed(self.locks):
             try:

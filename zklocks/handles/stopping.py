@@ -169,5 +169,7 @@ def swallow_own_interrupt(exc: BaseException) -> bool:
     return isinstance(exc, LockLostInterrupt)
 
 
-def forget_after_fork() -> None:
-    _fired.clear()
+def left_without_release(hold: Any) -> bool:
+    """Whether a stop reached the holder and the holder has left without releasing: the one instruction before
+    a ``with`` statement's ``__exit__`` starts can take a pending stop (see the module docstring)."""
+    return hold.lost and any(s.delivered and s.armed for s in hold.stoppers)
