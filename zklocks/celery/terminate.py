@@ -119,6 +119,31 @@ def restore_lock_lost(sender=None, task_id=None, exception=None, args=None, kwar
         pass
 
 
+def requeue_conflicts() -> list[tuple[str, str]]:
+    """zklocks.W080: tasks with on_lost="terminate" that Celery would requeue when their process ends
+    (``acks_late`` with ``reject_on_worker_lost``): they would run again instead of being recorded as failed."""
+    from celery import _state
+
+    found = []
+    for app in list(_state._get_active_apps()):
+        for name, task in sorted(app.tasks.items()):
+            if not hasattr(task, "lock_options"):
+                continue  # not a SingleExecutionTask
+            try:
+                on_lost = task.lock_options().on_lost
+            except Exception:  # noqa: BLE001 - an invalid option is E020/E021's to report
+                continue
+            if on_lost == "terminate" and task.acks_late and task.reject_on_worker_lost:
+                found.append(
+                    (
+                        name,
+                        "on_lost='terminate' with acks_late and reject_on_worker_lost: the task is requeued when its "
+                        "worker process ends for a lost lock, and runs again instead of failing with LockLost",
+                    )
+                )
+    return found
+
+
 # The worker's main process (prefork: the parent); a child's pid differs. Set when the worker starts.
 _main_pid = os.getpid()
 
