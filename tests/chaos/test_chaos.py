@@ -284,7 +284,7 @@ def test_work_never_overlaps_under_on_lost_cancel(request, tmp_path, capsys):
         run = ChaosRun(
             ensemble,
             tmp_path / "work",
-            settle=4.0 if long else 3.0,
+            settle=5.0 if long else 3.0,
             seed=seed,
             log=log,
             work=True,
