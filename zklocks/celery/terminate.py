@@ -86,7 +86,12 @@ def terminator(task: Any, request: Any, lock: Any, name: str) -> Callable[[Any],
                 lock._release_hold(stopper.hold, wait=True)
             except BaseException:  # noqa: BLE001 - the process ends either way; the session takes the node
                 pass
-        os.write(2, f"zklocks: {exc}\n".encode(errors="replace"))
+        ahead = (
+            ""
+            if stopper.lease_end is None
+            else f", {1000 * (stopper.lease_end - clock.now()):.0f} ms before the lease's end"
+        )
+        os.write(2, f"zklocks: {exc}{ahead}\n".encode(errors="replace"))
         os._exit(TERMINATE_EXIT)
 
     return terminate
