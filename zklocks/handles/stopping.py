@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from ..client import clock
 from ..exceptions import LockLost
+
+log = logging.getLogger("zklocks")
 
 ON_LOST = ("notify", "cancel", "terminate")
 
@@ -137,7 +140,15 @@ class Stopper:
                 return
             else:
                 _fired[self.thread_id] = self
-                _set_async_exc(self.thread_id, LockLostInterrupt)
+                if _set_async_exc(self.thread_id, LockLostInterrupt) != 1:
+                    # No such OS thread: a greenlet's id (gevent, eventlet) or a thread that has ended.
+                    _fired.pop(self.thread_id, None)
+                    log.warning(
+                        "zklocks: lock %r lost (%s): on_lost='cancel' found no thread to stop (greenlets are not "
+                        "threads: under gevent or eventlet the loss is only reported)",
+                        self.name,
+                        reason,
+                    )
                 return
         if self._terminate is not None:
             self._terminate(self)
