@@ -9,10 +9,13 @@ The loss is decided on the dispatch thread (client/lease_keeping.py): a session 
 loss :data:`CANCEL_AHEAD` or :data:`TERMINATE_AHEAD` before the lease deadline (never later), and
 ``Hold.mark_lost`` fires every armed stopper of the hold before anything else.
 
-The stopper never lands outside the hold: the holder disarms it first thing in its release, under the stopper's
-lock, and clears an exception that was set but not yet raised. CPython raises a pending asynchronous exception
-only where the thread also gives up the GIL (the eval breaker), so one that is set while the body's last
-instruction runs is raised in the body, or inside the release, before the disarm, where the release catches it.
+The stopper never lands outside the hold: the holder disarms it first thing in its release (enforce.py, base.py),
+under the stopper's lock, and clears an exception that was set but not yet raised. CPython raises a pending
+asynchronous exception at the thread's next check of its eval breaker (a call's first instruction, a loop's
+jump, the return of a C call); the disarm sits inside an inline ``try`` that takes one which lands there, and the
+release goes on. Only the first instruction of a ``with`` statement's ``__exit__`` is left uncovered: a stop
+that lands there leaves the statement as LockLost without the release, and :func:`left_without_release` lets
+the next acquire of that name give the stale hold back (docs/lost.md).
 """
 
 from __future__ import annotations
