@@ -292,3 +292,24 @@ def test_bad_options_are_refused():
         zk_semaphore("x", 2, max_hold="5")
     with pytest.raises(ValueError, match="on_lost"):
         zk_multi_lock(["a"], on_lost="stop")
+
+
+@pytest.mark.timeout(60)
+def test_a_holder_stopped_outside_a_release_can_take_the_lock_again(zk_server):
+    """acquire() with on_lost="cancel", stopped by a force-release, never released: the thread's next acquire of
+    the name gives the stale hold back instead of refusing it as "already held and lost"."""
+    with zk_settings(zk_server.hosts, "/onlost-stale"):
+        kz = raw_client(zk_server.hosts)
+        try:
+            lock = zk_lock("stale", on_lost="cancel")
+            assert lock.acquire()
+            node = lock._hold().contender.node
+            with pytest.raises(LockLost):
+                kz.delete(node)
+                spin_until_stopped(10)
+                raise AssertionError("not stopped")
+            with zk_lock("stale", timeout=5) as again:
+                assert again.is_held and again.token > 0
+        finally:
+            kz.stop()
+            kz.close()
