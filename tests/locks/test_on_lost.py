@@ -313,3 +313,22 @@ def test_a_holder_stopped_outside_a_release_can_take_the_lock_again(zk_server):
         finally:
             kz.stop()
             kz.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_body_that_swallows_the_cancellation_still_gets_lock_lost_from_async_with(zk_server, zk_expire):
+    async def main():
+        lock = zk_lock("aio-swallow", on_lost="cancel")
+        with pytest.raises(LockLost):
+            async with lock:
+                zk_expire(zk_server.hosts, session_of())
+                try:
+                    await asyncio.sleep(20)
+                except asyncio.CancelledError:
+                    pass  # a body that catches everything
+        await asyncio.sleep(0.05)  # and the caller's code after it is not cancelled
+        return lock
+
+    with zk_settings(zk_server.hosts, "/onlost-aio-swallow"):
+        lock = asyncio.run(asyncio.wait_for(main(), 20))
+        assert not lock._mine

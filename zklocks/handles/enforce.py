@@ -114,13 +114,17 @@ class Enforcing:
             return None
         task = fired.task
         assert task is not None
+        pending = getattr(task, "_must_cancel", False)  # requested, not yet thrown into the body
         remaining = task.uncancel()
         if exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
             return None if remaining > 0 else fired.lost_error()
-        # The body ended before the cancellation reached it: it must not reach the caller's code either.
-        if remaining == 0 and hasattr(task, "_must_cancel"):
-            task._must_cancel = False  # Python < 3.13: uncancel() leaves the pending cancel in place
-        return None
+        if pending:
+            # The body ended before the cancellation reached it: it must not reach the caller's code either.
+            if remaining == 0:
+                task._must_cancel = False  # Python < 3.13: uncancel() leaves the pending cancel in place
+            return None
+        # The body caught the cancellation and ended normally: the caller still learns that the lock was lost.
+        return fired.lost_error() if remaining == 0 else None
 
     # -- max_hold --
 
