@@ -121,7 +121,7 @@ class Enforcing:
         if pending:
             # The body ended before the cancellation reached it: it must not reach the caller's code either.
             if remaining == 0:
-                task._must_cancel = False  # Python < 3.13: uncancel() leaves the pending cancel in place
+                setattr(task, "_must_cancel", False)  # noqa: B010 - Python < 3.13: uncancel() leaves it pending
             return None
         # The body caught the cancellation and ended normally: the caller still learns that the lock was lost.
         return fired.lost_error() if remaining == 0 else None
