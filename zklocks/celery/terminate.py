@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 import tempfile
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from celery import signals as celery_signals
+from celery.backends.base import BaseKeyValueStoreBackend
 from celery.exceptions import WorkerLostError
 
 from ..client import clock
@@ -68,8 +70,13 @@ def _take_note(task_id: str) -> str | None:
 def terminator(task: Any, request: Any, lock: Any, name: str) -> Callable[[Any], None]:
     """What the stopper of one execution calls to end its process (runs on the dispatch thread)."""
     task_id = getattr(request, "id", None)
+    if task_id is not None and not getattr(request, "is_eager", False):
+        _warm(task.backend, task_id)
 
     def terminate(stopper: Any) -> None:
+        # The task's own thread still runs and takes the GIL for 5 ms at a time: each answer the store waits for
+        # would wait that long again. The process is ending; let the store have the GIL at once.
+        sys.setswitchinterval(0.0001)
         exc = LockLost(lost_message(name, stopper.reason, os.getpid()), name=name, reason=stopper.reason)
         # Leave 50 ms before the lease's end for the exit itself.
         left = STORE_LIMIT if stopper.lease_end is None else stopper.lease_end - clock.now() - 0.05
@@ -79,8 +86,13 @@ def terminator(task: Any, request: Any, lock: Any, name: str) -> Callable[[Any],
             if os.getpid() != _main_pid:  # a prefork child: its parent records the loss again (restore_lock_lost)
                 _leave_note(task_id, str(exc))
             store = threading.Thread(target=_store, args=(task, task_id, exc, request), daemon=True)
+            began = clock.now()
             store.start()
             store.join(max(0.0, left))
+            outcome = "NOT stored" if store.is_alive() else "stored"
+            stored = f"; failure {outcome} in {1000 * (clock.now() - began):.0f} ms"
+        else:
+            stored = ""
         if stopper.reason == "max_hold" and stopper.hold.session.connected:
             try:
                 lock._release_hold(stopper.hold, wait=True)
@@ -91,10 +103,22 @@ def terminator(task: Any, request: Any, lock: Any, name: str) -> Callable[[Any],
             if stopper.lease_end is None
             else f", {1000 * (stopper.lease_end - clock.now()):.0f} ms before the lease's end"
         )
-        os.write(2, f"zklocks: {exc}{ahead}\n".encode(errors="replace"))
+        os.write(2, f"zklocks: {exc}{ahead}{stored}\n".encode(errors="replace"))
         os._exit(TERMINATE_EXIT)
 
     return terminate
+
+
+def _warm(backend: Any, task_id: str) -> None:
+    """One read of a key-value result backend (Redis, memcached...) as the task starts: the store at a loss then
+    finds its connection open, and needs no connect within the little time the lease leaves. Other backends are
+    left alone (a read of the rpc backend would consume replies)."""
+    if not isinstance(backend, BaseKeyValueStoreBackend):
+        return
+    try:
+        backend.get(backend.get_key_for_task(task_id))
+    except Exception:  # noqa: BLE001 - a backend down now is the store's problem later, not the task's
+        pass
 
 
 def _store(task: Any, task_id: str, exc: LockLost, request: Any) -> None:
