@@ -17,6 +17,7 @@ from ..conf import Problem
 
 ON_LOCKED = ("skip", "retry", "raise")
 ON_UNAVAILABLE = ("fail", "retry")
+ON_LOST = ("notify", "cancel", "terminate")
 
 DEFAULTS: dict[str, Any] = {
     "LOCK_TIMEOUT": 0.0,  # seconds to wait for the lock before on_locked applies
@@ -27,6 +28,8 @@ DEFAULTS: dict[str, Any] = {
     "USING": "default",  # connection alias
     "UNIQUE_QUEUED": False,  # enqueue-time de-duplication
     "UNIQUE_TIMEOUT": 3600.0,  # seconds after which a queued marker is stale
+    "ON_LOST": "notify",  # notify | cancel | terminate: what a lost lock does to the running task
+    "MAX_HOLD": None,  # seconds: a cap on one execution's hold, ended as a loss under ON_LOST (None: no cap)
 }
 
 # task attribute -> ZKLOCKS_CELERY key (Celery's ``from_config`` pattern)
@@ -39,6 +42,8 @@ OPTION_KEYS: tuple[tuple[str, str], ...] = (
     ("lock_using", "USING"),
     ("unique_queued", "UNIQUE_QUEUED"),
     ("unique_timeout", "UNIQUE_TIMEOUT"),
+    ("on_lost", "ON_LOST"),
+    ("max_hold", "MAX_HOLD"),
 )
 
 
@@ -60,6 +65,12 @@ def value_problem(key: str, value: Any) -> str | None:
     elif key == "ON_LOCKED":
         if value not in ON_LOCKED:
             return f"{key} must be one of {', '.join(ON_LOCKED)}, not {value!r}"
+    elif key == "ON_LOST":
+        if value not in ON_LOST:
+            return f"{key} must be one of {', '.join(ON_LOST)}, not {value!r}"
+    elif key == "MAX_HOLD":
+        if value is not None and (not _number(value) or value <= 0):
+            return f"{key} must be None or a positive number of seconds, not {value!r}"
     elif key == "ON_UNAVAILABLE":
         if value not in ON_UNAVAILABLE:
             return f"{key} must be one of {', '.join(ON_UNAVAILABLE)}, not {value!r}"

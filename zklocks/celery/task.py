@@ -23,10 +23,13 @@ from .. import conf, names, signals
 from ..client.pools import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..handles.locks import ZkLock
+from ..handles.stopping import LockLostInterrupt
+from ..owners import current_owner
 from ..recipes import node_data
 from . import conf as celery_conf
 from . import keys, unique
 from .holder_task import holder_task_id
+from .terminate import terminator
 
 log = logging.getLogger("zklocks")
 
@@ -53,6 +56,8 @@ class LockOptions:
     lock_using: str
     unique_queued: bool
     unique_timeout: float
+    on_lost: str
+    max_hold: float | None
 
 
 def redelivery_wait(using: str) -> float:
@@ -88,6 +93,8 @@ class SingleExecutionTask(Task):
     lock_using: str | None = None
     unique_queued: bool | None = None
     unique_timeout: float | None = None
+    on_lost: str | None = None
+    max_hold: float | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -182,15 +189,26 @@ class SingleExecutionTask(Task):
         held.add(key)
         # Locks the body takes itself also record this task as their holder (shown by the admin).
         token = node_data.current_task.set((request.id, self.name))
+        owner = current_owner()
         try:
             return super().__call__(*args, **kwargs)
         finally:
+            # Before anything else: no stop of on_lost="cancel" may land in this clean-up (handles/base.py).
+            while lock._stops:
+                try:
+                    lock._disarm_top(owner)
+                    break
+                except LockLostInterrupt:
+                    continue
             node_data.current_task.reset(token)
             held.discard(key)
             request.zk_lock = previous
 
     def _acquire(self, name: str, opts: LockOptions, request) -> ZkLock | None:
-        lock = ZkLock(name, using=opts.lock_using, reentrant=False)
+        lock = ZkLock(name, using=opts.lock_using, reentrant=False, max_hold=opts.max_hold)
+        lock.on_lost = opts.on_lost
+        if opts.on_lost == "terminate":
+            lock.terminate = terminator(self, request, lock, name)
         wait = opts.lock_timeout
         token = node_data.current_task.set((request.id, self.name))
         got = False
