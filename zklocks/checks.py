@@ -8,10 +8,11 @@ E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E040 (unknown LAYO
 different LAYOUTs on the same HOSTS and NAMESPACE), E042 (one alias's NAMESPACE inside another's on a shared
 server: see zklocks/ops/security_checks.py). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
 option that neither SingleExecutionTask nor Celery knows, e.g. ``lock_timout``), W022 (the tasks of a Celery app
-could not be loaded); the de-duplication policies of a task: E100 (an invalid value), E101 (share_running with
-lock_concurrency above 1), E102 (debounce with unique_queued), E103 (keep_lock_on_retry with lock_concurrency
-above 1), W100 (debounce whose latest call can be skipped), W101 (share_running with unique_queued).
-The checks load the tasks of the project's Celery apps first, as a worker does.
+could not be loaded), W080 (a task with on_lost="terminate" that Celery requeues when its process ends:
+acks_late with reject_on_worker_lost); the de-duplication policies of a task: E100 (an invalid value), E101
+(share_running with lock_concurrency above 1), E102 (debounce with unique_queued), E103 (keep_lock_on_retry with
+lock_concurrency above 1), W100 (debounce whose latest call can be skipped), W101 (share_running with
+unique_queued). The checks load the tasks of the project's Celery apps first, as a worker does.
 
 Celery: E020/W020/E021 (ZKLOCKS_CELERY, task options; see celery/conf.py). Beat (ZKLOCKS_BEAT, checked when set):
 E030 (SCHEDULER is no importable Celery scheduler class), E031 (USING names no configured alias), E032 (not a dict,
@@ -40,6 +41,7 @@ request: see zklocks/ops/security_checks.py).
 
 from __future__ import annotations
 
+import sys
 import time
 
 from django.core import checks
@@ -249,6 +251,17 @@ def check_celery_settings(app_configs=None, **kwargs) -> list[checks.CheckMessag
     for check_id, where, msg, hint in dict.fromkeys(celery_conf.declared_policy_messages(celery_conf.task_defaults())):
         cls = checks.Warning if check_id.startswith("zklocks.W") else checks.Error
         messages.append(cls(f"{where}: {msg}", hint=hint, id=check_id))
+    if "celery" in sys.modules:  # only a project with a Celery app has tasks to look at
+        from .celery.terminate import requeue_conflicts
+
+        for where, msg in requeue_conflicts():
+            messages.append(
+                checks.Warning(
+                    f"{where}: {msg}.",
+                    hint="Set reject_on_worker_lost=False on the task, or use on_lost='cancel'.",
+                    id="zklocks.W080",
+                )
+            )
     for app, why in unloaded:
         messages.append(
             checks.Warning(

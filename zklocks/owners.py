@@ -96,6 +96,12 @@ def releasing_for() -> object | None:
     return _acquired_by.get()
 
 
+def acting_for_another() -> bool:
+    """Whether this code runs on behalf of another owner (an executor thread of an asyncio task, a release on
+    commit), not as its thread."""
+    return _owner_var.get() is not None
+
+
 def owner_context() -> contextvars.Context:
     """A context for executor threads that carries the calling task as the owner of holds."""
     token = _owner_var.set(current_owner())

@@ -88,3 +88,48 @@ def test_check_runs_without_celery_installed(tmp_path):
         "System check identified no issues (0 silenced).\n",
         "",
     )
+
+
+TERMINATE_TASKS = """\
+    from proj.celery import app
+    from zklocks.celery import SingleExecutionTask
+
+
+    @app.task(base=SingleExecutionTask, lock_key="sync:{n}", on_lost="terminate", acks_late=True,
+              reject_on_worker_lost=True)
+    def requeued(n):
+        return n
+
+
+    @app.task(base=SingleExecutionTask, lock_key="ok:{n}", on_lost="terminate", acks_late=True)
+    def recorded(n):
+        return n
+
+
+    @app.task(base=SingleExecutionTask, lock_key="bad:{n}", on_lost="kill", max_hold=0)
+    def bad(n):
+        return n
+"""
+
+TERMINATE_EXPECTED = """\
+SystemCheckError: System check identified some issues:
+
+ERRORS:
+?: (zklocks.E021) shop.tasks.bad: max_hold: must be None or a positive number of seconds, not 0
+\tHINT: Fix the option on the task (see the README, Celery).
+?: (zklocks.E021) shop.tasks.bad: on_lost: must be one of notify, cancel, terminate, not 'kill'
+\tHINT: Fix the option on the task (see the README, Celery).
+
+WARNINGS:
+?: (zklocks.W080) shop.tasks.requeued: on_lost='terminate' with acks_late and reject_on_worker_lost: the task is requeued when its worker process ends for a lost lock, and runs again instead of failing with LockLost.
+\tHINT: Set reject_on_worker_lost=False on the task, or use on_lost='cancel'.
+
+System check identified 3 issues (0 silenced).
+"""  # noqa: E501
+
+
+def test_check_reports_on_lost_options_and_a_terminated_task_that_would_be_requeued(tmp_path):
+    project = Project(tmp_path, celery=True)
+    project.write("shop/tasks.py", TERMINATE_TASKS)
+    result = project.manage("check")
+    assert (result.returncode, result.stdout, result.stderr) == (1, "", TERMINATE_EXPECTED)

@@ -98,9 +98,9 @@ def test_system_checks(bad_tasks):
     assert messages == [
         Warning(
             "ZKLOCKS_CELERY: unknown option(s) COLOUR.",
-            hint="Known options: CONCURRENCY, DEBOUNCE, KEEP_LOCK_ON_RETRY, LOCK_TIMEOUT, MAX_RETRIES, ON_LOCKED, "
-            "ON_UNAVAILABLE, RETRY_COUNTDOWN, RETRY_LOCK_GRACE, SHARE_RUNNING, THROTTLE, UNIQUE_QUEUED, "
-            "UNIQUE_TIMEOUT, USING.",
+            hint="Known options: CONCURRENCY, DEBOUNCE, KEEP_LOCK_ON_RETRY, LOCK_TIMEOUT, MAX_HOLD, MAX_RETRIES, "
+            "ON_LOCKED, ON_LOST, ON_UNAVAILABLE, RETRY_COUNTDOWN, RETRY_LOCK_GRACE, SHARE_RUNNING, THROTTLE, "
+            "UNIQUE_QUEUED, UNIQUE_TIMEOUT, USING.",
             id="zklocks.W020",
         ),
         Error(

@@ -78,8 +78,10 @@ class ChaosRun:
         settle: float = 1.0,
         seed: int | None = None,
         sigstop_targets: tuple[str, ...] = ("holder", "leader", "follower"),
+        work: bool = False,
         log=print,
     ) -> None:
+        self.work = work  # contenders record work intervals under on_lost="cancel" (worker.py --work)
         self.ensemble = ensemble
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -182,6 +184,7 @@ class ChaosRun:
                 str(self.dir),
                 "--tag",
                 tag,
+                *(["--work"] if self.work else []),
             ],
             cwd=ROOT,
             env=env,

@@ -10,7 +10,16 @@ import random
 
 import pytest
 
-from tests.chaos.checker import Fault, Hold, Report, check, check_exclusion, check_progress, seconds
+from tests.chaos.checker import (
+    Fault,
+    Hold,
+    Report,
+    check,
+    check_exclusion,
+    check_progress,
+    read_events,
+    seconds,
+)
 from tests.chaos.controller import MIN_SESSIONS, SHORT_PLAN, ChaosRun
 from zklocks.testing import ZkEnsemble
 
@@ -245,3 +254,73 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
     assert all(f.detail["died_holding"] for f in run.faults if f.kind == "kill-holder")
     assert report.revoked_holds == sum(f.kind == "expire-holder" for f in run.faults)
     assert counts.get("stuck_threads", 0) == 0
+
+
+# Faults that make a long hold lose its lock while it works: its server frozen or cut off from the others (its
+# lease runs out), or its session expired by someone else (a revocation: see below).
+WORK_PLAN = ["sigstop", "cut-follower", "isolate-leader", "split", "flap-link", "expire-holder"]
+WORK_LONG_ROUNDS = 8
+
+
+@pytest.mark.timeout(1800)
+def test_work_never_overlaps_under_on_lost_cancel(request, tmp_path, capsys):
+    """Contenders work under ``zk_lock(..., on_lost="cancel")`` and record the interval of the work itself: no
+    two work intervals of a name overlap. A hold whose lease runs out is stopped before the lease ends; a session
+    expired by someone else is revoked at once, which no client can foresee (the checker reports that overlap
+    apart, as in the main chaos test; fencing tokens cover it)."""
+    long = request.config.getoption("--chaos-long")
+    seed = int(os.environ.get("ZKLOCKS_CHAOS_SEED") or random.randrange(1 << 30))
+    rng = random.Random(seed)
+    faults = [k for _ in range(WORK_LONG_ROUNDS if long else 1) for k in rng.sample(WORK_PLAN, len(WORK_PLAN))]
+
+    def log(text: str) -> None:
+        with capsys.disabled():
+            print(text, flush=True)
+
+    ensemble = ZkEnsemble(3, tick_time=200, server_links=True)
+    run = None
+    try:
+        ensemble.start()
+        run = ChaosRun(
+            ensemble,
+            tmp_path / "work",
+            settle=5.0 if long else 3.0,
+            seed=seed,
+            log=log,
+            work=True,
+            sigstop_targets=("holder",),
+        )
+        log(f"\nchaos, work intervals ({'long' if long else 'short'} form): {len(faults)} faults, seed {seed}")
+        run.start()
+        run.run(faults)
+        run.finish()
+    finally:
+        if run is not None:
+            run.cleanup()
+        ensemble.cleanup()
+    report = run.report()
+    ends = [rec for _, rec in read_events(run.dir) if rec["ev"] == "end"]
+    stopped = [rec for rec in ends if not rec["valid"]]
+    margins = sorted(rec["margin"] for rec in stopped if rec.get("margin") is not None)
+    log(report.summary())
+    log(
+        f"work holds stopped by on_lost='cancel': {len(stopped)} "
+        f"({', '.join(sorted({str(r['reason']) for r in stopped}))}); of those stopped at their lease's end, "
+        f"the earliest {1000 * margins[-1]:.1f} ms and the latest {1000 * margins[0]:.1f} ms before it"
+        if margins
+        else f"work holds stopped: {len(stopped)}"
+    )
+    assert report.faults == len(faults)
+    assert report.overlaps == [], [(a.id, b.id) for a, b in report.overlaps]
+    assert report.unexplained_raw_overlaps == []
+    assert report.token_errors == []
+    assert report.crashes == [] and report.unfinished == []
+    assert report.no_progress == [], report.longest_stalls()
+    assert run.orphans == []
+    assert all(code == 0 for code in run.exit_codes), run.exit_codes
+    assert report.revoked_holds == faults.count("expire-holder")
+    # Long holds were made to lose their lock, and on_lost stopped their work no later than their lease ended.
+    assert margins and margins[0] >= 0, margins[:5]
+    assert report.holds > 300
+    if long:
+        assert report.holds >= 10_000, report.holds

@@ -15,6 +15,12 @@ A thread that acquires while ``<dir>/want-long-hold`` exists claims it (one rena
 ``{"ev": "long", "id", "sid", "name", "pid", "node"}`` and holds for the session timeout + 1.5 s unless it
 loses the lock first: the controller has a holder to freeze the server of, to expire, or to kill.
 
+With ``--work``, a hold is work under ``zk_lock(..., on_lost="cancel")`` instead: the thread works in steps of
+2 ms (no look at ``is_held``) until its hold time is up or LockLost stops it, and records the interval of the
+work it did: ``valid_until`` is its ``end``, taken after the last step (or in the handler of LockLost), so the
+checker's exclusion applies to the whole work interval. ``end`` also carries ``margin``: how long before its
+lease's end the loss stopped the work (negative: after).
+
 Control files in ``<dir>``: ``stop`` (finish the current hold, stop acquiring, then write ``idle-<pid>`` and
 keep the sessions open), ``exit`` (close every session and exit 0), and ``pause-<pid>``: while it exists, each
 thread finishes its current acquire and hold and starts no other, and once all of them wait the process writes
@@ -136,9 +142,62 @@ def contend(idx: int, args, rec: Recorder, stop: threading.Event, counts: dict, 
             time.sleep(0.1)
 
 
+def work_once(idx: int, n: int, args, rec: Recorder, rng: random.Random, counts: dict) -> int:
+    """One acquire and, if it succeeds, one recorded work interval, stopped by on_lost="cancel" if the lock is
+    lost. Returns 1 for a hold, 0 otherwise."""
+    from zklocks import LockLost, LockTimeout, ZkUnavailable, zk_lock
+    from zklocks.client import clock
+
+    name = rng.choice(args.names.split(","))
+    lock = zk_lock(name, timeout=rng.uniform(1.0, 6.0), on_lost="cancel")
+    hold_id = f"{os.getpid()}-{idx}-{n + 1}"
+    begun = False
+    try:
+        with lock:
+            try:
+                start = time.monotonic()
+                hold = lock._hold()
+                client = hold.session.client
+                sid, pw = client._session_id, client._session_passwd
+                rec.session(sid, pw)
+                rec.write(ev="begin", id=hold_id, name=name, start=start, token=lock.token, sid=sid)
+                begun = True
+                hold_until = start + hold_duration(rng, args.long_share)
+                if claim_long_hold(Path(args.dir), hold_id):
+                    rec.write(ev="long", id=hold_id, sid=sid, name=name, pid=os.getpid(), node=hold.contender.node)
+                    hold_until = start + args.session_timeout + 1.5
+                while time.monotonic() < hold_until:
+                    time.sleep(0.002)  # a step of work
+                end = time.monotonic()
+                rec.write(ev="end", id=hold_id, end=end, valid=True, valid_until=end, reason=None)
+            except LockLost as exc:
+                end = time.monotonic()  # the work stopped before this
+                margin = exc.lease_end - clock.now() if getattr(exc, "lease_end", None) else None
+                if begun:
+                    rec.write(
+                        ev="end", id=hold_id, end=end, valid=False, valid_until=end, reason=exc.reason, margin=margin
+                    )
+                    counts["lost"] += 1
+            if begun:
+                counts["holds"] += 1
+    except LockTimeout:
+        counts["timeouts"] += 1
+        return 0
+    except LockLost:
+        pass  # stopped before the work began (between the grant and the first line of the body)
+    except ZkUnavailable:
+        counts["unavailable"] += 1
+        time.sleep(0.1)
+        return 0
+    return int(begun)
+
+
 def hold_once(idx: int, n: int, args, rec: Recorder, rng: random.Random, counts: dict) -> int:
     """One acquire and, if it succeeds, one recorded hold. Returns 1 for a hold, 0 otherwise."""
     from zklocks import ZkUnavailable, zk_lock
+
+    if args.work:
+        return work_once(idx, n, args, rec, rng, counts)
 
     name = rng.choice(args.names.split(","))
     lock = zk_lock(name, timeout=rng.uniform(1.0, 6.0))
@@ -200,6 +259,7 @@ def main(argv=None) -> int:
     p.add_argument("--long-share", type=float, default=0.03)
     p.add_argument("--dir", required=True)
     p.add_argument("--tag", default="w")
+    p.add_argument("--work", action="store_true", help="record work intervals under on_lost='cancel'")
     args = p.parse_args(argv)
     setup(args)
     from zklocks.client.pools import close_all

@@ -301,3 +301,53 @@ def soft_limited(self, key, how="ensure_held"):
         outcome.update(late=time.monotonic() - start - SOFT_LIMIT, error=f"{type(exc).__module__}.{exc!r}")
     outcome["held_after"] = lock.is_held
     return outcome
+
+
+def _spin_and_report(task, key: str, limit: float) -> str:
+    """Publish the session (id, password) and pid, then work in pure Python, recording every 20 ms the wall
+    clock and when the lease ends (wall clock), until stopped or ``limit`` seconds."""
+    lock = task.request.zk_lock
+    hold = next(iter(lock._mine.values()))[0]
+    session = hold.session
+    session_id, password = session.client.client_id
+    record(
+        f"started-{key}", task_id=task.request.id, session_id=session_id, password=password.hex(), mono=time.monotonic()
+    )
+    ends = time.monotonic() + limit
+    beat = 0.0
+    while time.monotonic() < ends:
+        now = time.monotonic()
+        if now - beat >= 0.02:
+            beat = now
+            record(f"beat-{key}", t=time.time(), lease_end=time.time() + session.lease_remaining())
+    return "not stopped"
+
+
+@app.task(bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_locked="skip", on_lost="terminate")
+def terminate_on_loss(self, key, limit=30.0):
+    return _spin_and_report(self, key, limit)
+
+
+@app.task(bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_locked="skip", on_lost="cancel")
+def cancel_on_loss(self, key, limit=30.0):
+    try:
+        return _spin_and_report(self, key, limit)
+    except LockLost as exc:
+        record(f"stopped-{key}", t=time.time(), reason=exc.reason)
+        raise
+
+
+@app.task(bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_locked="skip", on_lost="cancel", max_hold=0.6)
+def capped_cancel(self, key, limit=30.0):
+    try:
+        return _spin_and_report(self, key, limit)
+    except LockLost as exc:
+        record(f"stopped-{key}", t=time.time(), mono=time.monotonic(), reason=exc.reason)
+        raise
+
+
+@app.task(
+    bind=True, base=SingleExecutionTask, lock_key="rec:{key}", on_locked="skip", on_lost="terminate", max_hold=0.6
+)
+def capped_terminate(self, key, limit=30.0):
+    return _spin_and_report(self, key, limit)

@@ -20,6 +20,7 @@ from ..conf import Problem
 
 ON_LOCKED = ("skip", "retry", "raise")
 ON_UNAVAILABLE = ("fail", "retry")
+ON_LOST = ("notify", "cancel", "terminate")
 
 DEFAULTS: dict[str, Any] = {
     "LOCK_TIMEOUT": 0.0,  # seconds to wait for the lock before on_locked applies
@@ -37,6 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "CONCURRENCY": 1,  # executions per key at once (above 1: a semaphore)
     "KEEP_LOCK_ON_RETRY": False,  # no other execution starts between the tries of self.retry()
     "RETRY_LOCK_GRACE": 30.0,  # seconds after the retry's countdown during which the lock waits for it
+    "ON_LOST": "notify",  # notify | cancel | terminate: what a lost lock does to the running task
+    "MAX_HOLD": None,  # seconds: a cap on one execution's hold, ended as a loss under ON_LOST (None: no cap)
 }
 
 # task attribute -> ZKLOCKS_CELERY key (Celery's ``from_config`` pattern)
@@ -49,6 +52,8 @@ OPTION_KEYS: tuple[tuple[str, str], ...] = (
     ("lock_using", "USING"),
     ("unique_queued", "UNIQUE_QUEUED"),
     ("unique_timeout", "UNIQUE_TIMEOUT"),
+    ("on_lost", "ON_LOST"),
+    ("max_hold", "MAX_HOLD"),
     ("share_running", "SHARE_RUNNING"),
     ("debounce", "DEBOUNCE"),
     ("throttle", "THROTTLE"),
@@ -80,6 +85,12 @@ def value_problem(key: str, value: Any) -> str | None:
     elif key == "ON_LOCKED":
         if value not in ON_LOCKED:
             return f"{key} must be one of {', '.join(ON_LOCKED)}, not {value!r}"
+    elif key == "ON_LOST":
+        if value not in ON_LOST:
+            return f"{key} must be one of {', '.join(ON_LOST)}, not {value!r}"
+    elif key == "MAX_HOLD":
+        if value is not None and (not _number(value) or value <= 0):
+            return f"{key} must be None or a positive number of seconds, not {value!r}"
     elif key == "ON_UNAVAILABLE":
         if value not in ON_UNAVAILABLE:
             return f"{key} must be one of {', '.join(ON_UNAVAILABLE)}, not {value!r}"

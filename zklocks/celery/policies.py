@@ -14,7 +14,9 @@ Server time comes from ``unique.server_now`` (an offset to ZooKeeper's clock, me
 
 from __future__ import annotations
 
+import datetime
 import logging
+from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -144,6 +146,17 @@ def start_in_window(using: str, name: str, window: float, task_id: str, task_nam
 
 
 # -- keep_lock_on_retry --
+
+
+def retry_delay(retry: Any) -> float:
+    """Seconds until a retry (Celery's ``Retry``) is due: its countdown, or its ETA from now."""
+    when = retry.when
+    if isinstance(when, datetime.datetime):
+        now = datetime.datetime.now(when.tzinfo) if when.tzinfo else datetime.datetime.now()
+        return max(0.0, (when - now).total_seconds())
+    if isinstance(when, (int, float)) and not isinstance(when, bool):
+        return max(0.0, float(when))
+    return 0.0
 
 
 def reserve_for_retry(using: str, name: str, task_id: str, task_name: str, ttl: float) -> None:

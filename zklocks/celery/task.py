@@ -8,7 +8,6 @@ at enqueue time. Options left at None on the class come from ``settings.ZKLOCKS_
 
 from __future__ import annotations
 
-import datetime
 import logging
 import random
 import threading
@@ -25,11 +24,16 @@ from ..client.pools import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..handles.locks import ZkLock
 from ..handles.semaphores import ZkSemaphore
+from ..handles.stopping import LockLostInterrupt
+from ..owners import current_owner
 from ..recipes import layout, node_data
 from . import conf as celery_conf
 from . import keys, policies, unique
 from .holder_task import holder_task_id
+from .markers import QueuedMarkers
 from .options import record_option_problems
+from .policies import retry_delay
+from .terminate import terminator
 
 __all__ = ["SingleExecutionTask", "LockOptions", "record_option_problems", "redelivery_wait", "retry_delay"]
 
@@ -58,6 +62,8 @@ class LockOptions:
     lock_using: str
     unique_queued: bool
     unique_timeout: float
+    on_lost: str
+    max_hold: float | None
     share_running: bool
     debounce: float | None
     throttle: float | None
@@ -72,7 +78,7 @@ def redelivery_wait(using: str) -> float:
     return 1.5 * connections[using].session().timeout + 1.0
 
 
-class SingleExecutionTask(Task):
+class SingleExecutionTask(QueuedMarkers, Task):
     """A Celery task that runs at most one execution per ``lock_key`` at a time.
 
     Options (None means: the value from ``settings.ZKLOCKS_CELERY``):
@@ -108,6 +114,8 @@ class SingleExecutionTask(Task):
     lock_using: str | None = None
     unique_queued: bool | None = None
     unique_timeout: float | None = None
+    on_lost: str | None = None
+    max_hold: float | None = None
     share_running: bool | None = None
     debounce: float | None = None
     throttle: float | None = None
@@ -281,9 +289,17 @@ class SingleExecutionTask(Task):
         held.add(key)
         # Locks the body takes itself also record this task as their holder (shown by the admin).
         token = node_data.current_task.set((request.id, self.name))
+        owner = current_owner()
         try:
             return super().__call__(*args, **kwargs)
         finally:
+            # Before anything else: no stop of on_lost="cancel" may land in this clean-up (handles/base.py).
+            while lock._stops:
+                try:
+                    lock._disarm_top(owner)
+                    break
+                except LockLostInterrupt:
+                    continue
             node_data.current_task.reset(token)
             held.discard(key)
             request.zk_lock = previous
@@ -291,9 +307,12 @@ class SingleExecutionTask(Task):
     def _acquire(self, name: str, opts: LockOptions, request) -> ZkLock | ZkSemaphore | None:
         lock: ZkLock | ZkSemaphore
         if opts.lock_concurrency > 1:
-            lock = ZkSemaphore(name, opts.lock_concurrency, using=opts.lock_using)
+            lock = ZkSemaphore(name, opts.lock_concurrency, using=opts.lock_using, max_hold=opts.max_hold)
         else:
-            lock = ZkLock(name, using=opts.lock_using, reentrant=False)
+            lock = ZkLock(name, using=opts.lock_using, reentrant=False, max_hold=opts.max_hold)
+        lock.on_lost = opts.on_lost
+        if opts.on_lost == "terminate":
+            lock.terminate = terminator(self, request, lock, name)
         wait = opts.lock_timeout
         token = node_data.current_task.set((request.id, self.name))
         got = False
@@ -379,46 +398,3 @@ class SingleExecutionTask(Task):
         # Jitter spreads retries that met the same holder, so they do not all come back at once.
         countdown = opts.lock_retry_countdown * random.uniform(0.75, 1.25)  # noqa: S311 jitter, no secret
         return self.retry(exc=exc, countdown=countdown, max_retries=opts.lock_max_retries)
-
-    # -- queued markers (unique_queued) --
-
-    def _marker_running(self, opts: LockOptions, name: str, task_id: str) -> None:
-        try:
-            unique.mark_running(opts.lock_using, name, task_id, self.name, opts.unique_timeout)
-        except ZkLocksError:
-            log.warning(
-                "zklocks: %s[%s]: cannot mark the queued marker of %r running", self.name, task_id, name, exc_info=True
-            )
-
-    def _forget_latest(self, opts: LockOptions, name: str, task_id: str) -> None:
-        try:
-            policies.delete_if_owned(opts.lock_using, name, layout.LATEST, task_id)
-        except ZkLocksError:
-            # Harmless: a later call replaces it; until then the admin lists this call as queued.
-            log.warning(
-                "zklocks: %s[%s]: cannot remove the debounce node of %r", self.name, task_id, name, exc_info=True
-            )
-
-    def _forget_marker(self, opts: LockOptions, name: str, task_id: str) -> None:
-        try:
-            unique.release(opts.lock_using, name, task_id)
-        except ZkLocksError:
-            log.warning(
-                "zklocks: %s[%s]: cannot remove the queued marker of %r; it goes stale within unique_timeout=%gs",
-                self.name,
-                task_id,
-                name,
-                opts.unique_timeout,
-                exc_info=True,
-            )
-
-
-def retry_delay(retry: Retry) -> float:
-    """Seconds until a retry is due: its countdown, or its ETA from now."""
-    when = retry.when
-    if isinstance(when, datetime.datetime):
-        now = datetime.datetime.now(when.tzinfo) if when.tzinfo else datetime.datetime.now()
-        return max(0.0, (when - now).total_seconds())
-    if isinstance(when, (int, float)) and not isinstance(when, bool):
-        return max(0.0, float(when))
-    return 0.0

@@ -31,6 +31,7 @@ class LeaseKeeping:
     _keeper_armed: bool
     _keeper_gen: int
     _renewing: bool
+    _holds: set
 
     if TYPE_CHECKING:
 
@@ -75,7 +76,8 @@ class LeaseKeeping:
         if self.dead or not self._has_interest():
             return
         remaining = self.lease_remaining()
-        if remaining <= 0:
+        stop = self.stop_ahead()
+        if remaining <= stop:
             self.declare_lost("suspended")
             return
         ahead = self.renew_ahead()
@@ -83,9 +85,17 @@ class LeaseKeeping:
             if not self._renewing and self._connected.is_set():
                 self._renew()
             # Look again soon: the round may not be enough (a late answer, a reconnect), and the deadline stands.
-            self._arm_keeper(clock.now() + min(remaining, ahead / 4))
+            self._arm_keeper(min(clock.now() + min(remaining, ahead / 4), self.lease_deadline() - stop))
         else:
             self._arm_keeper(self.lease_deadline() - ahead)
+
+    def stop_ahead(self) -> float:
+        """How long before the deadline the loss is declared: 0, or what the holds' on_lost needs to stop their
+        work before the lease ends (handles/stopping.py), at most half the renewal lead so that a renewal
+        round always gets its chance first."""
+        with self._lock:
+            wanted = max((getattr(hold, "stop_ahead", 0.0) for hold in self._holds), default=0.0)
+        return min(wanted, self.renew_ahead() / 2)
 
     def _renew(self) -> None:
         """One round of lease.py's proof: a sync (S2), then, once it is answered, an empty write (S3)."""

@@ -38,21 +38,32 @@ from ..recipes.step_runner import Blocking, Steps
 from . import hold_registry
 from .acquire_base import Acquirable
 from .async_bridge import acquire_off_loop, run_off_loop
+from .enforce import Enforcing
 from .hold_registry import Grant, Hold
 from .on_commit import release_after_commit
+from .stopping import LockLostInterrupt
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class BaseHandle(Acquirable):
+class BaseHandle(Enforcing, Acquirable):
     """Shared machinery: per-owner holds, properties, context-manager, decorator and async protocols."""
 
     kind: str = Kind.EXCLUSIVE
 
     def __init__(
-        self, name: str, *, timeout: float | None, blocking: bool, using: str, release_on_commit: bool | str = False
+        self,
+        name: str,
+        *,
+        timeout: float | None,
+        blocking: bool,
+        using: str,
+        release_on_commit: bool | str = False,
+        on_lost: str = "notify",
+        max_hold: float | None = None,
     ) -> None:
         self.name = validate_name(name)
+        self._init_enforcing(on_lost, max_hold)
         if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
             raise ValueError(f"timeout must be None or a number >= 0, not {timeout!r}")
         self.timeout = timeout
@@ -102,6 +113,8 @@ class BaseHandle(Acquirable):
         at: float | None = None,
     ) -> None:
         step_runner.run(self._acquire_steps(blocking, timeout, cancel, at))
+        if self._arming_here():
+            self._arm()
 
     async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
         if not self.waits_on_loop:
@@ -109,6 +122,7 @@ class BaseHandle(Acquirable):
         else:
             await step_runner.run_async(self._acquire_steps(blocking, timeout, None, None, on_loop=True))
         owners.note_async_holder()
+        self._arm()
 
     def _acquire_steps(
         self,
@@ -185,6 +199,14 @@ class BaseHandle(Acquirable):
         through it (never a silent no-op that leaves the lock held); when nobody does, a release does nothing.
         """
         owner = current_owner()
+        # First of all: no stop of on_lost="cancel" may come after this point. The try is inline: a call's own
+        # first instruction can take a pending stop, and must be inside it (enforce.py).
+        while self._stops:
+            try:
+                self._disarm_top(owner if owner in self._mine else owners.releasing_for() or owner)
+                break
+            except LockLostInterrupt:
+                continue  # it landed before the disarm: the body had ended
         with self._mine_lock:
             stack = self._mine.get(owner)
             if not stack:
@@ -205,6 +227,8 @@ class BaseHandle(Acquirable):
             hold = stack.pop()
             if not stack:
                 del self._mine[owner]
+        if self._stops:
+            self._forget_stops(owner)
         self._drop(hold, wait)
 
     def named_error(self, exc: BaseException) -> BaseException:
@@ -234,13 +258,16 @@ class BaseHandle(Acquirable):
             return
         try:
             hold.session.remove_hold(hold)
-            if not hold.lost:
+            # A hold ended by max_hold whose holder was stopped: its node goes as cleanly as in any release.
+            clean = hold.lost_reason == "max_hold" and not hold.released and not hold.session.dead
+            if not hold.lost or clean:
                 self._release_hold(hold, wait)
+                hold.released = hold.lost
         except BaseException:
             # Raised mid-release (a signal handler's): it reaches the caller, and the node goes all the same.
             hold.contender.abandon()
             raise
-        if hold.lost:
+        if hold.lost and not hold.released:
             # Lost, but our node may still be there (written by someone else: "changed"): it must go, or the
             # contenders behind it wait for our session to end. Gone already or with its session: nothing to do.
             hold.contender.abandon()
@@ -318,6 +345,12 @@ class BaseHandle(Acquirable):
             return len(self._mine.get(owner, ()))
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        while self._stops:  # the body has ended: no stop may come after this (see release)
+            try:
+                self._disarm_top(current_owner())
+                break
+            except LockLostInterrupt:
+                continue
         if self.release_on_commit:
             release_after_commit(self, self.release_on_commit)
         else:
@@ -330,10 +363,13 @@ class BaseHandle(Acquirable):
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
+        lost = self._leave_async(exc_type) if self._stops else None
         if self.waits_on_loop and not self.release_on_commit:
             self.release()  # sends the delete without waiting: nothing here blocks the loop
-            return
-        await run_off_loop(self.__exit__, exc_type, exc, tb)
+        else:
+            await run_off_loop(self.__exit__, exc_type, exc, tb)
+        if lost is not None:
+            raise lost from exc  # on_lost="cancel" cancelled the body: the caller sees why
 
     async def release_async(self, wait: bool = False) -> None:
         """``release`` for coroutines: the same ``wait``, without blocking the event loop."""
@@ -363,13 +399,15 @@ class BaseHandle(Acquirable):
 
         def handle_for(args: tuple, kwargs: dict) -> BaseHandle:
             if not templated:
-                return self._clone(template)
+                return self._copy_enforcing(self._clone(template))
             try:
                 arguments = names.bind_arguments(func, args, kwargs)
             except TypeError as exc:
                 raise TypeError(f"{where}: {exc}") from None
-            return self._clone(
-                names.render_template(template, arguments, what=where, label="lock name template", owner=owner)
+            return self._copy_enforcing(
+                self._clone(
+                    names.render_template(template, arguments, what=where, label="lock name template", owner=owner)
+                )
             )
 
         if inspect.iscoroutinefunction(func):

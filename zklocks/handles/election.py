@@ -30,11 +30,27 @@ class ZkLeader(BaseHandle):
 
     kind: str = Kind.ELECTION
 
-    def __init__(self, name: str, *, timeout: float | None = None, blocking: bool = True, using: str = "default"):
-        super().__init__(name, timeout=timeout, blocking=blocking, using=using)
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        using: str = "default",
+        on_lost: str = "notify",
+        max_hold: float | None = None,
+    ):
+        super().__init__(name, timeout=timeout, blocking=blocking, using=using, on_lost=on_lost, max_hold=max_hold)
 
     def _clone(self, name: str) -> ZkLeader:
-        return ZkLeader(name, timeout=self.timeout, blocking=self.blocking, using=self.using)
+        return ZkLeader(
+            name,
+            timeout=self.timeout,
+            blocking=self.blocking,
+            using=self.using,
+            on_lost=self.on_lost,
+            max_hold=self.max_hold,
+        )
 
     def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
         mine = self._hold(strict=True)
@@ -109,15 +125,16 @@ class ZkLeader(BaseHandle):
         return f"<ZkLeader {self.name!r} using={self.using!r} leader={self.is_leader}>"
 
 
-def zk_leader(name: str, *, using: str = "default") -> ZkLeader:
+def zk_leader(name: str, *, using: str = "default", on_lost: str = "notify", max_hold: float | None = None) -> ZkLeader:
     """A candidacy in the election ``name`` on alias ``using``.
 
     ``with zk_leader(name) as leader`` blocks until this process leads; ``acquire(blocking=True, timeout=None)``
     returns whether it was elected; ``release()`` steps down (idempotent). ``is_leader``, ``ensure_leader()`` (raises
     LockLost) and ``token`` (a fencing token, strictly increasing over successive leaders) tell the leader where
     it stands; a lost leadership is announced through ``zklocks.signals.lock_lost`` with ``kind="election"``.
+    ``on_lost="cancel"`` stops the leader's work when it loses; ``max_hold`` caps one term (as for zk_lock).
     """
-    return ZkLeader(name, using=using)
+    return ZkLeader(name, using=using, on_lost=on_lost, max_hold=max_hold)
 
 
 __all__ = ["ZkLeader", "zk_leader"]

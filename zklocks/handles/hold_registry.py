@@ -41,6 +41,8 @@ class Hold:
         "thread_name",
         "owner",
         "own_writes",
+        "stoppers",
+        "released",
         "__weakref__",
     )
 
@@ -54,6 +56,8 @@ class Hold:
         self.lost = False
         self.lost_reason: str | None = None
         self.own_writes = 0  # writes of ours to our node: its version past this means someone else wrote it
+        self.stoppers: list = []  # on_lost="cancel"/"terminate" (stopping.py): fired first when the hold is lost
+        self.released = False  # the node was deleted with its release mark at the loss (max_hold)
         self.acquired_at = time.monotonic()
         self.key = key
         task = self.task = node_data.current_task.get()
@@ -69,11 +73,18 @@ class Hold:
     def is_held(self) -> bool:
         return not self.lost and self.session.is_alive()
 
+    @property
+    def stop_ahead(self) -> float:
+        """How long before the lease deadline the session must declare its loss for this hold's stoppers."""
+        return max((s.ahead for s in self.stoppers if s.armed), default=0.0)
+
     def mark_lost(self, reason: str) -> None:
         if self.lost:
             return
         self.lost = True
         self.lost_reason = reason
+        for stopper in list(self.stoppers):  # the work first: the signal's receivers may take their time
+            stopper.fire(reason)
         if observe.observers:
             observe.lost(self, reason)
         signals.send_async(

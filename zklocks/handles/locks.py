@@ -20,7 +20,7 @@ from ..recipes import layout, node_data, queue, step_runner
 from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from ..recipes.step_runner import Steps
-from . import hold_registry
+from . import hold_registry, stopping
 from .base import BaseHandle
 from .hold_registry import Grant, Hold
 
@@ -39,8 +39,18 @@ class ZkLock(BaseHandle):
         release_on_commit: bool | str = False,
         reentrant: bool = True,
         rw: bool = False,
+        on_lost: str = "notify",
+        max_hold: float | None = None,
     ) -> None:
-        super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+        super().__init__(
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            using=using,
+            release_on_commit=release_on_commit,
+            on_lost=on_lost,
+            max_hold=max_hold,
+        )
         self.shared = shared
         self.kind = Kind.SHARED if shared else Kind.EXCLUSIVE
         self.reentrant = reentrant
@@ -62,6 +72,8 @@ class ZkLock(BaseHandle):
             release_on_commit=self.release_on_commit,
             reentrant=self.reentrant,
             rw=self.rw,
+            on_lost=self.on_lost,
+            max_hold=self.max_hold,
         )
 
     waits_on_loop = True
@@ -79,6 +91,13 @@ class ZkLock(BaseHandle):
         if self.reentrant:
             with hold_registry.registry_lock:
                 existing = hold_registry.registry.get(key)
+                if existing is not None and stopping.left_without_release(existing):
+                    # Its owner was stopped by on_lost="cancel" as it left the hold (stopping.py): the hold is
+                    # over, give its node back and take a new one.
+                    del hold_registry.registry[key]
+                    existing.session.remove_hold(existing)
+                    existing.contender.abandon()
+                    existing = None
                 if existing is not None:
                     if existing.lost or not existing.is_held:
                         reason = existing.lost_reason or "suspended"
@@ -136,15 +155,27 @@ def zk_lock(
     blocking: bool = True,
     using: str = "default",
     release_on_commit: bool | str = False,
+    on_lost: str = "notify",
+    max_hold: float | None = None,
 ) -> ZkLock:
     """A distributed lock on ``name``: context manager (``with``/``async with``), decorator, or handle.
 
     shared=True takes the read lock. blocking=False makes one attempt. timeout=None waits for ever.
     As a decorator, ``name`` may be a template filled from the call's bound arguments.
     release_on_commit=True (or a database alias) defers the release to transaction.on_commit.
+    on_lost="cancel" stops the holder when the lock is lost (LockLost raised in the holding thread, or the
+    holding asyncio task cancelled); "notify" (the default) only reports it. max_hold=s ends a hold after s
+    seconds as a loss under on_lost (docs/reliability.md, "Lost means stopped").
     """
     return ZkLock(
-        name, shared=shared, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
+        name,
+        shared=shared,
+        timeout=timeout,
+        blocking=blocking,
+        using=using,
+        release_on_commit=release_on_commit,
+        on_lost=on_lost,
+        max_hold=max_hold,
     )
 
 

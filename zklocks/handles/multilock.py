@@ -13,6 +13,7 @@ from .async_bridge import acquire_off_loop, run_off_loop
 from .base import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
+from .stopping import LockLostInterrupt, check_max_hold, check_on_lost
 
 MemberSpec = str | tuple[str, str] | ZkLock
 
@@ -31,10 +32,14 @@ class ZkMultiLock(Acquirable):
         blocking: bool = True,
         using: str = "default",
         release_on_commit: bool | str = False,
+        on_lost: str = "notify",
+        max_hold: float | None = None,
     ) -> None:
+        check_on_lost(on_lost)
+        check_max_hold(max_hold)
         locks: dict[str, ZkLock] = {}
         for spec in members:
-            lock = self._member(spec, using)
+            lock = self._member(spec, using, on_lost, max_hold)
             if lock.name in locks:
                 raise ValueError(f"zk_multi_lock: {lock.name!r} appears twice")
             locks[lock.name] = lock
@@ -49,13 +54,18 @@ class ZkMultiLock(Acquirable):
         self.names = [lock.name for lock in self.locks]
 
     @staticmethod
-    def _member(spec: MemberSpec, using: str) -> ZkLock:
+    def _member(spec: MemberSpec, using: str, on_lost: str, max_hold: float | None) -> ZkLock:
+        # Each member stops the holder on its own loss, and caps its own hold.
         if isinstance(spec, ZkLock):
-            return spec
+            if on_lost == "notify" and max_hold is None:
+                return spec
+            member = spec._clone(spec.name)
+            member.on_lost, member.max_hold = on_lost, max_hold
+            return member
         if isinstance(spec, str):
-            return ZkLock(spec, using=using)
+            return ZkLock(spec, using=using, on_lost=on_lost, max_hold=max_hold)
         if isinstance(spec, tuple) and len(spec) == 2 and spec[1] in (Kind.SHARED, Kind.EXCLUSIVE):
-            return ZkLock(spec[0], shared=spec[1] == Kind.SHARED, using=using)
+            return ZkLock(spec[0], shared=spec[1] == Kind.SHARED, using=using, on_lost=on_lost, max_hold=max_hold)
         raise ValueError(f"zk_multi_lock member {spec!r}: give a name, (name, 'shared'|'exclusive') or a zk_lock")
 
     def _acquire(
@@ -86,6 +96,14 @@ class ZkMultiLock(Acquirable):
         return f"multi-lock {self.names!r}", self.names[0]
 
     def release(self, wait: bool = False) -> None:
+        owner = owners.current_owner()
+        for lock in self.locks:  # no member's stop may land in another member's release (inline try: base.py)
+            while lock._stops:
+                try:
+                    lock._disarm_top(owner)
+                    break
+                except LockLostInterrupt:
+                    continue
         error: BaseException | None = None
         for lock in reversed(self.locks):
             try:
@@ -121,10 +139,18 @@ class ZkMultiLock(Acquirable):
     async def __aenter__(self):
         await acquire_off_loop(self, None, None)
         owners.note_async_holder()
+        for lock in self.locks:
+            lock._arm()  # the thread acquired for this task: the task is what a loss cancels
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> None:
+        lost = None
+        for lock in self.locks:
+            if lock._stops:
+                lost = lock._leave_async(exc_type) or lost
         await run_off_loop(self.__exit__, exc_type, exc, tb)
+        if lost is not None:
+            raise lost from exc
 
     def __call__(self, func: F) -> F:
         if inspect.iscoroutinefunction(func):
@@ -163,6 +189,18 @@ def zk_multi_lock(
     blocking: bool = True,
     using: str = "default",
     release_on_commit: bool | str = False,
+    on_lost: str = "notify",
+    max_hold: float | None = None,
 ) -> ZkMultiLock:
-    """Take several locks as one: ``zk_multi_lock(["a", ("b", "shared")], timeout=5)``; ``.tokens`` maps names."""
-    return ZkMultiLock(names, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+    """Take several locks as one: ``zk_multi_lock(["a", ("b", "shared")], timeout=5)``; ``.tokens`` maps names.
+
+    on_lost and max_hold apply to each member (as for zk_lock): the loss of any one stops the holder."""
+    return ZkMultiLock(
+        names,
+        timeout=timeout,
+        blocking=blocking,
+        using=using,
+        release_on_commit=release_on_commit,
+        on_lost=on_lost,
+        max_hold=max_hold,
+    )

@@ -26,14 +26,21 @@ class ZkRwLock:
         blocking: bool = True,
         using: str = "default",
         release_on_commit: bool | str = False,
+        on_lost: str = "notify",
+        max_hold: float | None = None,
     ) -> None:
         self.name = validate_name(name)
         self.using = using
-        commit = release_on_commit
-        self.read = ZkLock(
-            name, shared=True, rw=True, timeout=timeout, blocking=blocking, using=using, release_on_commit=commit
+        common: dict = dict(
+            timeout=timeout,
+            blocking=blocking,
+            using=using,
+            release_on_commit=release_on_commit,
+            on_lost=on_lost,
+            max_hold=max_hold,
         )
-        self.write = ZkLock(name, rw=True, timeout=timeout, blocking=blocking, using=using, release_on_commit=commit)
+        self.read = ZkLock(name, shared=True, rw=True, **common)
+        self.write = ZkLock(name, rw=True, **common)
 
     def __repr__(self) -> str:
         return f"<ZkRwLock {self.name!r} using={self.using!r}>"
@@ -46,8 +53,18 @@ def zk_rw_lock(
     blocking: bool = True,
     using: str = "default",
     release_on_commit: bool | str = False,
+    on_lost: str = "notify",
+    max_hold: float | None = None,
 ) -> ZkRwLock:
     """A read/write lock on ``name``: ``zk_rw_lock(name).read`` and ``zk_rw_lock(name).write`` are handles like
     zk_lock's (context manager, decorator, acquire/release, token, is_held). Under LAYOUT "curator" it works
     with Curator's ``InterProcessReadWriteLock(client, lock_path(name))``."""
-    return ZkRwLock(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+    return ZkRwLock(
+        name,
+        timeout=timeout,
+        blocking=blocking,
+        using=using,
+        release_on_commit=release_on_commit,
+        on_lost=on_lost,
+        max_hold=max_hold,
+    )

@@ -27,10 +27,20 @@ class ZkSemaphore(BaseHandle):
         blocking: bool = True,
         using: str = "default",
         release_on_commit: bool | str = False,
+        on_lost: str = "notify",
+        max_hold: float | None = None,
     ) -> None:
         if not isinstance(max_leases, int) or isinstance(max_leases, bool) or max_leases < 1:
             raise ValueError(f"max_leases must be an integer >= 1, not {max_leases!r}")
-        super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+        super().__init__(
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            using=using,
+            release_on_commit=release_on_commit,
+            on_lost=on_lost,
+            max_hold=max_hold,
+        )
         self.max_leases = max_leases
 
     def _clone(self, name: str) -> ZkSemaphore:
@@ -41,6 +51,8 @@ class ZkSemaphore(BaseHandle):
             blocking=self.blocking,
             using=self.using,
             release_on_commit=self.release_on_commit,
+            on_lost=self.on_lost,
+            max_hold=self.max_hold,
         )
 
     def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
@@ -77,8 +89,19 @@ def zk_semaphore(
     blocking: bool = True,
     using: str = "default",
     release_on_commit: bool | str = False,
+    on_lost: str = "notify",
+    max_hold: float | None = None,
 ) -> ZkSemaphore:
-    """A counting semaphore: at most ``max_leases`` holders of ``name`` at a time, across all processes."""
+    """A counting semaphore: at most ``max_leases`` holders of ``name`` at a time, across all processes.
+
+    on_lost and max_hold: as for zk_lock."""
     return ZkSemaphore(
-        name, max_leases, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
+        name,
+        max_leases,
+        timeout=timeout,
+        blocking=blocking,
+        using=using,
+        release_on_commit=release_on_commit,
+        on_lost=on_lost,
+        max_hold=max_hold,
     )
