@@ -10,18 +10,26 @@ ZooKeeper in one transaction with a ``check`` of its own candidate node (recipes
 commits only while no other beat can lead, so a leader that lost its session (expired, frozen past its
 timeout, cut off) cannot commit, and then it does not send. A new leader reads these times when elected: it
 neither repeats a send of the old leader nor skips one beyond the failover. The message carries the header
-``zklocks_beat = {"election", "token", "sent_at"}``: the token is the leader's fencing token.
+``zklocks_beat = {"election", "entry", "token", "sent_at", "host"}``: the token is the leader's fencing token,
+which workers with ``ZKLOCKS_BEAT["FENCE_WORKERS"]`` check (beat_fence.py).
+
+A claim whose answer was lost (timeout, connection loss) is resolved before anything is sent: once the
+connection is back, the entry's node says whether it committed (recipes/beatstate.py); a committed claim is sent
+if this beat still leads. A claim still unresolved when the leadership ends is noted as an orphan, and the leader
+that inherited it sends it (adopt_orphans), so the tick is not lost.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.beat import Scheduler
 from celery.utils.log import get_logger
 
+from ..client.pools import connections
 from ..handles.election import ZkLeader
 from ..recipes import beatstate
 from ..recipes.kazoo_calls import Deadline
@@ -29,6 +37,8 @@ from . import conf as celery_conf
 
 logger = get_logger(__name__)
 HEADER = "zklocks_beat"
+ORPHAN_POLL = 1.0  # seconds between two looks for orphaned claims while leading
+_HOST = socket.gethostname()[:64]
 
 
 def _timestamp(value: datetime) -> float:
@@ -36,7 +46,13 @@ def _timestamp(value: datetime) -> float:
     return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()
 
 
-class _Fenced:
+if TYPE_CHECKING:
+    from celery.beat import Scheduler as _MixinBase  # the mixin's super() is the configured scheduler class
+else:
+    _MixinBase = object
+
+
+class _Fenced(_MixinBase):
     """Mixed in before the configured scheduler class: catch up from ZooKeeper, and fence every send."""
 
     zklocks_guard: LeaderScheduler
@@ -53,6 +69,16 @@ class _Fenced:
         self._zklocks_stamp = stamp
         try:
             super().apply_entry(entry, producer=producer)  # logs "Sending due task"
+        finally:
+            self._zklocks_stamp = None
+
+    def zklocks_send(self, entry, stamp: dict[str, Any]) -> None:
+        """Send ``entry``'s task once more with ``stamp``, leaving its schedule alone (an orphaned tick)."""
+        self._zklocks_stamp = stamp
+        try:
+            self.apply_async(entry, producer=self.producer, advance=False)
+        except Exception as exc:
+            logger.error("beat: sending the orphaned tick of %s failed: %s", entry.name, exc)
         finally:
             self._zklocks_stamp = None
 
@@ -92,6 +118,11 @@ class LeaderScheduler(Scheduler):
         self._inner_kwargs = kwargs
         self._inner: Scheduler | None = None
         self._sent: dict[str, float] = {}  # entry name -> epoch seconds of its last send, as ZooKeeper has it
+        self._claims: dict[str, beatstate.Claim] = {}  # entry name -> its last claim (for the versioned write)
+        self._inherited: dict[str, beatstate.Claim] = {}  # claims of earlier leaders, read when elected
+        self._doubt: dict[str, tuple[float, int | None]] = {}  # our claims of unknown outcome: (sent_at, token)
+        self._parent: str | None = None  # the election's node, known once elected
+        self._orphans_at = 0.0  # monotonic time of the next look for orphans
         self._closed = False
         self.leader = ZkLeader(self.election, using=self.using)
         # Our own schedule stays empty: the elected leader runs the configured scheduler's.
@@ -112,20 +143,29 @@ class LeaderScheduler(Scheduler):
         if self._inner is None and not self._become_leader():
             return min(self.max_interval, 1.0)
         assert self._inner is not None
-        return self._inner.tick()
+        if time.monotonic() >= self._orphans_at:
+            self._orphans_at = time.monotonic() + ORPHAN_POLL
+            try:
+                self.adopt_orphans(self._inner)
+            except Exception as exc:
+                logger.warning("beat: could not look for orphaned claims: %s", exc)
+        return min(self._inner.tick(), ORPHAN_POLL)
 
     def _become_leader(self) -> bool:
         if self._closed:
             return False
         logger.info("beat: candidate in election %r (alias %r); waiting to lead", self.election, self.using)
         try:
+            self._settle_doubts()
             self.leader.acquire()  # blocks until elected
             hold = self.leader.leading_hold()
             if hold is None:  # elected on a lease that ran out at once: stand again
                 self.leader.release()
                 return False
-            contender = hold.contender
-            self._sent = beatstate.read_sent(hold.session, contender.parent, Deadline(hold.session.cfg.connect_timeout))
+            self._parent = hold.contender.parent
+            self._refresh(hold, Deadline(hold.session.cfg.connect_timeout))
+            self._inherited = {name: c for name, c in self._claims.items() if c.token != hold.token}
+            self._orphans_at = 0.0
             cls: Any = fenced_class(celery_conf.import_scheduler(self.scheduler_path))
             inner = cls.__new__(cls)
             inner.zklocks_guard = self
@@ -179,46 +219,124 @@ class LeaderScheduler(Scheduler):
     def claim(self, entry) -> dict[str, Any] | None:
         """Record ``entry``'s send in ZooKeeper, fenced by our candidate node; the header stamp, or None if this
         beat must not send."""
+        name = entry.name
         for attempt in (1, 2):
             hold = self.leader.leading_hold()
             if hold is None:
                 break
+            previous = self._claims.get(name)
+            version = previous.version if previous is not None else None
             sent_at = time.time()
             deadline = Deadline(hold.session.cfg.connect_timeout)
-            try:
-                committed = beatstate.record_sent(
-                    hold.session,
-                    hold.contender.node,  # type: ignore[arg-type]
-                    hold.contender.parent,
-                    entry.name,
-                    sent_at,
-                    hold.token,
-                    exists=entry.name in self._sent,
-                    deadline=deadline,
-                )
-            except Exception as exc:
-                logger.warning("beat: could not record the send of %s in ZooKeeper: %s", entry.name, exc)
-                committed = False
-            if committed:
-                self._sent[entry.name] = sent_at
-                if not self.leader.is_leader:  # the lease ran out while we wrote: do not send after all
+            outcome = beatstate.record_sent(
+                hold.session, self._own_node(hold), hold.contender.parent, name, sent_at, hold.token,
+                version=version, deadline=deadline,
+            )  # fmt: skip
+            if outcome == beatstate.UNKNOWN:
+                outcome = self._resolve(hold, name, sent_at, version)
+            if outcome == beatstate.COMMITTED:
+                self._sent[name] = sent_at
+                self._claims[name] = beatstate.Claim(name, sent_at, hold.token, 0 if version is None else version + 1)
+                if not self.leader.is_leader:  # the lease ran out while we wrote: the next leader sends it
+                    self._doubt[name] = (sent_at, hold.token)
                     break
-                return {"election": self.election, "token": hold.token, "sent_at": sent_at}
+                return self.stamp(name, hold.token, sent_at)
+            if outcome == beatstate.UNKNOWN:
+                logger.warning("beat: the claim of %s has an unknown outcome; it is resolved before any send", name)
+                self._doubt[name] = (sent_at, hold.token)
+                break
             if attempt == 1 and self.leader.is_leader:
-                # Our node may still be there and only our guess of the entry's node was wrong: read again.
+                # Our node may still be there and only our idea of the entry's node was stale: read again.
                 try:
-                    self._sent = beatstate.read_sent(hold.session, hold.contender.parent, deadline)
+                    self._refresh(hold, deadline)
                 except Exception:
                     break
                 continue
             break
         logger.warning(
             "beat: not sending %s: this beat does not lead election %r (alias %r) any more",
-            entry.name,
+            name,
             self.election,
             self.using,
         )
         return None
+
+    def stamp(self, name: str, token: int | None, sent_at: float) -> dict[str, Any]:
+        return {"election": self.election, "entry": name, "token": token, "sent_at": sent_at, "host": _HOST}
+
+    @staticmethod
+    def _own_node(hold) -> str:
+        return hold.contender.node
+
+    def _refresh(self, hold, deadline: Deadline) -> None:
+        self._claims = beatstate.read_sent(hold.session, hold.contender.parent, deadline)
+        self._sent = {name: claim.sent_at for name, claim in self._claims.items()}
+
+    def _resolve(self, hold, name: str, sent_at: float, version: int | None) -> str:
+        """A claim whose answer was lost: read the entry's node once the connection is back. Ours there: it
+        committed. Still at the version the claim needed: send the very same claim again (at most one of the
+        two copies can commit) and look again. Anything else, or no answer: UNKNOWN (see _settle_doubts)."""
+        refused = False
+        try:
+            for _ in range(3):
+                deadline = Deadline(hold.session.cfg.connect_timeout)
+                found = beatstate.read_claim(hold.session, hold.contender.parent, name, deadline)
+                if beatstate.same_claim(found, sent_at, hold.token):
+                    logger.info("beat: the claim of %s committed although its answer was lost", name)
+                    return beatstate.COMMITTED
+                if (found.version if found is not None else None) != version:
+                    return beatstate.REJECTED if self.leader.is_leader else beatstate.UNKNOWN
+                if refused:  # refused at an unchanged version: our node is gone, so no copy can commit any more
+                    return beatstate.REJECTED
+                again = beatstate.record_sent(
+                    hold.session, self._own_node(hold), hold.contender.parent, name, sent_at, hold.token,
+                    version=version, deadline=deadline,
+                )  # fmt: skip
+                if again == beatstate.COMMITTED:
+                    return again
+                refused = again == beatstate.REJECTED and not hold.session.dead
+        except Exception as exc:
+            logger.warning("beat: could not resolve the claim of %s: %s", name, exc)
+        return beatstate.UNKNOWN
+
+    def _settle_doubts(self) -> None:
+        """Claims of ours left UNKNOWN in an ended leadership: note them as orphans, so that the leader that
+        inherited them sends those that committed (we never will)."""
+        if not self._doubt or self._parent is None:
+            return
+        session = connections[self.using].session()
+        for name, (sent_at, token) in list(self._doubt.items()):
+            try:
+                beatstate.write_orphan(
+                    session, self._parent, name, sent_at, token, Deadline(session.cfg.connect_timeout)
+                )
+            except Exception as exc:
+                logger.warning("beat: could not note the unsent claim of %s: %s", name, exc)
+                continue
+            logger.warning(
+                "beat: the claim of %s (token %s) may have committed unsent; noted for the leader", name, token
+            )
+            del self._doubt[name]
+
+    def adopt_orphans(self, inner) -> None:
+        """Send each orphaned claim that this leader inherited (it committed and its beat never sent it), once."""
+        hold = self.leader.leading_hold()
+        if hold is None:
+            return
+        deadline = Deadline(hold.session.cfg.connect_timeout)
+        for child, orphan in beatstate.read_orphans(hold.session, hold.contender.parent, deadline):
+            inherited = self._inherited.get(orphan.entry)
+            committed = beatstate.same_claim(inherited, orphan.sent_at, orphan.token)
+            taken = beatstate.take_orphan(hold.session, self._own_node(hold), hold.contender.parent, child, deadline)
+            entry = inner.schedule.get(orphan.entry)
+            if taken != beatstate.COMMITTED or not committed or entry is None or not self.leader.is_leader:
+                continue
+            self._inherited.pop(orphan.entry, None)
+            logger.warning(
+                "beat: sending %s: a tick claimed by token %s at %.3f that its beat never sent", orphan.entry,
+                orphan.token, orphan.sent_at,
+            )  # fmt: skip
+            inner.zklocks_send(entry, self.stamp(orphan.entry, hold.token, orphan.sent_at))
 
     # -- syncing and shutdown --
 
