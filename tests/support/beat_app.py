@@ -3,11 +3,13 @@
 ZKLOCKS_TEST_HOSTS (a beat behind its own proxies gets their addresses), ZKLOCKS_TEST_NAMESPACE,
 ZKLOCKS_TEST_SESSION_TIMEOUT, ZKLOCKS_TEST_CONNECT_TIMEOUT, ZKLOCKS_TEST_BROKER, ZKLOCKS_TEST_RECORDS as in
 tests/celery_app.py; ZKLOCKS_TEST_BEAT_SCHEDULER (ZKLOCKS_BEAT["SCHEDULER"]), ZKLOCKS_TEST_BEAT_ELECTION and,
-for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats). One entry, ``every-second``,
+for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats); ZKLOCKS_TEST_BEAT_FENCE=1 turns on FENCE_WORKERS;
+ZKLOCKS_TEST_BEAT_PAUSE_FILE: see PausingScheduler. One entry, ``every-second``,
 runs ``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
 """
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -43,11 +45,13 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
         ZKLOCKS_BEAT={
             "SCHEDULER": os.environ.get("ZKLOCKS_TEST_BEAT_SCHEDULER", "celery.beat:PersistentScheduler"),
             "ELECTION": os.environ.get("ZKLOCKS_TEST_BEAT_ELECTION", "celery-beat"),
+            "FENCE_WORKERS": os.environ.get("ZKLOCKS_TEST_BEAT_FENCE") == "1",
         },
     )
     django.setup()
 
 from celery import Celery  # noqa: E402
+from celery.beat import PersistentScheduler  # noqa: E402
 
 BROKER = os.environ.get("ZKLOCKS_TEST_BROKER", "redis://127.0.0.1:6379")
 
@@ -76,6 +80,23 @@ def beat_tick(self):
         with open(Path(where) / "beat.jsonl", "a") as out:
             out.write(json.dumps(line) + "\n")
     return line
+
+
+PAUSE_LINE = "test: claimed, about to publish"
+
+
+class PausingScheduler(PersistentScheduler):
+    """PersistentScheduler that, once the file ZKLOCKS_TEST_BEAT_PAUSE_FILE exists, logs PAUSE_LINE between the
+    fenced claim and the publish of the next tick and waits a moment there, so that a test can SIGSTOP the beat
+    exactly in that window (a GC pause or a stalled VM between claim and publish)."""
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        flag = os.environ.get("ZKLOCKS_TEST_BEAT_PAUSE_FILE")
+        if flag and os.path.exists(flag):
+            os.unlink(flag)
+            logging.getLogger("celery.beat").warning("%s %s", PAUSE_LINE, entry.name)
+            time.sleep(1.0)
+        return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
 
 
 def prepare_database() -> None:
