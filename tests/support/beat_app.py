@@ -3,9 +3,9 @@
 ZKLOCKS_TEST_HOSTS (a beat behind its own proxies gets their addresses), ZKLOCKS_TEST_NAMESPACE,
 ZKLOCKS_TEST_SESSION_TIMEOUT, ZKLOCKS_TEST_CONNECT_TIMEOUT, ZKLOCKS_TEST_BROKER, ZKLOCKS_TEST_RECORDS as in
 tests/celery_app.py; ZKLOCKS_TEST_BEAT_SCHEDULER (ZKLOCKS_BEAT["SCHEDULER"]), ZKLOCKS_TEST_BEAT_ELECTION and,
-for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats); ZKLOCKS_TEST_BEAT_FENCE=1 turns on FENCE_WORKERS;
-ZKLOCKS_TEST_BEAT_PAUSE_FILE: see PausingScheduler. One entry, ``every-second``,
-runs ``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
+for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats); ZKLOCKS_TEST_BEAT_FENCE=1
+turns on FENCE_WORKERS; ZKLOCKS_TEST_BEAT_PAUSE_FILE: see PausingScheduler. One entry, ``every-second``, runs
+``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
 """
 
 import json

@@ -10,7 +10,7 @@ records the token in the entry's node in ONE versioned write:
 The write is a ``set_data`` at the version just read (or a ``create``): it commits only if no other worker
 recorded a token in between. A tick whose token is older than the recorded one is not run: it raises Celery's
 ``Ignore`` and is logged. So the ticks of one entry run in token order, and a deposed leader's late tick is
-dropped (docs/design.md, "Beat").
+dropped (docs/design.md §11).
 
 Installed by the zklocks app when the setting is on (apps.py): it wraps ``celery.app.task.Task.before_start``,
 which Celery's tracer calls before every task. A task class that overrides ``before_start`` must call

@@ -8,8 +8,8 @@ leader that lost its session (expired, frozen past its timeout, cut off) cannot 
 leader reads these nodes when elected, so it neither repeats a send nor skips one beyond the failover.
 
 Each claim after the first is a ``set_data`` at the version the leader last saw, so a claim whose answer was
-lost can be sent again unchanged: at most one of the copies commits, and a read tells which (docs/design.md,
-"Beat"). A beat that lost its session with such a claim unresolved leaves an orphan note:
+lost can be sent again unchanged: at most one of the copies commits, and a read tells which (docs/design.md
+§11). A beat that lost its session with such a claim unresolved leaves an orphan note:
 
     NAMESPACE/<election>/__beat__/__orphans__/<entry>-<token>    {"entry", "sent_at", "token"}
 
