@@ -1,4 +1,4 @@
-"""System checks of ZKLOCKS_BEAT (zklocks.E030, E031, E032, E090, W030): exact run_checks() output."""
+"""System checks of ZKLOCKS_BEAT (zklocks.E030, E031, E032, E090, E091, W030): exact run_checks() output."""
 
 import pytest
 from django.core import checks
@@ -53,7 +53,7 @@ def test_unknown_alias_bad_election_and_unknown_key():
     assert run({"USING": "nope", "ELECTION": "", "TIMEOUT": 3}) == [
         Warning(
             "ZKLOCKS_BEAT: unknown option(s) TIMEOUT.",
-            hint="Known options: ELECTION, FENCE_WORKERS, SCHEDULER, USING.",
+            hint="Known options: CATCH_UP, ELECTION, FENCE_WORKERS, SCHEDULER, USING.",
             id="zklocks.W030",
         ),
         Error(
@@ -81,3 +81,22 @@ def test_fence_workers_must_be_a_bool():
             id="zklocks.E090",
         )
     ]
+
+
+@pytest.mark.timeout(30)
+def test_catch_up_default_must_be_a_policy():
+    assert run({"CATCH_UP": "each:3"}) == []
+    (bad,) = run({"CATCH_UP": "sometimes"})
+    assert bad.id == "zklocks.E091" and "'sometimes' is no catch-up policy" in bad.msg
+
+
+@pytest.mark.timeout(30)
+def test_misspelt_catch_up_in_a_schedule_entry():
+    entries = {
+        "ok": {"task": "t", "schedule": 2.0, "options": {"zklocks_catch_up": "skip"}},
+        "bad": {"task": "t", "schedule": 2.0, "options": {"zklocks_catch_up": "each:none"}},
+        "plain": {"task": "t", "schedule": 2.0},
+    }
+    with override_settings(CELERY_BEAT_SCHEDULE=entries):
+        (bad,) = run({})
+    assert bad.id == "zklocks.E092" and "CELERY_BEAT_SCHEDULE['bad']" in bad.msg and "each:none" in bad.msg

@@ -68,6 +68,22 @@ app.conf.update(
     beat_max_loop_interval=1,
     beat_schedule={} if DB else {"every-second": {"task": "tests.support.beat_app.beat_tick", "schedule": 1.0}},
 )
+CATCH_UP = {  # ZKLOCKS_TEST_BEAT_CATCHUP=1: entries every 2 s, one per catch-up policy (None: the default)
+    "cu-skip": "skip",
+    "cu-once": None,
+    "cu-each": "each:2",
+    "cu-window-long": "window:60",
+    "cu-window-short": "window:2",
+}
+if os.environ.get("ZKLOCKS_TEST_BEAT_CATCHUP") == "1":
+    app.conf.beat_schedule = {
+        name: {
+            "task": "tests.support.beat_app.beat_tick",
+            "schedule": 2.0,
+            "options": {"zklocks_catch_up": policy} if policy else {},
+        }
+        for name, policy in CATCH_UP.items()
+    }
 
 
 @app.task(bind=True)

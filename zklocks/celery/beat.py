@@ -33,6 +33,7 @@ from ..client.pools import connections
 from ..handles.election import ZkLeader
 from ..recipes import beatstate
 from ..recipes.kazoo_calls import Deadline
+from . import catchup
 from . import conf as celery_conf
 
 logger = get_logger(__name__)
@@ -63,7 +64,8 @@ class _Fenced(_MixinBase):
         return super().is_due(entry)
 
     def apply_entry(self, entry, producer=None):
-        stamp = self.zklocks_guard.claim(entry)
+        due = catchup.due_of(entry, time.time())
+        stamp = self.zklocks_guard.claim(entry, due)
         if stamp is None:
             return  # not the leader (any more): nothing is sent
         self._zklocks_stamp = stamp
@@ -87,7 +89,8 @@ class _Fenced(_MixinBase):
         if stamp is None:
             return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         original = entry.options
-        entry.options = {**(original or {}), "headers": {**((original or {}).get("headers") or {}), HEADER: stamp}}
+        options = catchup.without_option(original)
+        entry.options = {**options, "headers": {**(options.get("headers") or {}), HEADER: stamp}}
         try:
             return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         finally:
@@ -123,6 +126,10 @@ class LeaderScheduler(Scheduler):
         self._doubt: dict[str, tuple[float, int | None]] = {}  # our claims of unknown outcome: (sent_at, token)
         self._parent: str | None = None  # the election's node, known once elected
         self._orphans_at = 0.0  # monotonic time of the next look for orphans
+        self.catch_up_default = catchup.parse(values["CATCH_UP"])
+        self.policies: dict[str, catchup.Policy] = {}  # entry name -> its catch-up policy, as last read
+        self._backlog: list[tuple[str, float]] = []  # (entry name, due time) of missed ticks still to send
+        self.elected_at = 0.0  # epoch seconds of this beat's last election
         self._closed = False
         self.leader = ZkLeader(self.election, using=self.using)
         # Our own schedule stays empty: the elected leader runs the configured scheduler's.
@@ -149,6 +156,9 @@ class LeaderScheduler(Scheduler):
                 self.adopt_orphans(self._inner)
             except Exception as exc:
                 logger.warning("beat: could not look for orphaned claims: %s", exc)
+        if self._backlog:
+            self._send_backlog(self._inner)
+            return 0.0
         return min(self._inner.tick(), ORPHAN_POLL)
 
     def _become_leader(self) -> bool:
@@ -166,6 +176,8 @@ class LeaderScheduler(Scheduler):
             self._refresh(hold, Deadline(hold.session.cfg.connect_timeout))
             self._inherited = {name: c for name, c in self._claims.items() if c.token != hold.token}
             self._orphans_at = 0.0
+            self._backlog = []
+            self.elected_at = time.time()  # ticks due before it were missed: their sends are catch-up sends
             cls: Any = fenced_class(celery_conf.import_scheduler(self.scheduler_path))
             inner = cls.__new__(cls)
             inner.zklocks_guard = self
@@ -180,6 +192,7 @@ class LeaderScheduler(Scheduler):
             # ZooKeeper knows every send (each is recorded before it happens); a local last run that is later
             # is no send (e.g. a fresh entry stamped "now" by its constructor), so it must not delay the next.
             self.catch_up(entry, exact=True)
+            self._plan_catch_up(entry)
         inner._heap = None  # rebuilt from the caught-up entries at the next tick
         logger.info(
             "beat: elected leader of %r (alias %r, token %s); last sends of %d %s read from ZooKeeper",
@@ -190,6 +203,41 @@ class LeaderScheduler(Scheduler):
             "entry" if len(self._sent) == 1 else "entries",
         )
         return True
+
+    def _plan_catch_up(self, entry) -> None:
+        """Apply the entry's catch-up policy to the ticks missed since its last send (catchup.py)."""
+        since = self._sent.get(entry.name)
+        if since is None:
+            return
+        try:
+            policy = catchup.policy_of(entry, self.catch_up_default)
+        except ValueError as exc:
+            logger.error("beat: entry %s: %s; using %s", entry.name, exc, self.catch_up_default)
+            policy = self.catch_up_default
+        self.policies[entry.name] = policy
+        now = time.time()
+        ticks = catchup.missed_ticks(entry.schedule, since, now, self.app.timezone)
+        decision = catchup.decide(policy, ticks, now)
+        if decision.last_run_at is not None:
+            entry.last_run_at = datetime.fromtimestamp(decision.last_run_at, tz=self.app.timezone)
+        self._backlog.extend((entry.name, due) for due in decision.backlog)
+        if ticks:
+            sends = len(decision.backlog) if decision.last_run_at is not None else 1
+            logger.info(
+                "beat: %s missed %d tick(s) since its last send; catch-up %s: sending %d", entry.name, len(ticks),
+                policy, sends,
+            )  # fmt: skip
+
+    def _send_backlog(self, inner) -> None:
+        """Send the next missed tick that an "each:N" policy keeps (one per loop, each claimed like any)."""
+        name, due = self._backlog.pop(0)
+        entry = inner.schedule.get(name)
+        if entry is None:
+            return
+        stamp = self.claim(entry, due)
+        if stamp is not None:
+            logger.info("beat: sending %s's missed tick due at %.3f (catch-up)", name, due)
+            inner.zklocks_send(entry, stamp)
 
     def _step_down(self, why: str, *, clean: bool = False) -> None:
         """Stop running the schedule and leave the election. ``clean``: a requested stop (shutdown), logged at
@@ -216,7 +264,7 @@ class LeaderScheduler(Scheduler):
         if last is None or _timestamp(last) < sent - 0.001 or (exact and abs(_timestamp(last) - sent) > 0.001):
             entry.last_run_at = datetime.fromtimestamp(sent, tz=self.app.timezone)
 
-    def claim(self, entry) -> dict[str, Any] | None:
+    def claim(self, entry, due: float | None = None) -> dict[str, Any] | None:
         """Record ``entry``'s send in ZooKeeper, fenced by our candidate node; the header stamp, or None if this
         beat must not send."""
         name = entry.name
@@ -240,7 +288,7 @@ class LeaderScheduler(Scheduler):
                 if not self.leader.is_leader:  # the lease ran out while we wrote: the next leader sends it
                     self._doubt[name] = (sent_at, hold.token)
                     break
-                return self.stamp(name, hold.token, sent_at)
+                return self.stamp(name, hold.token, sent_at, due)
             if outcome == beatstate.UNKNOWN:
                 logger.warning("beat: the claim of %s has an unknown outcome; it is resolved before any send", name)
                 self._doubt[name] = (sent_at, hold.token)
@@ -261,8 +309,13 @@ class LeaderScheduler(Scheduler):
         )
         return None
 
-    def stamp(self, name: str, token: int | None, sent_at: float) -> dict[str, Any]:
-        return {"election": self.election, "entry": name, "token": token, "sent_at": sent_at, "host": _HOST}
+    def stamp(self, name: str, token: int | None, sent_at: float, due: float | None = None) -> dict[str, Any]:
+        stamp = {"election": self.election, "entry": name, "token": token, "sent_at": sent_at, "host": _HOST}
+        if due is not None:
+            stamp["due"] = round(due, 6)
+            if due < self.elected_at:
+                stamp["catch_up"] = True
+        return stamp
 
     @staticmethod
     def _own_node(hold) -> str:
