@@ -4,7 +4,8 @@ ZKLOCKS_TEST_HOSTS (a beat behind its own proxies gets their addresses), ZKLOCKS
 ZKLOCKS_TEST_SESSION_TIMEOUT, ZKLOCKS_TEST_CONNECT_TIMEOUT, ZKLOCKS_TEST_BROKER, ZKLOCKS_TEST_RECORDS as in
 tests/celery_app.py; ZKLOCKS_TEST_BEAT_SCHEDULER (ZKLOCKS_BEAT["SCHEDULER"]), ZKLOCKS_TEST_BEAT_ELECTION and,
 for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats); ZKLOCKS_TEST_BEAT_FENCE=1
-turns on FENCE_WORKERS; ZKLOCKS_TEST_BEAT_PAUSE_FILE: see PausingScheduler. One entry, ``every-second``, runs
+turns on FENCE_WORKERS; ZKLOCKS_TEST_BEAT_PAUSE_FILE: see PausingScheduler;
+ZKLOCKS_TEST_BEAT_ENTRIES, ZKLOCKS_TEST_BEAT_CATCHUP: other schedules (below). One entry, ``every-second``, runs
 ``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
 """
 
@@ -75,6 +76,11 @@ CATCH_UP = {  # ZKLOCKS_TEST_BEAT_CATCHUP=1: entries every 2 s, one per catch-up
     "cu-window-long": "window:60",
     "cu-window-short": "window:2",
 }
+if os.environ.get("ZKLOCKS_TEST_BEAT_ENTRIES"):  # JSON {name: seconds}: this beat's own beat_schedule
+    app.conf.beat_schedule = {
+        name: {"task": "tests.support.beat_app.beat_tick", "schedule": float(seconds)}
+        for name, seconds in json.loads(os.environ["ZKLOCKS_TEST_BEAT_ENTRIES"]).items()
+    }
 if os.environ.get("ZKLOCKS_TEST_BEAT_CATCHUP") == "1":
     app.conf.beat_schedule = {
         name: {
@@ -127,5 +133,25 @@ def prepare_database() -> None:
     )
 
 
+def edit_database(action: str, name: str, period: str = "1") -> None:
+    """``set NAME SECONDS``: create or change an entry running every SECONDS; ``disable NAME``: switch it off."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    if action == "disable":
+        task = PeriodicTask.objects.get(name=name)
+        task.enabled = False
+        task.save()  # save(), as the admin does: django-celery-beat's change tracking sees it
+        return
+    every, _ = IntervalSchedule.objects.get_or_create(every=int(period), period=IntervalSchedule.SECONDS)
+    task = PeriodicTask.objects.filter(name=name).first() or PeriodicTask(name=name)
+    task.task, task.interval, task.enabled = "tests.support.beat_app.beat_tick", every, True
+    task.save()
+
+
 if __name__ == "__main__":
-    prepare_database()
+    import sys
+
+    if len(sys.argv) > 1:
+        edit_database(*sys.argv[1:])
+    else:
+        prepare_database()

@@ -31,9 +31,10 @@ from celery.utils.log import get_logger
 
 from ..client.pools import connections
 from ..handles.election import ZkLeader
+from ..names import join_path
 from ..recipes import beatstate
 from ..recipes.kazoo_calls import Deadline
-from . import catchup
+from . import catchup, schedule_share
 from . import conf as celery_conf
 
 logger = get_logger(__name__)
@@ -130,6 +131,8 @@ class LeaderScheduler(Scheduler):
         self.policies: dict[str, catchup.Policy] = {}  # entry name -> its catch-up policy, as last read
         self._backlog: list[tuple[str, float]] = []  # (entry name, due time) of missed ticks still to send
         self.elected_at = 0.0  # epoch seconds of this beat's last election
+        self._published = False  # this beat's beat_schedule was offered to the leader (schedule_share.py)
+        self._schedule_seen: int | None = None  # the shared schedule's version last merged
         self._closed = False
         self.leader = ZkLeader(self.election, using=self.using)
         # Our own schedule stays empty: the elected leader runs the configured scheduler's.
@@ -152,10 +155,7 @@ class LeaderScheduler(Scheduler):
         assert self._inner is not None
         if time.monotonic() >= self._orphans_at:
             self._orphans_at = time.monotonic() + ORPHAN_POLL
-            try:
-                self.adopt_orphans(self._inner)
-            except Exception as exc:
-                logger.warning("beat: could not look for orphaned claims: %s", exc)
+            self._look_around(self._inner)
         if self._backlog:
             self._send_backlog(self._inner)
             return 0.0
@@ -165,6 +165,8 @@ class LeaderScheduler(Scheduler):
         if self._closed:
             return False
         logger.info("beat: candidate in election %r (alias %r); waiting to lead", self.election, self.using)
+        if not self._published:
+            self._publish_own_schedule()
         try:
             self._settle_doubts()
             self.leader.acquire()  # blocks until elected
@@ -177,6 +179,7 @@ class LeaderScheduler(Scheduler):
             self._inherited = {name: c for name, c in self._claims.items() if c.token != hold.token}
             self._orphans_at = 0.0
             self._backlog = []
+            self._schedule_seen = None
             self.elected_at = time.time()  # ticks due before it were missed: their sends are catch-up sends
             cls: Any = fenced_class(celery_conf.import_scheduler(self.scheduler_path))
             inner = cls.__new__(cls)
@@ -204,29 +207,43 @@ class LeaderScheduler(Scheduler):
         )
         return True
 
+    def _look_around(self, inner) -> None:
+        """About once a second while leading: orphaned claims to send, and a newly published beat_schedule."""
+        try:
+            self.adopt_orphans(inner)
+        except Exception as exc:
+            logger.warning("beat: could not look for orphaned claims: %s", exc)
+        hold = self.leader.leading_hold()
+        if hold is None:
+            return
+        try:
+            self._schedule_seen, applied = schedule_share.follow(hold, inner, self._schedule_seen, self.app, logger)
+        except Exception as exc:
+            logger.warning("beat: could not follow the shared beat_schedule: %s", exc)
+            return
+        if applied:
+            for entry in list(inner.schedule.values()):
+                self.catch_up(entry)
+            inner._heap = None
+
+    def _publish_own_schedule(self) -> None:
+        self._published = True
+        try:
+            pool = connections[self.using]
+            schedule_share.publish_own(
+                pool.session(), join_path(pool.cfg.namespace, self.election), self.app.conf.beat_schedule, _HOST,
+                logger,
+            )  # fmt: skip
+        except Exception as exc:
+            logger.warning("beat: could not publish this beat's beat_schedule: %s", exc)
+
     def _plan_catch_up(self, entry) -> None:
         """Apply the entry's catch-up policy to the ticks missed since its last send (catchup.py)."""
         since = self._sent.get(entry.name)
-        if since is None:
-            return
-        try:
-            policy = catchup.policy_of(entry, self.catch_up_default)
-        except ValueError as exc:
-            logger.error("beat: entry %s: %s; using %s", entry.name, exc, self.catch_up_default)
-            policy = self.catch_up_default
-        self.policies[entry.name] = policy
-        now = time.time()
-        ticks = catchup.missed_ticks(entry.schedule, since, now, self.app.timezone)
-        decision = catchup.decide(policy, ticks, now)
-        if decision.last_run_at is not None:
-            entry.last_run_at = datetime.fromtimestamp(decision.last_run_at, tz=self.app.timezone)
-        self._backlog.extend((entry.name, due) for due in decision.backlog)
-        if ticks:
-            sends = len(decision.backlog) if decision.last_run_at is not None else 1
-            logger.info(
-                "beat: %s missed %d tick(s) since its last send; catch-up %s: sending %d", entry.name, len(ticks),
-                policy, sends,
-            )  # fmt: skip
+        if since is not None:
+            policy, backlog = catchup.plan(entry, since, self.catch_up_default, self.app.timezone, logger)
+            self.policies[entry.name] = policy
+            self._backlog.extend((entry.name, due) for due in backlog)
 
     def _send_backlog(self, inner) -> None:
         """Send the next missed tick that an "each:N" policy keeps (one per loop, each claimed like any)."""

@@ -15,6 +15,7 @@ the election. Pure functions, apart from the schedule objects Celery gives them.
 from __future__ import annotations
 
 import math
+import time
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -143,3 +144,25 @@ def schedule_problems(beat_schedule: Any) -> list[tuple[str, str]]:
         except ValueError as exc:
             found.append((str(name), str(exc)))
     return found
+
+
+def plan(entry: Any, since: float, default: Policy, tz: Any, log: Any) -> tuple[Policy, list[float]]:
+    """Apply ``entry``'s policy to the ticks it missed since ``since`` (its last send): move its last run, and
+    return (its policy, the missed due times to send now)."""
+    try:
+        policy = policy_of(entry, default)
+    except ValueError as exc:
+        log.error("beat: entry %s: %s; using %s", entry.name, exc, default)
+        policy = default
+    now = time.time()
+    ticks = missed_ticks(entry.schedule, since, now, tz)
+    decision = decide(policy, ticks, now)
+    if decision.last_run_at is not None:
+        entry.last_run_at = datetime.fromtimestamp(decision.last_run_at, tz=tz)
+    if ticks:
+        sends = len(decision.backlog) if decision.last_run_at is not None else 1
+        log.info(
+            "beat: %s missed %d tick(s) since its last send; catch-up %s: sending %d", entry.name, len(ticks), policy,
+            sends,
+        )  # fmt: skip
+    return policy, decision.backlog

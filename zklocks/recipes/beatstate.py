@@ -219,3 +219,36 @@ def take_orphan(session: Session, own_node: str, election: str, child: str, dead
             return UNKNOWN
         return COMMITTED if gone else REJECTED
     return REJECTED if any(isinstance(r, Exception) for r in results) else COMMITTED
+
+
+SCHEDULE = "__schedule__"  # the beat_schedule the last started beat published (celery/schedule_share.py)
+
+
+def publish_schedule(session: Session, election: str, data: bytes, deadline: Deadline) -> None:
+    """Write ``data`` as the shared schedule. Not fenced: every beat, standby or not, publishes its own."""
+    client = session.client
+    path = f"{beat_state_path(election)}/{SCHEDULE}"
+    try:
+        call(session, lambda: client.set_async(path, data), deadline)
+    except NoNodeError:
+        try:
+            call(session, lambda: client.create_async(path, data, acl=session.acl, makepath=True), deadline)
+        except NodeExistsError:
+            call(session, lambda: client.set_async(path, data), deadline)
+
+
+def schedule_version(session: Session, election: str, deadline: Deadline) -> int | None:
+    """The shared schedule's modification zxid (cheap: one exists), or None if none was published."""
+    client = session.client
+    stat = call(session, lambda: client.exists_async(f"{beat_state_path(election)}/{SCHEDULE}"), deadline)
+    return None if stat is None else stat.mzxid
+
+
+def read_schedule(session: Session, election: str, deadline: Deadline) -> tuple[bytes, int] | None:
+    """The shared schedule and its modification zxid, or None."""
+    client = session.client
+    try:
+        raw, stat = call(session, lambda: client.get_async(f"{beat_state_path(election)}/{SCHEDULE}"), deadline)
+    except NoNodeError:
+        return None
+    return raw, stat.mzxid
