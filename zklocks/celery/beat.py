@@ -34,7 +34,7 @@ from ..handles.election import ZkLeader
 from ..names import join_path
 from ..recipes import beatstate
 from ..recipes.kazoo_calls import Deadline
-from . import catchup, schedule_share
+from . import beat_status, catchup, schedule_share
 from . import conf as celery_conf
 
 logger = get_logger(__name__)
@@ -133,6 +133,7 @@ class LeaderScheduler(Scheduler):
         self.elected_at = 0.0  # epoch seconds of this beat's last election
         self._published = False  # this beat's beat_schedule was offered to the leader (schedule_share.py)
         self._schedule_seen: int | None = None  # the shared schedule's version last merged
+        self._status_written: bytes | None = None  # the status node as last written (beat_status.py)
         self._closed = False
         self.leader = ZkLeader(self.election, using=self.using)
         # Our own schedule stays empty: the elected leader runs the configured scheduler's.
@@ -225,6 +226,13 @@ class LeaderScheduler(Scheduler):
             for entry in list(inner.schedule.values()):
                 self.catch_up(entry)
             inner._heap = None
+        data = beat_status.status_bytes(inner, self.policies, self.catch_up_default, hold.token, _HOST)
+        if data != self._status_written:
+            try:
+                beatstate.write_status(hold.session, hold.contender.parent, data, Deadline(1.0))
+                self._status_written = data
+            except Exception as exc:
+                logger.debug("beat: could not write its status: %s", exc)
 
     def _publish_own_schedule(self) -> None:
         self._published = True

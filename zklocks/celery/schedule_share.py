@@ -160,7 +160,8 @@ def follow(hold: Any, inner: Any, seen: int | None, app: Any, log: Any) -> tuple
         removed: list[str] = []
     else:
         inner.merge_inplace(entries)
-        removed = sorted(set(before) - set(entries))
+        inner.install_default_entries(inner.schedule)  # Celery's own (celery.backend_cleanup) stay
+        removed = sorted(set(before) - set(inner.schedule))
     added = sorted(set(entries) - set(before))
     log.info(
         "beat: applied the beat_schedule published by %s: %d entries, added %s, removed %s",

@@ -252,3 +252,46 @@ def read_schedule(session: Session, election: str, deadline: Deadline) -> tuple[
     except NoNodeError:
         return None
     return raw, stat.mzxid
+
+
+STATUS = "__status__"  # what the leader alone knows: each entry's next due time and catch-up policy
+
+
+def write_status(session: Session, election: str, data: bytes, deadline: Deadline) -> None:
+    """The leader's view of its schedule, for the admin and ``zklocks_status --beat``. Not fenced: it carries
+    the leader's token, and readers show it only while that token leads."""
+    client = session.client
+    path = f"{beat_state_path(election)}/{STATUS}"
+    try:
+        call(session, lambda: client.set_async(path, data), deadline)
+    except NoNodeError:
+        try:
+            call(session, lambda: client.create_async(path, data, acl=session.acl, makepath=True), deadline)
+        except NodeExistsError:
+            call(session, lambda: client.set_async(path, data), deadline)
+
+
+def read_view(session: Session, election: str, deadline: Deadline) -> tuple[dict[str, Claim], bytes | None]:
+    """Read-only: every entry's last claim, and the leader's status node (None if none); nothing is created."""
+    client = session.client
+    state = beat_state_path(election)
+    try:
+        children = call(session, lambda: client.get_children_async(state), deadline)
+    except NoNodeError:
+        return {}, None
+    claims: dict[str, Claim] = {}
+    for child in children:
+        if child.startswith("__"):
+            continue
+        try:
+            raw, stat = call(session, functools.partial(client.get_async, f"{state}/{child}"), deadline)
+        except NoNodeError:
+            continue
+        claim = _parse(raw, stat.version)
+        if claim is not None:
+            claims[claim.entry] = claim
+    try:
+        status, _ = call(session, lambda: client.get_async(f"{state}/{STATUS}"), deadline)
+    except NoNodeError:
+        status = None
+    return claims, status
