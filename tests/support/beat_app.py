@@ -107,10 +107,10 @@ def beat_tick(self):
 PAUSE_LINE = "test: claimed, about to publish"
 
 
-class PausingScheduler(PersistentScheduler):
-    """PersistentScheduler that, once the file ZKLOCKS_TEST_BEAT_PAUSE_FILE exists, logs PAUSE_LINE between the
-    fenced claim and the publish of the next tick and waits a moment there, so that a test can SIGSTOP the beat
-    exactly in that window (a GC pause or a stalled VM between claim and publish)."""
+class PauseBeforePublish:
+    """Once the file ZKLOCKS_TEST_BEAT_PAUSE_FILE exists, log PAUSE_LINE between the fenced claim and the publish
+    of the next tick and wait a moment there, so that a test can SIGSTOP the beat exactly in that window (a GC
+    pause or a stalled VM between claim and publish)."""
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
         flag = os.environ.get("ZKLOCKS_TEST_BEAT_PAUSE_FILE")
@@ -119,6 +119,17 @@ class PausingScheduler(PersistentScheduler):
             logging.getLogger("celery.beat").warning("%s %s", PAUSE_LINE, entry.name)
             time.sleep(1.0)
         return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+
+
+class PausingScheduler(PauseBeforePublish, PersistentScheduler):
+    pass
+
+
+if DB:
+    from django_celery_beat.schedulers import DatabaseScheduler
+
+    class PausingDatabaseScheduler(PauseBeforePublish, DatabaseScheduler):
+        pass
 
 
 def prepare_database() -> None:

@@ -407,6 +407,9 @@ class LeaderScheduler(Scheduler):
             committed = beatstate.same_claim(inherited, orphan.sent_at, orphan.token)
             taken = beatstate.take_orphan(hold.session, self._own_node(hold), hold.contender.parent, child, deadline)
             entry = inner.schedule.get(orphan.entry)
+            if taken == beatstate.COMMITTED and not committed:
+                logger.info("beat: the noted claim of %s (token %s) never committed: nothing to send", orphan.entry,
+                            orphan.token)  # fmt: skip
             if taken != beatstate.COMMITTED or not committed or entry is None or not self.leader.is_leader:
                 continue
             self._inherited.pop(orphan.entry, None)
