@@ -18,7 +18,7 @@ from django.core.management import call_command
 from django.test import Client, override_settings
 
 from tests.celery.test_beat import PERSISTENT, Deployment
-from tests.support.beat_app import CATCH_UP
+from tests.support.beat_schedules import CATCH_UP
 from tests.support.browser import chromium_page
 from tests.support.helpers import wait_until
 from zklocks.celery import beat_status

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from tests.support.beat_app import PAUSE_LINE
+from tests.support.beat_schedules import PAUSE_LINE
 from tests.support.celery_harness import CeleryEnv, CeleryWorker
 from tests.support.helpers import ROOT, read_records, wait_until
 from zklocks.recipes.beatstate import entry_node

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from tests.celery.test_beat import PERSISTENT, Deployment
+from tests.support.beat_schedules import CATCH_UP
 from tests.support.helpers import wait_until
 from zklocks.celery import catchup
 from zklocks.testing import ZkEnsemble
@@ -77,6 +78,4 @@ def test_each_catch_up_policy_after_a_failover_longer_than_two_periods(ensemble,
 
 
 def catchup_of(name: str) -> str:
-    from tests.support.beat_app import CATCH_UP
-
     return CATCH_UP[name] or "once"

@@ -14,7 +14,7 @@ from itertools import pairwise
 import pytest
 
 from tests.celery.test_beat import SESSION_TIMEOUT, Deployment
-from tests.support.beat_app import PAUSE_LINE
+from tests.support.beat_schedules import PAUSE_LINE
 from tests.support.celery_harness import CeleryWorker
 from tests.support.helpers import wait_until
 from zklocks.testing import ZkEnsemble

@@ -54,6 +54,8 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
 from celery import Celery  # noqa: E402
 from celery.beat import PersistentScheduler  # noqa: E402
 
+from tests.support.beat_schedules import CATCH_UP, PAUSE_LINE  # noqa: E402
+
 BROKER = os.environ.get("ZKLOCKS_TEST_BROKER", "redis://127.0.0.1:6379")
 
 app = Celery("zklocks_beat_tests")
@@ -69,13 +71,6 @@ app.conf.update(
     beat_max_loop_interval=1,
     beat_schedule={} if DB else {"every-second": {"task": "tests.support.beat_app.beat_tick", "schedule": 1.0}},
 )
-CATCH_UP = {  # ZKLOCKS_TEST_BEAT_CATCHUP=1: entries every 2 s, one per catch-up policy (None: the default)
-    "cu-skip": "skip",
-    "cu-once": None,
-    "cu-each": "each:2",
-    "cu-window-long": "window:60",
-    "cu-window-short": "window:2",
-}
 if os.environ.get("ZKLOCKS_TEST_BEAT_ENTRIES"):  # JSON {name: seconds}: this beat's own beat_schedule
     app.conf.beat_schedule = {
         name: {"task": "tests.support.beat_app.beat_tick", "schedule": float(seconds)}
@@ -102,9 +97,6 @@ def beat_tick(self):
         with open(Path(where) / "beat.jsonl", "a") as out:
             out.write(json.dumps(line) + "\n")
     return line
-
-
-PAUSE_LINE = "test: claimed, about to publish"
 
 
 class PauseBeforePublish:
