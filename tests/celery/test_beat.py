@@ -291,7 +291,7 @@ def ensemble():
         yield ens
 
 
-def run_faults(deployment: Deployment) -> None:
+def run_faults(deployment: Deployment) -> dict:
     d = deployment
     d.wait_new_leader(None, timeout=30)
     d.wait_sends(3, timeout=30)
@@ -394,6 +394,7 @@ def run_faults(deployment: Deployment) -> None:
             for fault in d.faults:
                 out.write(json.dumps({**fault, "scheduler": d.scheduler}) + "\n")
             out.write(json.dumps({"counts": counts, "scheduler": d.scheduler}) + "\n")
+    return counts
 
 
 @pytest.mark.timeout(240)
@@ -416,12 +417,15 @@ def test_one_beat_sends_each_tick_once_through_every_fault(ensemble, redis_serve
 def test_failover_figures_over_repeated_runs(ensemble, redis_server, scheduler):
     runs = int(os.environ.get("ZKLOCKS_BEAT_RUNS", "5"))
     faults: list[dict] = []
+    totals: dict[str, int] = {}
     for _ in range(runs):
         d = Deployment(ensemble, redis_server.url, scheduler, fenced=True)
         try:
             d.start()
-            run_faults(d)
+            counts = run_faults(d)
             faults.extend(d.faults)
+            for key, value in counts.items():
+                totals[key] = totals.get(key, 0) + value
         except BaseException:
             print(d.logs())
             raise
@@ -430,3 +434,4 @@ def test_failover_figures_over_repeated_runs(ensemble, redis_server, scheduler):
     for kind in sorted({f["kind"] for f in faults}):
         times = [f["takeover"] for f in faults if f["kind"] == kind]
         print(f"{scheduler} {kind}: median {statistics.median(times):.2f}s worst {max(times):.2f}s over {len(times)}")
+    print(f"{scheduler} over {runs} runs: {totals}")
