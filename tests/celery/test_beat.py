@@ -346,7 +346,7 @@ def run_faults(deployment: Deployment) -> dict:
     def black_hole(b: Beat) -> None:
         hole["offset"] = b.offset()
         for proxy in b.proxies:
-            proxy.drop_after_next_request((14,), contains=CLAIM, then_partition=True)
+            proxy.drop_after_next_request((14,), contains=CLAIM, then_partition=True, settle=0.3)
         wait_until(lambda: any(p.dropped.is_set() for p in b.proxies), timeout=5, interval=0.005)
         for proxy in b.proxies:
             proxy.partition()

@@ -81,7 +81,7 @@ def test_claim_whose_answer_is_lost_is_resolved_by_the_same_session(ensemble, re
         beat = leader(d)
         d.wait_sends(3, timeout=30)
         for proxy in beat.proxies:
-            proxy.drop_after_next_request((MULTI,), contains=CLAIM)
+            proxy.drop_after_next_request((MULTI,), contains=CLAIM, settle=0.3)
         wait_until(lambda: any(p.dropped.is_set() for p in beat.proxies), timeout=10, interval=0.02)
         d.wait_sends(3)
         assert RESOLVED in beat.text(), beat.text()[-3000:]
@@ -102,7 +102,7 @@ def test_claim_committed_then_link_black_holed_past_the_session_is_sent_once(ens
         d.wait_sends(3, timeout=30)
         active = []
         for proxy in old.proxies:
-            proxy.drop_after_next_request((MULTI,), contains=CLAIM, then_partition=True)
+            proxy.drop_after_next_request((MULTI,), contains=CLAIM, then_partition=True, settle=0.3)
             active.append(proxy)
         dropped = wait_until(lambda: [p for p in active if p.dropped.is_set()], timeout=10, interval=0.01)
         for proxy in old.proxies:

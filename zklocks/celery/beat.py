@@ -168,8 +168,10 @@ class LeaderScheduler(Scheduler):
         logger.info("beat: candidate in election %r (alias %r); waiting to lead", self.election, self.using)
         if not self._published:
             self._publish_own_schedule()
+        self._settle_doubts()
+        if self._doubt:  # ZooKeeper is away: note them before standing (a standby could not until it leads)
+            return False
         try:
-            self._settle_doubts()
             self.leader.acquire()  # blocks until elected
             hold = self.leader.leading_hold()
             if hold is None:  # elected on a lease that ran out at once: stand again
@@ -210,6 +212,7 @@ class LeaderScheduler(Scheduler):
 
     def _look_around(self, inner) -> None:
         """About once a second while leading: orphaned claims to send, and a newly published beat_schedule."""
+        self._settle_doubts()  # a note that could not be written before this election (ZooKeeper was away)
         try:
             self.adopt_orphans(inner)
         except Exception as exc:
@@ -382,7 +385,11 @@ class LeaderScheduler(Scheduler):
         inherited them sends those that committed (we never will)."""
         if not self._doubt or self._parent is None:
             return
-        session = connections[self.using].session()
+        try:
+            session = connections[self.using].session()
+        except Exception as exc:  # tried again before the next election, and about once a second while leading
+            logger.warning("beat: could not note %d unsent claim(s) yet: %s", len(self._doubt), exc)
+            return
         for name, (sent_at, token) in list(self._doubt.items()):
             try:
                 beatstate.write_orphan(

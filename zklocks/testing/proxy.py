@@ -39,6 +39,7 @@ class TcpProxy:
         self._drop_skip = 0
         self._partition_on_drop = False
         self._drop_contains = b""
+        self._drop_settle = 0.0
         self.dropped = threading.Event()  # set when an armed drop happened
         self.latency = 0.0  # seconds each client-to-server packet is held back (not combined with drops)
         self._stopped = False
@@ -68,6 +69,7 @@ class TcpProxy:
         *,
         contains: bytes = b"",
         then_partition: bool = False,
+        settle: float = 0.0,
     ) -> None:
         """Forward the next request with one of ``opcodes`` (default: create, create2), then drop.
 
@@ -75,7 +77,11 @@ class TcpProxy:
         ``contains``: only a request whose packet holds these bytes (e.g. a path) counts.
         ``then_partition``: at the drop, also partition (the client's reconnect is refused until heal()), so the
         request commits while its answer is lost with the link.
+        ``settle``: before the drop, end the upstream side gently (FIN after the request) and wait this long, so
+        that the server surely reads the request (a close with unread answers resets the connection, and the
+        server may then lose the request).
         """
+        self._drop_settle = settle
         self._partition_on_drop = then_partition
         self._drop_contains = contains
         self._drop_opcodes = frozenset(opcodes)
@@ -163,6 +169,9 @@ class TcpProxy:
                             if self._partition_on_drop:
                                 self.partition()
                             self.dropped.set()
+                            if self._drop_settle > 0:
+                                upstream.shutdown(socket.SHUT_WR)
+                                time.sleep(self._drop_settle)
                             return
         except (OSError, ValueError):  # ValueError: a socket closed by reset() meanwhile (select on fd -1)
             return
