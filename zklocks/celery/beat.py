@@ -31,7 +31,6 @@ from celery.utils.log import get_logger
 
 from ..client.pools import connections
 from ..handles.election import ZkLeader
-from ..names import join_path
 from ..recipes import beatstate
 from ..recipes.kazoo_calls import Deadline
 from . import beat_status, catchup, schedule_share
@@ -167,7 +166,8 @@ class LeaderScheduler(Scheduler):
             return False
         logger.info("beat: candidate in election %r (alias %r); waiting to lead", self.election, self.using)
         if not self._published:
-            self._publish_own_schedule()
+            self._published = True
+            schedule_share.publish_own(self.using, self.election, self.app.conf.beat_schedule, _HOST, logger)
         self._settle_doubts()
         if self._doubt:  # ZooKeeper is away: note them before standing (a standby could not until it leads)
             return False
@@ -236,17 +236,6 @@ class LeaderScheduler(Scheduler):
                 self._status_written = data
             except Exception as exc:
                 logger.debug("beat: could not write its status: %s", exc)
-
-    def _publish_own_schedule(self) -> None:
-        self._published = True
-        try:
-            pool = connections[self.using]
-            schedule_share.publish_own(
-                pool.session(), join_path(pool.cfg.namespace, self.election), self.app.conf.beat_schedule, _HOST,
-                logger,
-            )  # fmt: skip
-        except Exception as exc:
-            logger.warning("beat: could not publish this beat's beat_schedule: %s", exc)
 
     def _plan_catch_up(self, entry) -> None:
         """Apply the entry's catch-up policy to the ticks missed since its last send (catchup.py)."""

@@ -115,23 +115,33 @@ def same_entries(raw: bytes | None, beat_schedule: dict[str, Any]) -> bool:
         return False
 
 
-def publish_own(session: Any, election_path: str, beat_schedule: dict[str, Any], host: str, log: Any) -> None:
-    """Publish this beat's ``beat_schedule`` unless the shared one already holds it, or it cannot be shared."""
+def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: str, log: Any) -> None:
+    """Publish this beat's ``beat_schedule`` unless the shared one already holds it, or it cannot be shared.
+    Never raises: a beat that could not publish runs (and, elected, leads) with its own schedule."""
     import time
 
+    from ..client.pools import connections
+    from ..names import join_path
     from ..recipes import beatstate
     from ..recipes.kazoo_calls import Deadline
 
-    deadline = Deadline(session.cfg.connect_timeout)
     try:
         data = dumps(beat_schedule, host, time.time())
     except ValueError as exc:
         log.warning("beat: not publishing this beat's beat_schedule (the leader keeps its own): %s", exc)
         return
-    current = beatstate.read_schedule(session, election_path, deadline)
-    if same_entries(current[0] if current else None, beat_schedule):
+    try:
+        pool = connections[using]
+        session = pool.session()
+        election_path = join_path(pool.cfg.namespace, election)
+        deadline = Deadline(session.cfg.connect_timeout)
+        current = beatstate.read_schedule(session, election_path, deadline)
+        if same_entries(current[0] if current else None, beat_schedule):
+            return
+        beatstate.publish_schedule(session, election_path, data, deadline)
+    except Exception as exc:
+        log.warning("beat: could not publish this beat's beat_schedule: %s", exc)
         return
-    beatstate.publish_schedule(session, election_path, data, deadline)
     log.info("beat: published this beat's beat_schedule (%d entries) for the leader", len(beat_schedule or {}))
 
 
