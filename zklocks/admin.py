@@ -99,6 +99,7 @@ class LockAdmin(admin.ModelAdmin):
 
         return [
             path("", wrap(self.changelist_view), name=f"{info[0]}_{info[1]}_changelist"),
+            path("beat/", wrap(self.beat_view), name=f"{info[0]}_{info[1]}_beat"),
             path("<path:object_id>/change/", wrap(self.detail_view), name=f"{info[0]}_{info[1]}_change"),
             path("<path:object_id>/release/", wrap(self.release_view), name=f"{info[0]}_{info[1]}_release"),
         ]
@@ -247,6 +248,32 @@ class LockAdmin(admin.ModelAdmin):
         )
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/zklocks/lock/detail.html", context)
+
+    # -- Celery beat --
+
+    def beat_view(self, request):
+        """The beat election (ZKLOCKS_BEAT): leader and token, standbys, each entry's last send and next due."""
+        from .celery import beat_status
+
+        self._require_view(request)
+        view = beat_status.read()
+        now = time.time()
+        leader = view["leader"]
+        if leader:
+            leader = {**leader, "for": duration(max(0.0, now - leader["since"])) if leader.get("since") else "?"}
+        entries = [
+            {**e, "last_sent": _when(e["last_sent_at"]), "next_due": _when(e["next_due"])} for e in view["entries"]
+        ]
+        context = self._context(
+            request,
+            "Celery beat",
+            view=view,
+            leader=leader,
+            entries=entries,
+            changelist_url=reverse(f"{self.admin_site.name}:zklocks_lock_changelist"),
+        )
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/zklocks/lock/beat.html", context)
 
     # -- force-release --
 

@@ -35,3 +35,16 @@ class ZkLocksConfig(AppConfig):
 
         metrics.install()
         tracing.install()
+        self._fence_beat_ticks()
+
+    @staticmethod
+    def _fence_beat_ticks() -> None:
+        """ZKLOCKS_BEAT["FENCE_WORKERS"]: workers drop a deposed beat leader's late ticks (celery/beat_fence.py)."""
+        from .celery import conf as celery_conf
+
+        if celery_conf.beat_settings()["FENCE_WORKERS"] is True:
+            try:
+                from .celery import beat_fence
+            except ImportError:  # no Celery: nothing to fence
+                return
+            beat_fence.install()

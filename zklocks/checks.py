@@ -277,14 +277,24 @@ _UNSET = object()
 
 
 def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
-    """System check of ZKLOCKS_BEAT (only when it is set): E030 SCHEDULER, E031 USING, E032 the rest, W030."""
+    """System check of ZKLOCKS_BEAT (only when it is set): E030 SCHEDULER, E031 USING, E032 the rest, E090
+    FENCE_WORKERS, E091 CATCH_UP, W030; and E092, a misspelt catch-up policy in CELERY_BEAT_SCHEDULE's entries."""
     from django.conf import settings
 
+    from .celery import catchup
+
+    messages: list[checks.CheckMessage] = [
+        checks.Error(
+            f"CELERY_BEAT_SCHEDULE[{name!r}]: option {catchup.OPTION!r}: {why}.",
+            hint="Fix the entry's options; a beat would fall back to ZKLOCKS_BEAT['CATCH_UP'].",
+            id="zklocks.E092",
+        )
+        for name, why in catchup.schedule_problems(getattr(settings, "CELERY_BEAT_SCHEDULE", None))
+    ]
     raw = getattr(settings, "ZKLOCKS_BEAT", _UNSET)
     if raw is _UNSET:
-        return []
+        return messages
     values, problems = celery_conf.validate_beat(raw, frozenset(conf.get_config()[0]))
-    messages: list[checks.CheckMessage] = []
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
         messages.append(cls(p.msg, hint=p.hint, id=p.id))

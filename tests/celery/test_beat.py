@@ -4,11 +4,15 @@ group and its own proxies in front of the ensemble (as three hosts would be). On
 each execution records the stamp its leader put on the message (token, send time).
 
 Faults, one after the other on the same three beats: kill -9 of the leader, SIGSTOP of the leader past its
-session timeout then SIGCONT, a partition of the leader's ZooKeeper connections, a clean stop. Asserted:
-no two executions of one tick, sends in token order (no stale leader sends after a newer one), no gap longer
-than the failover bound, and nothing sent by the woken zombie.
+session timeout then SIGCONT, a partition of the leader's ZooKeeper connections, a black-hole of the leader's link
+just after its claim reached ZooKeeper (the claim commits, its answer is lost, the session expires), a SIGSTOP of
+the leader between its committed claim and its publish (it publishes late when woken), a clean stop. The worker
+fences beat ticks (ZKLOCKS_BEAT["FENCE_WORKERS"]). Asserted: no two executions of one tick, sends in token order,
+executions in token order, no committed claim left unexecuted except the late publish the worker dropped, no gap
+longer than the failover bound, and nothing sent by the woken zombie.
 
-ZKLOCKS_BEAT_FIGURES=<file> appends the failover times of each run as JSON lines (the table in docs/celery.md).
+ZKLOCKS_BEAT_FIGURES=<file> appends the failover times of each run, and its counts (duplicates, lost ticks,
+out-of-order executions, dropped late ticks), as JSON lines (the table in docs/celery.md).
 """
 
 from __future__ import annotations
@@ -25,9 +29,13 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from kazoo.client import KazooClient
 
+from tests.support.beat_schedules import PAUSE_LINE
 from tests.support.celery_harness import CeleryEnv, CeleryWorker
 from tests.support.helpers import ROOT, read_records, wait_until
+from zklocks.recipes.beatstate import entry_node
+from zklocks.recipes.layout import beat_state_path
 from zklocks.testing import ZkEnsemble
 from zklocks.testing.proxy import TcpProxy
 
@@ -40,6 +48,12 @@ ELECTED = "beat: elected leader of"
 STEPPED_DOWN = "beat: stepping down as leader"
 DATABASE = "django_celery_beat.schedulers:DatabaseScheduler"
 PERSISTENT = "celery.beat:PersistentScheduler"
+PAUSING = {  # the same schedulers, able to stop between claim and publish (tests/support/beat_app.py)
+    PERSISTENT: "tests.support.beat_app:PausingScheduler",
+    DATABASE: "tests.support.beat_app:PausingDatabaseScheduler",
+}
+DROPPED = "zklocks: dropping beat tick"
+CLAIM = b"/__beat__/every-second"  # the claim's multi names the entry's node (the lease renewal's does not)
 
 
 class Beat:
@@ -120,13 +134,18 @@ class Beat:
 class Deployment:
     """Three beats of one scheduler kind, a worker, and the records of every execution."""
 
-    def __init__(self, ensemble: ZkEnsemble, redis_url: str, scheduler: str) -> None:
+    def __init__(self, ensemble: ZkEnsemble, redis_url: str, scheduler: str, *, fenced: bool = False) -> None:
         self.env = CeleryEnv(ensemble.hosts, redis_url, session_timeout=SESSION_TIMEOUT)
+        self.hosts = ensemble.hosts
         self.servers = [s.hosts for s in ensemble.servers]
+        self.scheduler = scheduler
+        self.pause_file = self.env.dir / "pause"
         extra = {
-            "ZKLOCKS_TEST_BEAT_SCHEDULER": scheduler,
+            "ZKLOCKS_TEST_BEAT_SCHEDULER": PAUSING[scheduler] if fenced else scheduler,
             "ZKLOCKS_TEST_BEAT_ELECTION": f"beat-{uuid.uuid4().hex[:8]}",
         }
+        if fenced:
+            extra.update(ZKLOCKS_TEST_BEAT_FENCE="1", ZKLOCKS_TEST_BEAT_PAUSE_FILE=str(self.pause_file))
         if scheduler == DATABASE:
             extra["ZKLOCKS_TEST_BEAT_DB"] = str(self.env.dir / "beat.sqlite3")
         self.environ = self.env.environ(**extra)
@@ -134,9 +153,7 @@ class Deployment:
             subprocess.run(
                 [sys.executable, "-m", "tests.support.beat_app"], cwd=ROOT, env=self.environ, check=True, timeout=60
             )
-        self.worker = CeleryWorker(
-            self.env.environ(), pool="threads", concurrency=4, queue="zk-beat", logdir=self.env.dir
-        )
+        self.worker = CeleryWorker(self.environ, pool="threads", concurrency=4, queue="zk-beat", logdir=self.env.dir)
         self.worker.args[self.worker.args.index("tests.support.celery_app")] = "tests.support.beat_app"
         self.env.workers.append(self.worker)
         self.beats: list[Beat] = []
@@ -230,6 +247,32 @@ class Deployment:
         gaps = [b - a for (a, _), (b, _) in pairwise(sends)]
         assert max(gaps) <= CRASH_BOUND + INTERVAL + 0.2
 
+    def counts(self) -> dict:
+        """After the beats stopped and the worker drained: duplicates, lost ticks, out-of-order executions and
+        late ticks the worker dropped. Lost = committed claims (the entry node's version + 1) that no worker
+        executed nor dropped."""
+        time.sleep(1.5)
+        records = self.records()
+        path = beat_state_path(f"{self.env.namespace}/{self.environ['ZKLOCKS_TEST_BEAT_ELECTION']}")
+        zk = KazooClient(hosts=self.hosts)
+        zk.start(timeout=10)
+        try:
+            claims = zk.get(f"{path}/{entry_node('every-second')}")[1].version + 1
+        finally:
+            zk.stop()
+            zk.close()
+        dropped = self.worker.read_log().count(DROPPED)
+        ticks = [(r["stamp"]["token"], r["stamp"]["sent_at"]) for r in records]
+        by_run = [r["stamp"]["token"] for r in sorted(records, key=lambda r: r["ran_at"])]
+        return {
+            "claims": claims,
+            "executions": len(records),
+            "duplicates": len(ticks) - len(set(ticks)),
+            "lost": claims - len(set(ticks)) - dropped,
+            "out_of_order": sum(1 for a, b in pairwise(by_run) if b < a),
+            "dropped_late": dropped,
+        }
+
     def close(self) -> None:
         for beat in self.beats:
             beat.signal(signal.SIGCONT)
@@ -248,7 +291,7 @@ def ensemble():
         yield ens
 
 
-def run_faults(deployment: Deployment) -> None:
+def run_faults(deployment: Deployment) -> dict:
     d = deployment
     d.wait_new_leader(None, timeout=30)
     d.wait_sends(3, timeout=30)
@@ -296,20 +339,68 @@ def run_faults(deployment: Deployment) -> None:
     assert cut_log.count(SEND) <= 1, cut_log
     assert SEND not in cut_log.split(STEPPED_DOWN, 1)[1], cut_log
 
-    # 4. A clean stop (SIGTERM): the leader steps down at once.
+    # 4. The leader's link black-holed just after its claim reached ZooKeeper: the claim commits, its answer is
+    # lost, the session expires. Once back, the old beat notes the claim and the new leader sends it.
+    hole: dict = {}
+
+    def black_hole(b: Beat) -> None:
+        hole["offset"] = b.offset()
+        for proxy in b.proxies:
+            proxy.drop_after_next_request((14,), contains=CLAIM, then_partition=True, settle=0.3)
+        wait_until(lambda: any(p.dropped.is_set() for p in b.proxies), timeout=5, interval=0.005)
+        for proxy in b.proxies:
+            proxy.partition()
+
+    def unhole(old: Beat) -> None:
+        time.sleep(0.5)
+        for proxy in old.proxies:
+            proxy.cancel_drop()
+            proxy.heal()
+        wait_until(lambda: "noted for the leader" in old.text(hole["offset"]), timeout=15)
+        # The claim committed (nearly always) and the new leader sends it, or it did not and there is nothing to send.
+        settled = ("that its beat never sent", "never committed: nothing to send")
+        wait_until(lambda: any(m in b.text() for b in d.beats for m in settled), timeout=10)
+
+    d.fault("link black-hole at a claim", CRASH_BOUND, black_hole, then=unhole)
+
+    # 5. The leader stopped (SIGSTOP) between its committed claim and its publish, past its session; woken, it
+    # publishes that tick late, after the new leader's: the fencing worker drops it.
+    paused: dict = {}
+
+    def pause(b: Beat) -> None:
+        paused["offset"] = b.offset()
+        d.pause_file.touch()
+        wait_until(lambda: PAUSE_LINE in b.text(paused["offset"]), timeout=5, interval=0.005)
+        b.signal(signal.SIGSTOP)
+
+    def resume(old: Beat) -> None:
+        drops = d.worker.read_log().count(DROPPED)
+        old.signal(signal.SIGCONT)
+        wait_until(lambda: d.worker.read_log().count(DROPPED) > drops, timeout=15, interval=0.1)
+
+    d.fault("paused publish", CRASH_BOUND, pause, then=resume)
+
+    # 6. A clean stop (SIGTERM): the leader steps down at once.
     d.fault("clean stop", CLEAN_BOUND, lambda b: b.signal(signal.SIGTERM))
     d.check()
+    for beat in d.beats:
+        beat.stop()
+    counts = d.counts()
+    assert counts["duplicates"] == 0 and counts["lost"] == 0 and counts["out_of_order"] == 0, counts
+    assert counts["dropped_late"] == 1, counts  # the paused leader's late tick, and nothing else
     figures = os.environ.get("ZKLOCKS_BEAT_FIGURES")
     if figures:
         with open(figures, "a") as out:
             for fault in d.faults:
-                out.write(json.dumps({**fault, "scheduler": d.environ["ZKLOCKS_TEST_BEAT_SCHEDULER"]}) + "\n")
+                out.write(json.dumps({**fault, "scheduler": d.scheduler}) + "\n")
+            out.write(json.dumps({"counts": counts, "scheduler": d.scheduler}) + "\n")
+    return counts
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(240)
 @pytest.mark.parametrize("scheduler", [PERSISTENT, DATABASE], ids=["persistent", "database"])
 def test_one_beat_sends_each_tick_once_through_every_fault(ensemble, redis_server, scheduler):
-    d = Deployment(ensemble, redis_server.url, scheduler)
+    d = Deployment(ensemble, redis_server.url, scheduler, fenced=True)
     try:
         d.start()
         run_faults(d)
@@ -326,12 +417,15 @@ def test_one_beat_sends_each_tick_once_through_every_fault(ensemble, redis_serve
 def test_failover_figures_over_repeated_runs(ensemble, redis_server, scheduler):
     runs = int(os.environ.get("ZKLOCKS_BEAT_RUNS", "5"))
     faults: list[dict] = []
+    totals: dict[str, int] = {}
     for _ in range(runs):
-        d = Deployment(ensemble, redis_server.url, scheduler)
+        d = Deployment(ensemble, redis_server.url, scheduler, fenced=True)
         try:
             d.start()
-            run_faults(d)
+            counts = run_faults(d)
             faults.extend(d.faults)
+            for key, value in counts.items():
+                totals[key] = totals.get(key, 0) + value
         except BaseException:
             print(d.logs())
             raise
@@ -340,3 +434,4 @@ def test_failover_figures_over_repeated_runs(ensemble, redis_server, scheduler):
     for kind in sorted({f["kind"] for f in faults}):
         times = [f["takeover"] for f in faults if f["kind"] == kind]
         print(f"{scheduler} {kind}: median {statistics.median(times):.2f}s worst {max(times):.2f}s over {len(times)}")
+    print(f"{scheduler} over {runs} runs: {totals}")

@@ -1,5 +1,6 @@
-"""System checks of ZKLOCKS_BEAT (zklocks.E030, E031, E032, W030): exact run_checks() output."""
+"""System checks of ZKLOCKS_BEAT (zklocks.E030, E031, E032, E090, E091, W030): exact run_checks() output."""
 
+import pytest
 from django.core import checks
 from django.core.checks import Error, Warning
 from django.test import override_settings
@@ -52,7 +53,7 @@ def test_unknown_alias_bad_election_and_unknown_key():
     assert run({"USING": "nope", "ELECTION": "", "TIMEOUT": 3}) == [
         Warning(
             "ZKLOCKS_BEAT: unknown option(s) TIMEOUT.",
-            hint="Known options: ELECTION, SCHEDULER, USING.",
+            hint="Known options: CATCH_UP, ELECTION, FENCE_WORKERS, SCHEDULER, USING.",
             id="zklocks.W030",
         ),
         Error(
@@ -68,3 +69,34 @@ def test_unknown_alias_bad_election_and_unknown_key():
     ]
     (not_dict,) = run(["SCHEDULER"])
     assert not_dict.id == "zklocks.E032" and "must be a dict" in not_dict.msg
+
+
+@pytest.mark.timeout(30)
+def test_fence_workers_must_be_a_bool():
+    assert run({"FENCE_WORKERS": True}) == []
+    assert run({"FENCE_WORKERS": "yes"}) == [
+        Error(
+            "ZKLOCKS_BEAT: FENCE_WORKERS must be True or False, not 'yes'.",
+            hint="True makes workers drop a tick sent by a deposed beat leader after a newer leader's tick ran.",
+            id="zklocks.E090",
+        )
+    ]
+
+
+@pytest.mark.timeout(30)
+def test_catch_up_default_must_be_a_policy():
+    assert run({"CATCH_UP": "each:3"}) == []
+    (bad,) = run({"CATCH_UP": "sometimes"})
+    assert bad.id == "zklocks.E091" and "'sometimes' is no catch-up policy" in bad.msg
+
+
+@pytest.mark.timeout(30)
+def test_misspelt_catch_up_in_a_schedule_entry():
+    entries = {
+        "ok": {"task": "t", "schedule": 2.0, "options": {"zklocks_catch_up": "skip"}},
+        "bad": {"task": "t", "schedule": 2.0, "options": {"zklocks_catch_up": "each:none"}},
+        "plain": {"task": "t", "schedule": 2.0},
+    }
+    with override_settings(CELERY_BEAT_SCHEDULE=entries):
+        (bad,) = run({})
+    assert bad.id == "zklocks.E092" and "CELERY_BEAT_SCHEDULE['bad']" in bad.msg and "each:none" in bad.msg

@@ -3,11 +3,14 @@
 ZKLOCKS_TEST_HOSTS (a beat behind its own proxies gets their addresses), ZKLOCKS_TEST_NAMESPACE,
 ZKLOCKS_TEST_SESSION_TIMEOUT, ZKLOCKS_TEST_CONNECT_TIMEOUT, ZKLOCKS_TEST_BROKER, ZKLOCKS_TEST_RECORDS as in
 tests/celery_app.py; ZKLOCKS_TEST_BEAT_SCHEDULER (ZKLOCKS_BEAT["SCHEDULER"]), ZKLOCKS_TEST_BEAT_ELECTION and,
-for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats). One entry, ``every-second``,
-runs ``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
+for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats); ZKLOCKS_TEST_BEAT_FENCE=1
+turns on FENCE_WORKERS; ZKLOCKS_TEST_BEAT_PAUSE_FILE: see PausingScheduler;
+ZKLOCKS_TEST_BEAT_ENTRIES, ZKLOCKS_TEST_BEAT_CATCHUP: other schedules (below). One entry, ``every-second``, runs
+``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
 """
 
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -43,11 +46,15 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
         ZKLOCKS_BEAT={
             "SCHEDULER": os.environ.get("ZKLOCKS_TEST_BEAT_SCHEDULER", "celery.beat:PersistentScheduler"),
             "ELECTION": os.environ.get("ZKLOCKS_TEST_BEAT_ELECTION", "celery-beat"),
+            "FENCE_WORKERS": os.environ.get("ZKLOCKS_TEST_BEAT_FENCE") == "1",
         },
     )
     django.setup()
 
 from celery import Celery  # noqa: E402
+from celery.beat import PersistentScheduler  # noqa: E402
+
+from tests.support.beat_schedules import CATCH_UP, PAUSE_LINE  # noqa: E402
 
 BROKER = os.environ.get("ZKLOCKS_TEST_BROKER", "redis://127.0.0.1:6379")
 
@@ -64,6 +71,20 @@ app.conf.update(
     beat_max_loop_interval=1,
     beat_schedule={} if DB else {"every-second": {"task": "tests.support.beat_app.beat_tick", "schedule": 1.0}},
 )
+if os.environ.get("ZKLOCKS_TEST_BEAT_ENTRIES"):  # JSON {name: seconds}: this beat's own beat_schedule
+    app.conf.beat_schedule = {
+        name: {"task": "tests.support.beat_app.beat_tick", "schedule": float(seconds)}
+        for name, seconds in json.loads(os.environ["ZKLOCKS_TEST_BEAT_ENTRIES"]).items()
+    }
+if os.environ.get("ZKLOCKS_TEST_BEAT_CATCHUP") == "1":
+    app.conf.beat_schedule = {
+        name: {
+            "task": "tests.support.beat_app.beat_tick",
+            "schedule": 2.0,
+            "options": {"zklocks_catch_up": policy} if policy else {},
+        }
+        for name, policy in CATCH_UP.items()
+    }
 
 
 @app.task(bind=True)
@@ -78,6 +99,31 @@ def beat_tick(self):
     return line
 
 
+class PauseBeforePublish:
+    """Once the file ZKLOCKS_TEST_BEAT_PAUSE_FILE exists, log PAUSE_LINE between the fenced claim and the publish
+    of the next tick and wait a moment there, so that a test can SIGSTOP the beat exactly in that window (a GC
+    pause or a stalled VM between claim and publish)."""
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        flag = os.environ.get("ZKLOCKS_TEST_BEAT_PAUSE_FILE")
+        if flag and os.path.exists(flag):
+            os.unlink(flag)
+            logging.getLogger("celery.beat").warning("%s %s", PAUSE_LINE, entry.name)
+            time.sleep(1.0)
+        return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+
+
+class PausingScheduler(PauseBeforePublish, PersistentScheduler):
+    pass
+
+
+if DB:
+    from django_celery_beat.schedulers import DatabaseScheduler
+
+    class PausingDatabaseScheduler(PauseBeforePublish, DatabaseScheduler):
+        pass
+
+
 def prepare_database() -> None:
     """Create django-celery-beat's tables in the shared SQLite file and the every-second entry (run once)."""
     from django.core.management import call_command
@@ -90,5 +136,25 @@ def prepare_database() -> None:
     )
 
 
+def edit_database(action: str, name: str, period: str = "1") -> None:
+    """``set NAME SECONDS``: create or change an entry running every SECONDS; ``disable NAME``: switch it off."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    if action == "disable":
+        task = PeriodicTask.objects.get(name=name)
+        task.enabled = False
+        task.save()  # save(), as the admin does: django-celery-beat's change tracking sees it
+        return
+    every, _ = IntervalSchedule.objects.get_or_create(every=int(period), period=IntervalSchedule.SECONDS)
+    task = PeriodicTask.objects.filter(name=name).first() or PeriodicTask(name=name)
+    task.task, task.interval, task.enabled = "tests.support.beat_app.beat_tick", every, True
+    task.save()
+
+
 if __name__ == "__main__":
-    prepare_database()
+    import sys
+
+    if len(sys.argv) > 1:
+        edit_database(*sys.argv[1:])
+    else:
+        prepare_database()

@@ -10,25 +10,36 @@ ZooKeeper in one transaction with a ``check`` of its own candidate node (recipes
 commits only while no other beat can lead, so a leader that lost its session (expired, frozen past its
 timeout, cut off) cannot commit, and then it does not send. A new leader reads these times when elected: it
 neither repeats a send of the old leader nor skips one beyond the failover. The message carries the header
-``zklocks_beat = {"election", "token", "sent_at"}``: the token is the leader's fencing token.
+``zklocks_beat = {"election", "entry", "token", "sent_at", "host"}``: the token is the leader's fencing token,
+which workers with ``ZKLOCKS_BEAT["FENCE_WORKERS"]`` check (beat_fence.py).
+
+A claim whose answer was lost (timeout, connection loss) is resolved before anything is sent: once the
+connection is back, the entry's node says whether it committed (recipes/beatstate.py); a committed claim is sent
+if this beat still leads. A claim still unresolved when the leadership ends is noted as an orphan, and the leader
+that inherited it sends it (adopt_orphans), so the tick is not lost.
 """
 
 from __future__ import annotations
 
+import socket
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.beat import Scheduler
 from celery.utils.log import get_logger
 
+from ..client.pools import connections
 from ..handles.election import ZkLeader
 from ..recipes import beatstate
 from ..recipes.kazoo_calls import Deadline
+from . import beat_status, catchup, schedule_share
 from . import conf as celery_conf
 
 logger = get_logger(__name__)
 HEADER = "zklocks_beat"
+ORPHAN_POLL = 1.0  # seconds between two looks for orphaned claims while leading
+_HOST = socket.gethostname()[:64]
 
 
 def _timestamp(value: datetime) -> float:
@@ -36,7 +47,13 @@ def _timestamp(value: datetime) -> float:
     return (value if value.tzinfo is not None else value.replace(tzinfo=UTC)).timestamp()
 
 
-class _Fenced:
+if TYPE_CHECKING:
+    from celery.beat import Scheduler as _MixinBase  # the mixin's super() is the configured scheduler class
+else:
+    _MixinBase = object
+
+
+class _Fenced(_MixinBase):
     """Mixed in before the configured scheduler class: catch up from ZooKeeper, and fence every send."""
 
     zklocks_guard: LeaderScheduler
@@ -47,7 +64,8 @@ class _Fenced:
         return super().is_due(entry)
 
     def apply_entry(self, entry, producer=None):
-        stamp = self.zklocks_guard.claim(entry)
+        due = catchup.due_of(entry, time.time())
+        stamp = self.zklocks_guard.claim(entry, due)
         if stamp is None:
             return  # not the leader (any more): nothing is sent
         self._zklocks_stamp = stamp
@@ -56,12 +74,23 @@ class _Fenced:
         finally:
             self._zklocks_stamp = None
 
+    def zklocks_send(self, entry, stamp: dict[str, Any]) -> None:
+        """Send ``entry``'s task once more with ``stamp``, leaving its schedule alone (an orphaned tick)."""
+        self._zklocks_stamp = stamp
+        try:
+            self.apply_async(entry, producer=self.producer, advance=False)
+        except Exception as exc:  # noqa: BLE001 - a failed send is logged; the beat goes on
+            logger.error("beat: sending the orphaned tick of %s failed: %s", entry.name, exc)
+        finally:
+            self._zklocks_stamp = None
+
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
         stamp = self._zklocks_stamp
         if stamp is None:
             return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         original = entry.options
-        entry.options = {**(original or {}), "headers": {**((original or {}).get("headers") or {}), HEADER: stamp}}
+        options = catchup.without_option(original)
+        entry.options = {**options, "headers": {**(options.get("headers") or {}), HEADER: stamp}}
         try:
             return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         finally:
@@ -92,6 +121,18 @@ class LeaderScheduler(Scheduler):
         self._inner_kwargs = kwargs
         self._inner: Scheduler | None = None
         self._sent: dict[str, float] = {}  # entry name -> epoch seconds of its last send, as ZooKeeper has it
+        self._claims: dict[str, beatstate.Claim] = {}  # entry name -> its last claim (for the versioned write)
+        self._inherited: dict[str, beatstate.Claim] = {}  # claims of earlier leaders, read when elected
+        self._doubt: dict[str, tuple[float, int | None]] = {}  # our claims of unknown outcome: (sent_at, token)
+        self._parent: str | None = None  # the election's node, known once elected
+        self._orphans_at = 0.0  # monotonic time of the next look for orphans
+        self.catch_up_default = catchup.parse(values["CATCH_UP"])
+        self.policies: dict[str, catchup.Policy] = {}  # entry name -> its catch-up policy, as last read
+        self._backlog: list[tuple[str, float]] = []  # (entry name, due time) of missed ticks still to send
+        self.elected_at = 0.0  # epoch seconds of this beat's last election
+        self._published = False  # this beat's beat_schedule was offered to the leader (schedule_share.py)
+        self._schedule_seen: int | None = None  # the shared schedule's version last merged
+        self._status_written: bytes | None = None  # the status node as last written (beat_status.py)
         self._closed = False
         self.leader = ZkLeader(self.election, using=self.using)
         # Our own schedule stays empty: the elected leader runs the configured scheduler's.
@@ -111,21 +152,38 @@ class LeaderScheduler(Scheduler):
             self._step_down("leadership lost: the ZooKeeper session expired, was cut off or is no longer certain")
         if self._inner is None and not self._become_leader():
             return min(self.max_interval, 1.0)
-        assert self._inner is not None  # noqa: S101 for mypy only: the line above returned otherwise
-        return self._inner.tick()
+        assert self._inner is not None  # noqa: S101 - for mypy: _become_leader set it
+        if time.monotonic() >= self._orphans_at:
+            self._orphans_at = time.monotonic() + ORPHAN_POLL
+            self._look_around(self._inner)
+        if self._backlog:
+            self._send_backlog(self._inner)
+            return 0.0
+        return min(self._inner.tick(), ORPHAN_POLL)
 
     def _become_leader(self) -> bool:
         if self._closed:
             return False
         logger.info("beat: candidate in election %r (alias %r); waiting to lead", self.election, self.using)
+        if not self._published:
+            self._published = True
+            schedule_share.publish_own(self.using, self.election, self.app.conf.beat_schedule, _HOST, logger)
+        self._settle_doubts()
+        if self._doubt:  # ZooKeeper is away: note them before standing (a standby could not until it leads)
+            return False
         try:
             self.leader.acquire()  # blocks until elected
             hold = self.leader.leading_hold()
             if hold is None:  # elected on a lease that ran out at once: stand again
                 self.leader.release()
                 return False
-            contender = hold.contender
-            self._sent = beatstate.read_sent(hold.session, contender.parent, Deadline(hold.session.cfg.connect_timeout))
+            self._parent = hold.contender.parent
+            self._refresh(hold, Deadline(hold.session.cfg.connect_timeout))
+            self._inherited = {name: c for name, c in self._claims.items() if c.token != hold.token}
+            self._orphans_at = 0.0
+            self._backlog = []
+            self._schedule_seen = None
+            self.elected_at = time.time()  # ticks due before it were missed: their sends are catch-up sends
             cls: Any = fenced_class(celery_conf.import_scheduler(self.scheduler_path))
             inner = cls.__new__(cls)
             inner.zklocks_guard = self
@@ -140,6 +198,7 @@ class LeaderScheduler(Scheduler):
             # ZooKeeper knows every send (each is recorded before it happens); a local last run that is later
             # is no send (e.g. a fresh entry stamped "now" by its constructor), so it must not delay the next.
             self.catch_up(entry, exact=True)
+            self._plan_catch_up(entry)
         inner._heap = None  # rebuilt from the caught-up entries at the next tick
         logger.info(
             "beat: elected leader of %r (alias %r, token %s); last sends of %d %s read from ZooKeeper",
@@ -150,6 +209,52 @@ class LeaderScheduler(Scheduler):
             "entry" if len(self._sent) == 1 else "entries",
         )
         return True
+
+    def _look_around(self, inner) -> None:
+        """About once a second while leading: orphaned claims to send, and a newly published beat_schedule."""
+        self._settle_doubts()  # a note that could not be written before this election (ZooKeeper was away)
+        try:
+            self.adopt_orphans(inner)
+        except Exception as exc:  # noqa: BLE001 - a side task: the beat goes on leading
+            logger.warning("beat: could not look for orphaned claims: %s", exc)
+        hold = self.leader.leading_hold()
+        if hold is None:
+            return
+        try:
+            self._schedule_seen, applied = schedule_share.follow(hold, inner, self._schedule_seen, self.app, logger)
+        except Exception as exc:  # noqa: BLE001 - a side task: the beat goes on leading
+            logger.warning("beat: could not follow the shared beat_schedule: %s", exc)
+            return
+        if applied:
+            for entry in list(inner.schedule.values()):
+                self.catch_up(entry)
+            inner._heap = None
+        data = beat_status.status_bytes(inner, self.policies, self.catch_up_default, hold.token, _HOST)
+        if data != self._status_written:
+            try:
+                beatstate.write_status(hold.session, hold.contender.parent, data, Deadline(1.0))
+                self._status_written = data
+            except Exception as exc:  # noqa: BLE001 - the status page is best effort
+                logger.debug("beat: could not write its status: %s", exc)
+
+    def _plan_catch_up(self, entry) -> None:
+        """Apply the entry's catch-up policy to the ticks missed since its last send (catchup.py)."""
+        since = self._sent.get(entry.name)
+        if since is not None:
+            policy, backlog = catchup.plan(entry, since, self.catch_up_default, self.app.timezone, logger)
+            self.policies[entry.name] = policy
+            self._backlog.extend((entry.name, due) for due in backlog)
+
+    def _send_backlog(self, inner) -> None:
+        """Send the next missed tick that an "each:N" policy keeps (one per loop, each claimed like any)."""
+        name, due = self._backlog.pop(0)
+        entry = inner.schedule.get(name)
+        if entry is None:
+            return
+        stamp = self.claim(entry, due)
+        if stamp is not None:
+            logger.info("beat: sending %s's missed tick due at %.3f (catch-up)", name, due)
+            inner.zklocks_send(entry, stamp)
 
     def _step_down(self, why: str, *, clean: bool = False) -> None:
         """Stop running the schedule and leave the election. ``clean``: a requested stop (shutdown), logged at
@@ -176,49 +281,139 @@ class LeaderScheduler(Scheduler):
         if last is None or _timestamp(last) < sent - 0.001 or (exact and abs(_timestamp(last) - sent) > 0.001):
             entry.last_run_at = datetime.fromtimestamp(sent, tz=self.app.timezone)
 
-    def claim(self, entry) -> dict[str, Any] | None:
+    def claim(self, entry, due: float | None = None) -> dict[str, Any] | None:
         """Record ``entry``'s send in ZooKeeper, fenced by our candidate node; the header stamp, or None if this
         beat must not send."""
+        name = entry.name
         for attempt in (1, 2):
             hold = self.leader.leading_hold()
             if hold is None:
                 break
+            previous = self._claims.get(name)
+            version = previous.version if previous is not None else None
             sent_at = time.time()
             deadline = Deadline(hold.session.cfg.connect_timeout)
-            try:
-                committed = beatstate.record_sent(
-                    hold.session,
-                    hold.contender.node,  # type: ignore[arg-type]
-                    hold.contender.parent,
-                    entry.name,
-                    sent_at,
-                    hold.token,
-                    exists=entry.name in self._sent,
-                    deadline=deadline,
-                )
-            except Exception as exc:  # noqa: BLE001 any failure counts as not recorded: nothing is sent
-                logger.warning("beat: could not record the send of %s in ZooKeeper: %s", entry.name, exc)
-                committed = False
-            if committed:
-                self._sent[entry.name] = sent_at
-                if not self.leader.is_leader:  # the lease ran out while we wrote: do not send after all
+            outcome = beatstate.record_sent(
+                hold.session, self._own_node(hold), hold.contender.parent, name, sent_at, hold.token,
+                version=version, deadline=deadline,
+            )  # fmt: skip
+            if outcome == beatstate.UNKNOWN:
+                outcome = self._resolve(hold, name, sent_at, version)
+            if outcome == beatstate.COMMITTED:
+                self._sent[name] = sent_at
+                self._claims[name] = beatstate.Claim(name, sent_at, hold.token, 0 if version is None else version + 1)
+                if not self.leader.is_leader:  # the lease ran out while we wrote: the next leader sends it
+                    self._doubt[name] = (sent_at, hold.token)
                     break
-                return {"election": self.election, "token": hold.token, "sent_at": sent_at}
+                return self.stamp(name, hold.token, sent_at, due)
+            if outcome == beatstate.UNKNOWN:
+                logger.warning("beat: the claim of %s has an unknown outcome; it is resolved before any send", name)
+                self._doubt[name] = (sent_at, hold.token)
+                break
             if attempt == 1 and self.leader.is_leader:
-                # Our node may still be there and only our guess of the entry's node was wrong: read again.
+                # Our node may still be there and only our idea of the entry's node was stale: read again.
                 try:
-                    self._sent = beatstate.read_sent(hold.session, hold.contender.parent, deadline)
-                except Exception:  # noqa: BLE001 a failed read ends the retries: nothing is sent
+                    self._refresh(hold, deadline)
+                except Exception:  # noqa: BLE001 - any failure ends the retry loop; the claim stays unknown
                     break
                 continue
             break
         logger.warning(
             "beat: not sending %s: this beat does not lead election %r (alias %r) any more",
-            entry.name,
+            name,
             self.election,
             self.using,
         )
         return None
+
+    def stamp(self, name: str, token: int | None, sent_at: float, due: float | None = None) -> dict[str, Any]:
+        stamp = {"election": self.election, "entry": name, "token": token, "sent_at": sent_at, "host": _HOST}
+        if due is not None:
+            stamp["due"] = round(due, 6)
+            if due < self.elected_at:
+                stamp["catch_up"] = True
+        return stamp
+
+    @staticmethod
+    def _own_node(hold) -> str:
+        return hold.contender.node
+
+    def _refresh(self, hold, deadline: Deadline) -> None:
+        self._claims = beatstate.read_sent(hold.session, hold.contender.parent, deadline)
+        self._sent = {name: claim.sent_at for name, claim in self._claims.items()}
+
+    def _resolve(self, hold, name: str, sent_at: float, version: int | None) -> str:
+        """A claim whose answer was lost: read the entry's node once the connection is back. Ours there: it
+        committed. Still at the version the claim needed: send the very same claim again (at most one of the
+        two copies can commit) and look again. Anything else, or no answer: UNKNOWN (see _settle_doubts)."""
+        refused = False
+        try:
+            for _ in range(3):
+                deadline = Deadline(hold.session.cfg.connect_timeout)
+                found = beatstate.read_claim(hold.session, hold.contender.parent, name, deadline)
+                if beatstate.same_claim(found, sent_at, hold.token):
+                    logger.info("beat: the claim of %s committed although its answer was lost", name)
+                    return beatstate.COMMITTED
+                if (found.version if found is not None else None) != version:
+                    return beatstate.REJECTED if self.leader.is_leader else beatstate.UNKNOWN
+                if refused:  # refused at an unchanged version: our node is gone, so no copy can commit any more
+                    return beatstate.REJECTED
+                again = beatstate.record_sent(
+                    hold.session, self._own_node(hold), hold.contender.parent, name, sent_at, hold.token,
+                    version=version, deadline=deadline,
+                )  # fmt: skip
+                if again == beatstate.COMMITTED:
+                    return again
+                refused = again == beatstate.REJECTED and not hold.session.dead
+        except Exception as exc:  # noqa: BLE001 - any failure leaves the claim unknown (noted for the next leader)
+            logger.warning("beat: could not resolve the claim of %s: %s", name, exc)
+        return beatstate.UNKNOWN
+
+    def _settle_doubts(self) -> None:
+        """Claims of ours left UNKNOWN in an ended leadership: note them as orphans, so that the leader that
+        inherited them sends those that committed (we never will)."""
+        if not self._doubt or self._parent is None:
+            return
+        try:
+            session = connections[self.using].session()
+        except Exception as exc:  # noqa: BLE001 - tried again before the next election, and about once a second while leading
+            logger.warning("beat: could not note %d unsent claim(s) yet: %s", len(self._doubt), exc)
+            return
+        for name, (sent_at, token) in list(self._doubt.items()):
+            try:
+                beatstate.write_orphan(
+                    session, self._parent, name, sent_at, token, Deadline(session.cfg.connect_timeout)
+                )
+            except Exception as exc:  # noqa: BLE001 - one note failing must not stop the others
+                logger.warning("beat: could not note the unsent claim of %s: %s", name, exc)
+                continue
+            logger.warning(
+                "beat: the claim of %s (token %s) may have committed unsent; noted for the leader", name, token
+            )
+            del self._doubt[name]
+
+    def adopt_orphans(self, inner) -> None:
+        """Send each orphaned claim that this leader inherited (it committed and its beat never sent it), once."""
+        hold = self.leader.leading_hold()
+        if hold is None:
+            return
+        deadline = Deadline(hold.session.cfg.connect_timeout)
+        for child, orphan in beatstate.read_orphans(hold.session, hold.contender.parent, deadline):
+            inherited = self._inherited.get(orphan.entry)
+            committed = beatstate.same_claim(inherited, orphan.sent_at, orphan.token)
+            taken = beatstate.take_orphan(hold.session, self._own_node(hold), hold.contender.parent, child, deadline)
+            entry = inner.schedule.get(orphan.entry)
+            if taken == beatstate.COMMITTED and not committed:
+                logger.info("beat: the noted claim of %s (token %s) never committed: nothing to send", orphan.entry,
+                            orphan.token)  # fmt: skip
+            if taken != beatstate.COMMITTED or not committed or entry is None or not self.leader.is_leader:
+                continue
+            self._inherited.pop(orphan.entry, None)
+            logger.warning(
+                "beat: sending %s: a tick claimed by token %s at %.3f that its beat never sent", orphan.entry,
+                orphan.token, orphan.sent_at,
+            )  # fmt: skip
+            inner.zklocks_send(entry, self.stamp(orphan.entry, hold.token, orphan.sent_at))
 
     # -- syncing and shutdown --
 

@@ -270,12 +270,15 @@ def unknown_option(where: str, attr: str, value: Any, known: list[str]) -> tuple
 
 # -- ZKLOCKS_BEAT: the leader-elected Celery beat (zklocks.celery.beat:LeaderScheduler) --
 # Check ids: zklocks.E030 (SCHEDULER is no importable Celery scheduler class), E031 (USING names no configured
-# alias), E032 (ZKLOCKS_BEAT not a dict, or ELECTION not a valid lock name), W030 (unknown key).
+# alias), E032 (ZKLOCKS_BEAT not a dict, or ELECTION not a valid lock name), W030 (unknown key), E090
+# (FENCE_WORKERS not a bool), E091 (CATCH_UP no catch-up policy; celery/catchup.py).
 
 BEAT_DEFAULTS: dict[str, Any] = {
     "SCHEDULER": "celery.beat:PersistentScheduler",  # the scheduler whose schedule the leader runs
     "USING": "default",  # connection alias of the election
     "ELECTION": "celery-beat",  # election name: beats of one deployment share it
+    "CATCH_UP": "once",  # the default catch-up policy of the entries (celery/catchup.py)
+    "FENCE_WORKERS": False,  # workers run a beat tick only if no newer leader's tick of its entry ran (beat_fence.py)
 }
 
 
@@ -318,6 +321,23 @@ def validate_beat(raw: Any, aliases: set[str] | frozenset[str]) -> tuple[dict[st
                 "Name one of the aliases of settings.ZKLOCKS.",
             )
         )
+    if not isinstance(values["FENCE_WORKERS"], bool):
+        problems.append(
+            Problem(
+                "zklocks.E090",
+                None,
+                f"ZKLOCKS_BEAT: FENCE_WORKERS must be True or False, not {values['FENCE_WORKERS']!r}.",
+                "True makes workers drop a tick sent by a deposed beat leader after a newer leader's tick ran.",
+            )
+        )
+        values["FENCE_WORKERS"] = False
+    from .catchup import parse as parse_catch_up
+
+    try:
+        parse_catch_up(values["CATCH_UP"])
+    except ValueError as exc:
+        problems.append(Problem("zklocks.E091", None, f"ZKLOCKS_BEAT: CATCH_UP: {exc}.", 'The default is "once".'))
+        values["CATCH_UP"] = "once"
     election = values["ELECTION"]
     try:
         validate_name(election)

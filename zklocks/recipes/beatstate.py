@@ -2,26 +2,36 @@
 
     NAMESPACE/<election>/__beat__/<entry>    {"v": 1, "entry": ..., "sent_at": <epoch s>, "token": <leader token>}
 
-The leader writes an entry's node BEFORE it sends, in ONE transaction with a ``check`` of its own candidate node:
-the write commits only while that node exists, that is while no other candidate can lead. A leader that lost
-its session (expired, frozen past its timeout, cut off) cannot commit, and so never sends. A new leader reads
-these nodes when elected, so it neither repeats a send nor skips one beyond the failover.
+The leader writes an entry's node BEFORE it sends (a claim), in ONE transaction with a ``check`` of its own
+candidate node: the write commits only while that node exists, that is while no other candidate can lead. A
+leader that lost its session (expired, frozen past its timeout, cut off) cannot commit, and so never sends. A new
+leader reads these nodes when elected, so it neither repeats a send nor skips one beyond the failover.
+
+Each claim after the first is a ``set_data`` at the version the leader last saw, so a claim whose answer was
+lost can be sent again unchanged: at most one of the copies commits, and a read tells which (docs/design.md
+§11). A beat that lost its session with such a claim unresolved leaves an orphan note:
+
+    NAMESPACE/<election>/__beat__/__orphans__/<entry>-<token>    {"entry", "sent_at", "token"}
+
+and the leader that inherited that claim (it read it when elected) sends the tick, once.
 
 This module knows kazoo and paths, nothing of Django or Celery.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import socket
-from typing import Any
+from typing import Any, NamedTuple
 
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
 from ..client.session import Session
+from ..exceptions import ZkUnavailable
 from ..names import MAX_NAME_LENGTH, encode_name
-from .kazoo_calls import Deadline, call, wait_result
+from .kazoo_calls import Deadline, SessionGone, call, wait_result
 from .layout import beat_state_path
 
 
@@ -39,7 +49,21 @@ def _data(entry: str, sent_at: float, token: int | None) -> bytes:
     return json.dumps(record, separators=(",", ":")).encode()
 
 
-def _parse(raw: bytes | None) -> tuple[str, float] | None:
+class Claim(NamedTuple):
+    """An entry's last committed claim: when, by which leader (token, host), and the node's version."""
+
+    entry: str
+    sent_at: float
+    token: int | None
+    version: int
+    host: str = ""
+
+
+COMMITTED, REJECTED, UNKNOWN = "committed", "rejected", "unknown"  # the outcomes of a fenced write
+ORPHANS = "__orphans__"
+
+
+def _parse(raw: bytes | None, version: int = -1) -> Claim | None:
     try:
         data = json.loads(raw or b"")
         entry, sent_at = data["entry"], data["sent_at"]
@@ -47,11 +71,23 @@ def _parse(raw: bytes | None) -> tuple[str, float] | None:
         return None
     if not isinstance(entry, str) or isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
         return None
-    return entry, float(sent_at)
+    token = data.get("token")
+    host = data.get("host")
+    return Claim(
+        entry,
+        float(sent_at),
+        token if isinstance(token, int) and not isinstance(token, bool) else None,
+        version,
+        host if isinstance(host, str) else "",
+    )
 
 
-def read_sent(session: Session, election: str, deadline: Deadline) -> dict[str, float]:
-    """{entry name: epoch seconds of its last send} as every committed write left it.
+def same_claim(claim: Claim | None, sent_at: float, token: int | None) -> bool:
+    return claim is not None and claim.token == token and abs(claim.sent_at - round(sent_at, 6)) < 1e-6
+
+
+def read_sent(session: Session, election: str, deadline: Deadline) -> dict[str, Claim]:
+    """{entry name: its last committed claim} as every committed write left it.
 
     A ``sync`` goes first, so that a server behind the leader of the ensemble cannot hide the previous beat
     leader's last writes. Creates the state node if it is missing (a later create of an entry needs it).
@@ -64,17 +100,30 @@ def read_sent(session: Session, election: str, deadline: Deadline) -> dict[str, 
         pass
     call(session, lambda: client.sync_async(state), deadline)
     children = call(session, lambda: client.get_children_async(state), deadline)
-    pending = [client.get_async(f"{state}/{child}") for child in children]  # pipelined: one round trip
-    sent: dict[str, float] = {}
+    # pipelined: one round trip
+    pending = [client.get_async(f"{state}/{child}") for child in children if not child.startswith("__")]
+    sent: dict[str, Claim] = {}
     for result in pending:
         try:
-            raw, _ = wait_result(result, session, deadline)
+            raw, stat = wait_result(result, session, deadline)
         except NoNodeError:
             continue
-        parsed = _parse(raw)
+        parsed = _parse(raw, stat.version)
         if parsed is not None:
-            sent[parsed[0]] = parsed[1]
+            sent[parsed.entry] = parsed
     return sent
+
+
+def read_claim(session: Session, election: str, entry: str, deadline: Deadline) -> Claim | None:
+    """``entry``'s last committed claim, after a ``sync`` (retried through connection loss); None if none."""
+    client = session.client
+    path = f"{beat_state_path(election)}/{entry_node(entry)}"
+    call(session, lambda: client.sync_async(path), deadline)
+    try:
+        raw, stat = call(session, lambda: client.get_async(path), deadline)
+    except NoNodeError:
+        return None
+    return _parse(raw, stat.version)
 
 
 def record_sent(
@@ -85,28 +134,164 @@ def record_sent(
     sent_at: float,
     token: int | None,
     *,
-    exists: bool,
+    version: int | None,
     deadline: Deadline,
-) -> bool:
-    """Write ``entry``'s last send, fenced by ``own_node``; True only if the transaction committed.
+) -> str:
+    """Claim ``entry``'s send, fenced by ``own_node``: COMMITTED, REJECTED or UNKNOWN.
 
-    False when our candidate node is gone (we no longer lead) or the outcome is unknown (the connection was
-    lost before the answer): the caller must not send then. ``exists`` says whether the entry's node is there
-    already (set) or not (create); a wrong guess fails the transaction and is corrected by a re-read.
+    REJECTED: our candidate node is gone (we no longer lead) or the entry's node is not at ``version`` (None:
+    absent, so it is created). UNKNOWN: the connection was lost before the answer; the transaction may commit
+    yet, so the caller resolves it with :func:`read_claim` (or sends the same claim again) before it sends.
     """
     client = session.client
     path = f"{beat_state_path(election)}/{entry_node(entry)}"
     data = _data(entry, sent_at, token)
     transaction = client.transaction()
     transaction.check(own_node, -1)
-    if exists:
-        transaction.set_data(path, data)
+    if version is not None:
+        transaction.set_data(path, data, version)
     else:
         transaction.create(path, data, acl=session.acl)
     if session.dead:
-        return False
+        return REJECTED
     try:
         results = wait_result(transaction.commit_async(), session, deadline)
-    except (ConnectionLoss, OperationTimeoutError):
-        return False
-    return not any(isinstance(r, Exception) for r in results)
+    except (ConnectionLoss, OperationTimeoutError, ZkUnavailable, SessionGone):
+        return UNKNOWN  # an ended session cannot commit it any more, but may have committed it before it ended
+    return REJECTED if any(isinstance(r, Exception) for r in results) else COMMITTED
+
+
+def _orphans(election: str) -> str:
+    return f"{beat_state_path(election)}/{ORPHANS}"
+
+
+def write_orphan(session: Session, election: str, entry: str, sent_at: float, token: int | None, deadline: Deadline):
+    """Note that our claim (``token``, ``sent_at``) of ``entry``, made in a session that ended before we knew
+    whether it committed, was never sent. Not fenced: it only asks the leader that inherited it to send it."""
+    client = session.client
+    path = f"{_orphans(election)}/{entry_node(entry)}-{token}"
+    try:
+        call(
+            session,
+            lambda: client.create_async(path, _data(entry, sent_at, token), acl=session.acl, makepath=True),
+            deadline,
+        )
+    except NodeExistsError:
+        pass
+
+
+def read_orphans(session: Session, election: str, deadline: Deadline) -> list[tuple[str, Claim]]:
+    """The orphan notes: (child name, the claim it names)."""
+    client = session.client
+    where = _orphans(election)
+    try:
+        children = call(session, lambda: client.get_children_async(where), deadline)
+    except NoNodeError:
+        return []
+    found = []
+    for child in children:
+        path = f"{where}/{child}"
+        try:
+            raw, _ = call(session, functools.partial(client.get_async, path), deadline)
+        except NoNodeError:
+            continue
+        claim = _parse(raw)
+        if claim is not None:
+            found.append((child, claim))
+    return found
+
+
+def take_orphan(session: Session, own_node: str, election: str, child: str, deadline: Deadline) -> str:
+    """Delete an orphan note, fenced by ``own_node``: COMMITTED means this leader, and no one else, sends it."""
+    client = session.client
+    path = f"{_orphans(election)}/{child}"
+    transaction = client.transaction()
+    transaction.check(own_node, -1)
+    transaction.delete(path)
+    if session.dead:
+        return REJECTED
+    try:
+        results = wait_result(transaction.commit_async(), session, deadline)
+    except (ConnectionLoss, OperationTimeoutError, ZkUnavailable, SessionGone):
+        try:  # resolve: the note is gone only if our delete committed (no one else deletes it)
+            gone = call(session, lambda: client.exists_async(path), deadline) is None
+        except Exception:  # noqa: BLE001 - any failure leaves the outcome unknown
+            return UNKNOWN
+        return COMMITTED if gone else REJECTED
+    return REJECTED if any(isinstance(r, Exception) for r in results) else COMMITTED
+
+
+SCHEDULE = "__schedule__"  # the beat_schedule the last started beat published (celery/schedule_share.py)
+
+
+def publish_schedule(session: Session, election: str, data: bytes, deadline: Deadline) -> None:
+    """Write ``data`` as the shared schedule. Not fenced: every beat, standby or not, publishes its own."""
+    client = session.client
+    path = f"{beat_state_path(election)}/{SCHEDULE}"
+    try:
+        call(session, lambda: client.set_async(path, data), deadline)
+    except NoNodeError:
+        try:
+            call(session, lambda: client.create_async(path, data, acl=session.acl, makepath=True), deadline)
+        except NodeExistsError:
+            call(session, lambda: client.set_async(path, data), deadline)
+
+
+def schedule_version(session: Session, election: str, deadline: Deadline) -> int | None:
+    """The shared schedule's modification zxid (cheap: one exists), or None if none was published."""
+    client = session.client
+    stat = call(session, lambda: client.exists_async(f"{beat_state_path(election)}/{SCHEDULE}"), deadline)
+    return None if stat is None else stat.mzxid
+
+
+def read_schedule(session: Session, election: str, deadline: Deadline) -> tuple[bytes, int] | None:
+    """The shared schedule and its modification zxid, or None."""
+    client = session.client
+    try:
+        raw, stat = call(session, lambda: client.get_async(f"{beat_state_path(election)}/{SCHEDULE}"), deadline)
+    except NoNodeError:
+        return None
+    return raw, stat.mzxid
+
+
+STATUS = "__status__"  # what the leader alone knows: each entry's next due time and catch-up policy
+
+
+def write_status(session: Session, election: str, data: bytes, deadline: Deadline) -> None:
+    """The leader's view of its schedule, for the admin and ``zklocks_status --beat``. Not fenced: it carries
+    the leader's token, and readers show it only while that token leads."""
+    client = session.client
+    path = f"{beat_state_path(election)}/{STATUS}"
+    try:
+        call(session, lambda: client.set_async(path, data), deadline)
+    except NoNodeError:
+        try:
+            call(session, lambda: client.create_async(path, data, acl=session.acl, makepath=True), deadline)
+        except NodeExistsError:
+            call(session, lambda: client.set_async(path, data), deadline)
+
+
+def read_view(session: Session, election: str, deadline: Deadline) -> tuple[dict[str, Claim], bytes | None]:
+    """Read-only: every entry's last claim, and the leader's status node (None if none); nothing is created."""
+    client = session.client
+    state = beat_state_path(election)
+    try:
+        children = call(session, lambda: client.get_children_async(state), deadline)
+    except NoNodeError:
+        return {}, None
+    claims: dict[str, Claim] = {}
+    for child in children:
+        if child.startswith("__"):
+            continue
+        try:
+            raw, stat = call(session, functools.partial(client.get_async, f"{state}/{child}"), deadline)
+        except NoNodeError:
+            continue
+        claim = _parse(raw, stat.version)
+        if claim is not None:
+            claims[claim.entry] = claim
+    try:
+        status, _ = call(session, lambda: client.get_async(f"{state}/{STATUS}"), deadline)
+    except NoNodeError:
+        status = None
+    return claims, status

@@ -6,6 +6,8 @@ proxy.partition()        # black-hole: connections stay open, nothing passes (li
 proxy.heal()
 proxy.drop_after_next_request()   # forward the next request to the server, then drop the connection
 proxy.drop_after_next_request((15,), skip=1)  # ... the second create2 instead
+proxy.drop_after_next_request((14,), contains=b"/x", then_partition=True)  # forward the next multi that
+                         # names a path with "/x", then black-hole the link
 proxy.cancel_drop()      # disarm it
 proxy.latency = 0.2      # delay every request (client to server) by 0.2 s, in order, from now on
 proxy.reset()            # close every connection now
@@ -35,6 +37,9 @@ class TcpProxy:
         self._drop_next = threading.Event()
         self._drop_opcodes: frozenset[int] = frozenset((1, 15))
         self._drop_skip = 0
+        self._partition_on_drop = False
+        self._drop_contains = b""
+        self._drop_settle = 0.0
         self.dropped = threading.Event()  # set when an armed drop happened
         self.latency = 0.0  # seconds each client-to-server packet is held back (not combined with drops)
         self._stopped = False
@@ -57,11 +62,28 @@ class TcpProxy:
         self._refuse = False
         self._blocked.clear()
 
-    def drop_after_next_request(self, opcodes: tuple[int, ...] = (1, 15), skip: int = 0) -> None:
+    def drop_after_next_request(
+        self,
+        opcodes: tuple[int, ...] = (1, 15),
+        skip: int = 0,
+        *,
+        contains: bytes = b"",
+        then_partition: bool = False,
+        settle: float = 0.0,
+    ) -> None:
         """Forward the next request with one of ``opcodes`` (default: create, create2), then drop.
 
         ``skip`` lets that many matching requests pass first (e.g. skip=1: drop after the second create).
+        ``contains``: only a request whose packet holds these bytes (e.g. a path) counts.
+        ``then_partition``: at the drop, also partition (the client's reconnect is refused until heal()), so the
+        request commits while its answer is lost with the link.
+        ``settle``: before the drop, end the upstream side gently (FIN after the request) and wait this long, so
+        that the server surely reads the request (a close with unread answers resets the connection, and the
+        server may then lose the request).
         """
+        self._drop_settle = settle
+        self._partition_on_drop = then_partition
+        self._drop_contains = contains
         self._drop_opcodes = frozenset(opcodes)
         self._drop_skip = skip
         self.dropped.clear()
@@ -137,13 +159,19 @@ class TcpProxy:
                             requests_seen > 1
                             and self._drop_next.is_set()
                             and self._drop_opcodes.intersection(opcodes(data))
+                            and self._drop_contains in data
                         ):
                             with self._lock:
                                 if self._drop_skip > 0:
                                     self._drop_skip -= 1
                                     continue
                             self._drop_next.clear()
+                            if self._partition_on_drop:
+                                self.partition()
                             self.dropped.set()
+                            if self._drop_settle > 0:
+                                upstream.shutdown(socket.SHUT_WR)
+                                time.sleep(self._drop_settle)
                             return
         except (OSError, ValueError):  # ValueError: a socket closed by reset() meanwhile (select on fd -1)
             return

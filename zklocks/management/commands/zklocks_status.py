@@ -1,4 +1,6 @@
+import datetime
 import json
+import time
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -13,8 +15,14 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--alias", action="append", help="only this alias (repeatable)")
         parser.add_argument("--json", action="store_true", dest="as_json", help="machine-readable output")
+        parser.add_argument(
+            "--beat", action="store_true", help="the Celery beat election (ZKLOCKS_BEAT) and its entries instead"
+        )
 
-    def handle(self, *args, alias=None, as_json=False, **options):
+    def handle(self, *args, alias=None, as_json=False, beat=False, **options):
+        if beat:
+            self._beat(alias[0] if alias else None, as_json)
+            return
         snap = read_model.snapshot(alias or conf.aliases())
         if as_json:
             self.stdout.write(json.dumps(snap.to_dict(), indent=2, ensure_ascii=False))
@@ -51,3 +59,50 @@ class Command(BaseCommand):
                 self.stdout.write(
                     f"    {pos}. {who(w)}  (waiting {duration(max(0.0, now - w.since))}, {w.mode}, token {w.token})"
                 )
+
+    def _beat(self, alias: str | None, as_json: bool) -> None:
+        from zklocks.celery import beat_status
+
+        view = beat_status.read(alias)
+        if as_json:
+            self.stdout.write(json.dumps(view, indent=2, ensure_ascii=False))
+        else:
+            self._beat_table(view)
+        if view.get("error"):
+            raise CommandError(view["error"], returncode=1)
+
+    def _beat_table(self, view: dict) -> None:
+        now = time.time()
+        self.stdout.write(f"beat election {clean(view['election'])!s} (alias {clean(view['alias'])})")
+        leader = view["leader"]
+        if leader:
+            since = duration(max(0.0, now - leader["since"])) if leader.get("since") else "?"
+            self.stdout.write(
+                f"leader:   {clean(str(leader['host']))} pid {clean(str(leader['pid']))} (token {leader['token']}, "
+                f"leading for {since})"
+            )
+        else:
+            self.stdout.write("leader:   none")
+        for standby in view["standbys"]:
+            self.stdout.write(
+                f"standby:  {clean(str(standby['host']))} pid {clean(str(standby['pid']))} (token {standby['token']})"
+            )
+        rows = [["ENTRY", "LAST SENT", "TOKEN", "HOST", "NEXT DUE", "CATCH-UP"]]
+        for entry in view["entries"]:
+            sent, due = entry["last_sent_at"], entry["next_due"]
+            rows.append(
+                [
+                    clean(entry["name"]),
+                    _at(sent) if sent else "-",
+                    str(entry["last_token"]) if entry["last_token"] is not None else "-",
+                    clean(entry["last_host"] or "-"),
+                    _at(due) if due else "-",
+                    entry["catch_up"] or f"({view['default_catch_up']})",
+                ]
+            )
+        for line in table(rows):
+            self.stdout.write(line)
+
+
+def _at(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"

@@ -1,0 +1,132 @@
+"""Worker-side fencing of beat ticks: ``ZKLOCKS_BEAT["FENCE_WORKERS"] = True``.
+
+A beat leader stamps each message it sends with ``zklocks_beat = {"election", "entry", "token", ...}`` (beat.py).
+A leader paused between its committed claim and its publish (a GC pause, a stalled VM, a publish buffered during
+a partition) may publish after a newer leader's ticks. With fencing on, before a stamped task runs, the worker
+records the token in the entry's node in ONE versioned write:
+
+    NAMESPACE/<election>/__beat__/__executed__/<entry>    {"token": <newest token executed>, ...}
+
+The write is a ``set_data`` at the version just read (or a ``create``): it commits only if no other worker
+recorded a token in between. A tick whose token is older than the recorded one is not run: it raises Celery's
+``Ignore`` and is logged. So the ticks of one entry run in token order, and a deposed leader's late tick is
+dropped (docs/design.md §11).
+
+Installed by the zklocks app when the setting is on (apps.py): it wraps ``celery.app.task.Task.before_start``,
+which Celery's tracer calls before every task. A task class that overrides ``before_start`` must call
+``super().before_start(...)`` to stay fenced.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import socket
+import time
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from ..client.pools import connections
+from ..names import join_path
+from ..recipes.beatstate import entry_node
+from ..recipes.kazoo_calls import Deadline, call
+from ..recipes.layout import beat_state_path
+from . import conf as celery_conf
+
+log = logging.getLogger("zklocks")
+HEADER = "zklocks_beat"
+EXECUTED = "__executed__"
+_installed = False
+
+
+class StaleTick(Exception):
+    """A tick of a deposed leader: a newer leader's tick of the same entry already ran."""
+
+
+def stamp_of(request: Any) -> dict[str, Any] | None:
+    stamp = getattr(request, HEADER, None) or (getattr(request, "headers", None) or {}).get(HEADER)
+    if not isinstance(stamp, dict):
+        return None
+    if not isinstance(stamp.get("entry"), str) or not isinstance(stamp.get("election"), str):
+        return None
+    token = stamp.get("token")
+    return stamp if isinstance(token, int) and not isinstance(token, bool) else None
+
+
+def executed_path(namespace: str, election: str, entry: str) -> str:
+    return f"{beat_state_path(join_path(namespace, election))}/{EXECUTED}/{entry_node(entry)}"
+
+
+def admit(stamp: dict[str, Any], task_id: str | None = None) -> None:
+    """Record ``stamp``'s token as executed for its entry, or raise StaleTick if a newer one was."""
+    using = celery_conf.beat_settings()["USING"]
+    pool = connections[using]
+    session = pool.session()
+    client = session.client
+    path = executed_path(pool.cfg.namespace, stamp["election"], stamp["entry"])
+    token: int = stamp["token"]
+    data = json.dumps(
+        {"token": token, "task_id": task_id, "host": socket.gethostname()[:64], "at": round(time.time(), 6)},
+        separators=(",", ":"),
+    ).encode()
+    deadline = Deadline(session.cfg.connect_timeout * 2)
+    while True:
+        try:
+            raw, stat = call(session, lambda: client.get_async(path), deadline)
+        except NoNodeError:
+            try:
+                call(session, lambda: client.create_async(path, data, acl=session.acl, makepath=True), deadline)
+                return
+            except NodeExistsError:
+                continue  # another worker recorded first: compare with its token
+        try:
+            newest = json.loads(raw or b"{}").get("token")
+        except ValueError:
+            newest = None
+        if isinstance(newest, int) and newest > token:
+            raise StaleTick(f"token {token} is older than token {newest}, whose tick of this entry already ran")
+        try:
+            # One versioned write: it fails if another worker recorded a token since our read.
+            call(session, functools.partial(client.set_async, path, data, stat.version), deadline)
+            return
+        except BadVersionError:
+            continue
+
+
+def _before_start(self, task_id, args, kwargs):
+    stamp = stamp_of(self.request)
+    if stamp is not None:
+        try:
+            admit(stamp, task_id)
+        except StaleTick as exc:
+            from celery.exceptions import Ignore
+
+            log.warning(
+                "zklocks: dropping beat tick %s of entry %r (election %r, sent by %s at %s): %s",
+                task_id,
+                stamp["entry"],
+                stamp["election"],
+                stamp.get("host", "?"),
+                stamp.get("sent_at"),
+                exc,
+            )
+            raise Ignore() from None
+    return _original(self, task_id, args, kwargs)
+
+
+_original: Any = None
+
+
+def install() -> None:
+    """Fence every task's start (idempotent). Celery's tracer sees the wrapper as a custom before_start: its
+    __module__ is ours, not celery.app.task."""
+    global _installed, _original
+    if _installed:
+        return
+    from celery.app.task import Task
+
+    _original = Task.before_start
+    Task.before_start = _before_start
+    _installed = True

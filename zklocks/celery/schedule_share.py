@@ -1,0 +1,183 @@
+"""Live ``beat_schedule`` edits: every beat publishes its ``beat_schedule`` in ZooKeeper, the leader follows it.
+
+When a beat starts (a deploy, a restart of one host with an edited ``beat_schedule``), it writes its schedule to
+``<election>/__beat__/__schedule__`` as JSON, standby or not. The leader looks at that node's version about once
+a second and merges the schedule it holds into the one it runs: entries added, changed or removed on any beat
+host reach the running leader without a restart. The last beat started wins.
+
+Only what JSON can carry is shared: a schedule in seconds (number, ``timedelta``, ``celery.schedules.schedule``)
+or a ``crontab``, and JSON-able ``args``, ``kwargs`` and ``options``. A ``beat_schedule`` with anything else is
+not published (the beat logs why), and the leader keeps running its own.
+
+django-celery-beat keeps its entries in the database: edits in the admin or the ORM reach the leader through
+DatabaseScheduler's own change tracking, which the leader consults at every loop (at most ORPHAN_POLL apart).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+FORMAT = 1
+
+
+def _encode_schedule(value: Any) -> dict[str, Any]:
+    from celery.schedules import crontab, schedule
+
+    if isinstance(value, bool):
+        raise ValueError("a schedule is not a bool")
+    if isinstance(value, (int, float)):
+        return {"every": float(value)}
+    if isinstance(value, timedelta):
+        return {"every": value.total_seconds()}
+    if isinstance(value, crontab):
+        return {
+            "crontab": [
+                str(value._orig_minute),
+                str(value._orig_hour),
+                str(value._orig_day_of_week),
+                str(value._orig_day_of_month),
+                str(value._orig_month_of_year),
+            ]
+        }
+    if type(value) is schedule:
+        return {"every": value.run_every.total_seconds(), "relative": bool(value.relative)}
+    raise ValueError(f"a schedule of type {type(value).__name__} cannot be shared")
+
+
+def _decode_schedule(value: dict[str, Any], app: Any) -> Any:
+    from celery.schedules import crontab, schedule
+
+    if "crontab" in value:
+        minute, hour, day_of_week, day_of_month, month_of_year = value["crontab"]
+        return crontab(minute, hour, day_of_week, day_of_month, month_of_year, app=app)
+    return schedule(timedelta(seconds=float(value["every"])), relative=bool(value.get("relative")), app=app)
+
+
+def encode(beat_schedule: dict[str, Any]) -> dict[str, Any]:
+    """The JSON form of a ``beat_schedule``; ValueError names the first entry that cannot be shared."""
+    out: dict[str, Any] = {}
+    for name, entry in (beat_schedule or {}).items():
+        try:
+            item: dict[str, Any] = {
+                "task": str(entry["task"]),
+                "schedule": _encode_schedule(entry["schedule"]),
+                "args": list(entry.get("args") or ()),
+                "kwargs": dict(entry.get("kwargs") or {}),
+                "options": dict(entry.get("options") or {}),
+            }
+            if entry.get("relative"):
+                item["relative"] = True
+            json.dumps(item)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"entry {name!r}: {exc}") from None
+        out[str(name)] = item
+    return out
+
+
+def dumps(beat_schedule: dict[str, Any], host: str, at: float) -> bytes:
+    return json.dumps(
+        {"v": FORMAT, "host": host, "at": round(at, 3), "entries": encode(beat_schedule)},
+        separators=(",", ":"),
+        sort_keys=True,
+    ).encode()
+
+
+def loads(raw: bytes, app: Any) -> tuple[str, dict[str, dict[str, Any]]]:
+    """(publishing host, a ``beat_schedule`` dict Celery's ``merge_inplace`` takes); ValueError if unreadable."""
+    try:
+        data = json.loads(raw)
+        if data.get("v") != FORMAT:
+            raise ValueError(f"unknown format {data.get('v')!r}")
+        entries = {}
+        for name, item in data["entries"].items():
+            entries[name] = {
+                "task": item["task"],
+                "schedule": _decode_schedule(item["schedule"], app),
+                "args": tuple(item.get("args") or ()),
+                "kwargs": dict(item.get("kwargs") or {}),
+                "options": dict(item.get("options") or {}),
+                "relative": bool(item.get("relative")),
+            }
+        return str(data.get("host", "?")), entries
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"unreadable shared schedule: {exc}") from None
+
+
+def same_entries(raw: bytes | None, beat_schedule: dict[str, Any]) -> bool:
+    """Whether ``raw`` already holds ``beat_schedule`` (then a beat need not write it again)."""
+    if raw is None:
+        return False
+    try:
+        return json.loads(raw).get("entries") == json.loads(json.dumps(encode(beat_schedule)))
+    except ValueError:
+        return False
+
+
+def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: str, log: Any) -> None:
+    """Publish this beat's ``beat_schedule`` unless the shared one already holds it, or it cannot be shared.
+    Never raises: a beat that could not publish runs (and, elected, leads) with its own schedule."""
+    import time
+
+    from ..client.pools import connections
+    from ..names import join_path
+    from ..recipes import beatstate
+    from ..recipes.kazoo_calls import Deadline
+
+    try:
+        data = dumps(beat_schedule, host, time.time())
+    except ValueError as exc:
+        log.warning("beat: not publishing this beat's beat_schedule (the leader keeps its own): %s", exc)
+        return
+    try:
+        pool = connections[using]
+        session = pool.session()
+        election_path = join_path(pool.cfg.namespace, election)
+        deadline = Deadline(session.cfg.connect_timeout)
+        current = beatstate.read_schedule(session, election_path, deadline)
+        if same_entries(current[0] if current else None, beat_schedule):
+            return
+        beatstate.publish_schedule(session, election_path, data, deadline)
+    except Exception as exc:  # noqa: BLE001 - publishing is best effort; the beat runs its own schedule
+        log.warning("beat: could not publish this beat's beat_schedule: %s", exc)
+        return
+    log.info("beat: published this beat's beat_schedule (%d entries) for the leader", len(beat_schedule or {}))
+
+
+def follow(hold: Any, inner: Any, seen: int | None, app: Any, log: Any) -> tuple[int | None, bool]:
+    """Merge the shared schedule into ``inner`` if it changed since ``seen``: (the version now seen, applied)."""
+    from ..recipes import beatstate
+    from ..recipes.kazoo_calls import Deadline
+
+    deadline = Deadline(hold.session.cfg.connect_timeout)
+    parent = hold.contender.parent
+    version = beatstate.schedule_version(hold.session, parent, deadline)
+    if version is None or version == seen:
+        return seen, False
+    got = beatstate.read_schedule(hold.session, parent, deadline)
+    if got is None:
+        return seen, False
+    raw, version = got
+    try:
+        host, entries = loads(raw, app)
+    except ValueError as exc:
+        log.error("beat: ignoring the shared beat_schedule: %s", exc)
+        return version, False
+    before = {name: entry for name, entry in inner.schedule.items()}
+    if hasattr(inner, "schedule_changed"):  # django-celery-beat: rows in the database, which it tracks itself
+        inner.update_from_dict(entries)
+        removed: list[str] = []
+    else:
+        inner.merge_inplace(entries)
+        inner.install_default_entries(inner.schedule)  # Celery's own (celery.backend_cleanup) stay
+        removed = sorted(set(before) - set(inner.schedule))
+    added = sorted(set(entries) - set(before))
+    log.info(
+        "beat: applied the beat_schedule published by %s: %d entries, added %s, removed %s",
+        host,
+        len(entries),
+        added or "none",
+        removed or "none",
+    )
+    return version, True
