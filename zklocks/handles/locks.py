@@ -7,7 +7,7 @@ commit in on_commit.py.
 
 from __future__ import annotations
 
-from .. import conf
+from .. import conf, lock_delay_option
 from ..client.pools import connections
 from ..exceptions import (
     LockLost,
@@ -39,8 +39,11 @@ class ZkLock(BaseHandle):
         release_on_commit: bool | str = False,
         reentrant: bool = True,
         rw: bool = False,
+        lock_delay: float | None = None,
     ) -> None:
         super().__init__(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+        # None: the alias's LOCK_DELAY, read at each acquire (docs/design.md §14)
+        self.lock_delay = None if lock_delay is None else lock_delay_option.checked(lock_delay, self.name)
         self.shared = shared
         self.kind = Kind.SHARED if shared else Kind.EXCLUSIVE
         self.reentrant = reentrant
@@ -62,6 +65,7 @@ class ZkLock(BaseHandle):
             release_on_commit=self.release_on_commit,
             reentrant=self.reentrant,
             rw=self.rw,
+            lock_delay=self.lock_delay,
         )
 
     waits_on_loop = True
@@ -110,6 +114,7 @@ class ZkLock(BaseHandle):
                 deadline=deadline,
                 name=self.name,
                 peek_session=pool.ready_session,
+                delay=pool.cfg.lock_delay if self.lock_delay is None else self.lock_delay,
             )
             hold = grant.hold = Hold(self.using, self.name, self.kind, contender, key)
             if contender.session.add_hold(hold):
@@ -136,15 +141,24 @@ def zk_lock(
     blocking: bool = True,
     using: str = "default",
     release_on_commit: bool | str = False,
+    lock_delay: float | None = None,
 ) -> ZkLock:
     """A distributed lock on ``name``: context manager (``with``/``async with``), decorator, or handle.
 
     shared=True takes the read lock. blocking=False makes one attempt. timeout=None waits for ever.
     As a decorator, ``name`` may be a template filled from the call's bound arguments.
     release_on_commit=True (or a database alias) defers the release to transaction.on_commit.
+    lock_delay (seconds; None: the alias's LOCK_DELAY, default 0): after the holder vanished without releasing
+    (session expired, force-release), nobody holds the lock until that long after (docs/design.md §14).
     """
     return ZkLock(
-        name, shared=shared, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit
+        name,
+        shared=shared,
+        timeout=timeout,
+        blocking=blocking,
+        using=using,
+        release_on_commit=release_on_commit,
+        lock_delay=lock_delay,
     )
 
 

@@ -31,10 +31,11 @@ class ZkMultiLock(Acquirable):
         blocking: bool = True,
         using: str = "default",
         release_on_commit: bool | str = False,
+        lock_delay: float | None = None,
     ) -> None:
         locks: dict[str, ZkLock] = {}
         for spec in members:
-            lock = self._member(spec, using)
+            lock = self._member(spec, using, lock_delay)
             if lock.name in locks:
                 raise ValueError(f"zk_multi_lock: {lock.name!r} appears twice")
             locks[lock.name] = lock
@@ -49,13 +50,13 @@ class ZkMultiLock(Acquirable):
         self.names = [lock.name for lock in self.locks]
 
     @staticmethod
-    def _member(spec: MemberSpec, using: str) -> ZkLock:
+    def _member(spec: MemberSpec, using: str, lock_delay: float | None = None) -> ZkLock:
         if isinstance(spec, ZkLock):
-            return spec
+            return spec  # keeps its own lock_delay
         if isinstance(spec, str):
-            return ZkLock(spec, using=using)
+            return ZkLock(spec, using=using, lock_delay=lock_delay)
         if isinstance(spec, tuple) and len(spec) == 2 and spec[1] in (Kind.SHARED, Kind.EXCLUSIVE):
-            return ZkLock(spec[0], shared=spec[1] == Kind.SHARED, using=using)
+            return ZkLock(spec[0], shared=spec[1] == Kind.SHARED, using=using, lock_delay=lock_delay)
         raise ValueError(f"zk_multi_lock member {spec!r}: give a name, (name, 'shared'|'exclusive') or a zk_lock")
 
     def _acquire(
@@ -163,6 +164,15 @@ def zk_multi_lock(
     blocking: bool = True,
     using: str = "default",
     release_on_commit: bool | str = False,
+    lock_delay: float | None = None,
 ) -> ZkMultiLock:
-    """Take several locks as one: ``zk_multi_lock(["a", ("b", "shared")], timeout=5)``; ``.tokens`` maps names."""
-    return ZkMultiLock(names, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+    """Take several locks as one: ``zk_multi_lock(["a", ("b", "shared")], timeout=5)``; ``.tokens`` maps names.
+    ``lock_delay`` applies to the members given by name (docs/design.md §14)."""
+    return ZkMultiLock(
+        names,
+        timeout=timeout,
+        blocking=blocking,
+        using=using,
+        release_on_commit=release_on_commit,
+        lock_delay=lock_delay,
+    )

@@ -26,14 +26,13 @@ class ZkRwLock:
         blocking: bool = True,
         using: str = "default",
         release_on_commit: bool | str = False,
+        lock_delay: float | None = None,
     ) -> None:
         self.name = validate_name(name)
         self.using = using
-        commit = release_on_commit
-        self.read = ZkLock(
-            name, shared=True, rw=True, timeout=timeout, blocking=blocking, using=using, release_on_commit=commit
-        )
-        self.write = ZkLock(name, rw=True, timeout=timeout, blocking=blocking, using=using, release_on_commit=commit)
+        opts = dict(timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+        self.read = ZkLock(name, shared=True, rw=True, lock_delay=lock_delay, **opts)  # type: ignore[arg-type]
+        self.write = ZkLock(name, rw=True, lock_delay=lock_delay, **opts)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return f"<ZkRwLock {self.name!r} using={self.using!r}>"
@@ -46,8 +45,16 @@ def zk_rw_lock(
     blocking: bool = True,
     using: str = "default",
     release_on_commit: bool | str = False,
+    lock_delay: float | None = None,
 ) -> ZkRwLock:
     """A read/write lock on ``name``: ``zk_rw_lock(name).read`` and ``zk_rw_lock(name).write`` are handles like
     zk_lock's (context manager, decorator, acquire/release, token, is_held). Under LAYOUT "curator" it works
     with Curator's ``InterProcessReadWriteLock(client, lock_path(name))``."""
-    return ZkRwLock(name, timeout=timeout, blocking=blocking, using=using, release_on_commit=release_on_commit)
+    return ZkRwLock(
+        name,
+        timeout=timeout,
+        blocking=blocking,
+        using=using,
+        release_on_commit=release_on_commit,
+        lock_delay=lock_delay,
+    )
