@@ -65,6 +65,9 @@ def hold_steps(contender: Any, blocking: bool, deadline: Deadline) -> Steps:
     LockNotAcquired if not ``blocking`` and a delay is in force; DeadlinePassed if the deadline comes first;
     SessionGone if our session ends meanwhile (the acquire then queues again, and finds the record again).
     """
+    vanished = contender.vanished
+    if vanished == "":
+        return  # a marked release handed over: its holder held, so any delay before it was over
     session, parent = contender.session, contender.parent
     client = session.client
     try:
@@ -77,7 +80,6 @@ def hold_steps(contender: Any, blocking: bool, deadline: Deadline) -> Steps:
         # Our create's ctime is a server time we know to have passed; without it, count from now (late, safe).
         server_ms, local = contender.stamp or (stat.mtime, time.monotonic())
         end = ends_at(until, server_ms, local)
-    vanished = contender.vanished
     if vanished is not None and (end is None or end <= time.monotonic()):
         # Our blocker vanished uncleanly and no delay covers it: start one. The read above keeps a delay in force
         # (a waiter that gave up during it is an unmarked delete too) from being extended.

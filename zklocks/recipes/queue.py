@@ -63,7 +63,8 @@ class Contender(OwnNode):
         self.waited = False
         self.wakeups = 0  # wake-ups by a watch while queued
         self.lock_delay = delay  # seconds of lock-delay after an unclean loss (lock_delay.py)
-        self.vanished: str | None = None  # the last blocker seen deleted without its release mark
+        # The last blocker seen deleted without its release mark; "" once a marked release came after it
+        self.vanished: str | None = None
 
     # -- enqueue --
 
@@ -182,7 +183,7 @@ class Contender(OwnNode):
 
         def on_data(watched) -> None:
             if watched.type == EventType.CHANGED:
-                self.vanished = None  # written before it went: a release (lock_delay.py)
+                self.vanished = ""  # written before it went: a release (lock_delay.py)
                 if not guarded:
                     # Anyone may write this node: a write proves nothing. Look, and hold only once it is gone.
                     if _rearmed():
