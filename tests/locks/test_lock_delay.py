@@ -4,6 +4,7 @@ release hands over at once; the delay shuts the lock for every contender, and th
 
 from __future__ import annotations
 
+import asyncio
 import io
 import threading
 import time
@@ -271,3 +272,38 @@ def test_rw_and_multi_locks_take_lock_delay(aliases, zk_expire):
 def test_bad_lock_delay_is_a_value_error(value):
     with pytest.raises(ValueError, match="lock_delay must be a number of seconds"):
         zk_lock("x", lock_delay=value)
+
+
+def test_async_waiter_waits_the_delay_out_without_blocking_the_loop(aliases, zk_expire):
+    holder = zk_lock("aio", lock_delay=DELAY)
+    assert holder.acquire()
+
+    async def waiter():
+        async with zk_lock("aio", using="b", lock_delay=DELAY, timeout=20):
+            return await asyncio.to_thread(server_now, "b")
+
+    async def ticker(stop):
+        ticks = 0
+        while not stop.is_set():
+            await asyncio.sleep(0.01)
+            ticks += 1
+        return ticks
+
+    async def main():
+        stop = asyncio.Event()
+        ticks = asyncio.create_task(ticker(stop))
+        task = asyncio.create_task(waiter())
+        await asyncio.to_thread(queued, "aio", 1)
+        _, after = await asyncio.to_thread(expire, zk_expire, aliases)
+        started = time.monotonic()
+        granted = await task
+        waited = time.monotonic() - started
+        stop.set()
+        return after, granted, waited, await ticks
+
+    try:
+        after, granted, waited, ticks = asyncio.run(main())
+        assert granted - after >= DELAY - SLACK
+        assert ticks >= 0.3 * waited / 0.01  # the loop kept running through the delay
+    finally:
+        holder.release()

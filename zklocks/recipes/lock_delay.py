@@ -21,7 +21,7 @@ from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
-from ..exceptions import LockNotAcquired
+from ..exceptions import LockNotAcquired, ZkAuthError
 from ..lock_delay_option import valid
 from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
 from .step_runner import NewWaker, Request, Sleep, Steps
@@ -58,7 +58,7 @@ def ends_at(until: int, server_ms: int, local: float) -> float:
     return local + (until - server_ms) / 1000.0
 
 
-def hold_steps(contender: Any, blocking: bool, deadline: Deadline) -> Steps:
+def hold_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) -> Steps:
     """Before ``contender`` (a queue.Contender, first in its queue) holds: wait out a lock-delay in force, or
     start one if the blocker it watched last vanished without its release mark (``contender.vanished``).
 
@@ -84,13 +84,18 @@ def hold_steps(contender: Any, blocking: bool, deadline: Deadline) -> Steps:
         # Our blocker vanished uncleanly and no delay covers it: start one. The read above keeps a delay in force
         # (a waiter that gave up during it is an unmarked delete too) from being extended.
         seconds = contender.lock_delay
-        yield Request(lambda: client.set_async(parent, record(vanished, seconds)), session, deadline)
+        try:
+            yield Request(lambda: client.set_async(parent, record(vanished, seconds)), session, deadline)
+        except ZkAuthError:
+            # A lock node we may not write (a foreign client's ACL): nobody else learns of this delay, but we
+            # still wait it out; counted from now, which is after the delete.
+            log.warning("zklocks: cannot record a lock-delay in %s (NoAuth); only this contender waits it", parent)
         end = time.monotonic() + seconds  # the server stamped the write before its answer came
         log.info("zklocks: %s lost its holder %s uncleanly: lock-delay of %gs", parent, vanished, seconds)
     if end is None or end <= time.monotonic():
         return
     if not blocking:
-        raise LockNotAcquired(name=contender.name)
+        raise LockNotAcquired(f"lock {name!r} is in lock-delay after an unclean loss", name=name)
     while (left := end - time.monotonic()) > 0:
         if deadline.expired():
             raise DeadlinePassed()

@@ -346,7 +346,7 @@ def acquire_steps(
             view, index = contender.place(children)
             ahead = view.previous(index)
             if ahead < 0:
-                return (yield from _granted(contender, blocking, deadline))
+                return (yield from _granted(contender, blocking, deadline, name))
             if not blocking:
                 if len(session.busy_hint) > 10_000:
                     session.busy_hint.clear()
@@ -356,7 +356,7 @@ def acquire_steps(
             contender.waited = True
             if not far:
                 yield from _wait_reading(contender, children, deadline)
-                return (yield from _granted(contender, blocking, deadline))
+                return (yield from _granted(contender, blocking, deadline, name))
             # Our listing was answered after our create, so it names every contender that can ever be ahead of
             # us: one created later has a greater sequence number, and a deleted one never comes back. So we walk
             # back through it, watching one node at a time, and never read the queue again.
@@ -383,7 +383,7 @@ def acquire_steps(
                     children = yield Listing(parent, session, deadline)
                     view, index = contender.place(children)
                     ahead, gone_at_once = view.previous(index), 0
-            return (yield from _granted(contender, blocking, deadline))
+            return (yield from _granted(contender, blocking, deadline, name))
         except SessionGone:
             late_gone = gone_again(late_gone, session, deadline)
             continue
@@ -414,10 +414,10 @@ def gone_again(late_gone: int, session: Session, deadline: Deadline) -> int:
     return late_gone + 1
 
 
-def _granted(contender: Contender, blocking: bool, deadline: Deadline) -> Steps:
+def _granted(contender: Contender, blocking: bool, deadline: Deadline, name: str) -> Steps:
     """The contender is first: it holds, once a lock-delay in force (or one it starts) has passed."""
     if contender.lock_delay > 0:
-        yield from lock_delay.hold_steps(contender, blocking, deadline)
+        yield from lock_delay.hold_steps(contender, blocking, deadline, name)
     return contender
 
 
