@@ -307,3 +307,33 @@ def test_async_waiter_waits_the_delay_out_without_blocking_the_loop(aliases, zk_
         assert ticks >= 0.3 * waited / 0.01  # the loop kept running through the delay
     finally:
         holder.release()
+
+
+def test_guarded_alias_clean_handoff_at_once_expiry_delayed(zklocks_settings, zk_server, zk_expire):
+    # Under AUTH a marked release is trusted at the notification itself (docs/design.md §5): no look, no delay.
+    alias = zklocks_settings(AUTH=[("digest", "ld:secret")], LOCK_DELAY=DELAY)
+    zklocks_settings(
+        AUTH=[("digest", "ld:secret")], LOCK_DELAY=DELAY, EXTRA_ALIASES={"b": dict(alias), "c": dict(alias)}
+    )
+    holder = zk_lock("guarded")
+    assert holder.acquire()
+    waiter = Waiter(zk_lock("guarded", using="b"), timeout=20)
+    third = None
+    try:
+        queued("guarded", 1)
+        before = server_now("c")
+        holder.release()
+        waiter.join()
+        assert waiter.result is True, waiter.error
+        assert waiter.server_after - before < DELAY / 4
+        third = Waiter(zk_lock("guarded", using="c"), timeout=20)
+        queued("guarded", 1)
+        zk_expire(zk_server.hosts, connections["b"].session().client)
+        after = server_now("default")
+        third.join()
+        assert third.result is True, third.error
+        assert third.server_after - after >= DELAY - SLACK
+    finally:
+        waiter.stop()
+        if third is not None:
+            third.stop()
