@@ -339,3 +339,30 @@ def test_guarded_alias_clean_handoff_at_once_expiry_delayed(zklocks_settings, zk
         waiter.stop()
         if third is not None:
             third.stop()
+
+
+def test_a_kazoo_holders_release_is_unmarked_so_it_is_delayed(aliases):
+    # kazoo's Lock writes no release mark: its clean release looks like a loss (docs/design.md §14).
+    from kazoo.client import KazooClient
+    from kazoo.recipe.lock import Lock
+
+    from zklocks import lock_path
+
+    client = KazooClient(hosts=aliases.hosts)
+    client.start(10)
+    waiter = None
+    try:
+        klock = Lock(client, lock_path("shared-path"))
+        assert klock.acquire(timeout=10)
+        waiter = Waiter(zk_lock("shared-path", using="b", lock_delay=DELAY), timeout=20)
+        queued("shared-path", 1)
+        klock.release()
+        after = server_now("c")
+        waiter.join()
+        assert waiter.result is True, waiter.error
+        assert waiter.server_after - after >= DELAY - SLACK
+    finally:
+        if waiter is not None:
+            waiter.stop()
+        client.stop()
+        client.close()
