@@ -366,3 +366,33 @@ def test_a_kazoo_holders_release_is_unmarked_so_it_is_delayed(aliases):
             waiter.stop()
         client.stop()
         client.close()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        b"",
+        b'{"lock_delay": 5}',
+        b'["lock_delay"]',
+        b'{"lock_delay": {"seconds": "5"}}',
+        b'{"lock_delay": {"seconds": 1e999}}',
+        b'{"lock_delay": {"seconds": -1}}',
+        b"\xff lock_delay",
+        b'{"lock_delay": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        b'{"v":1,"holder":"x__lock__0000000001","acquired_at":1.0}',
+    ],
+)
+def test_foreign_or_hostile_lock_node_data_is_no_delay(raw):
+    from zklocks.recipes import lock_delay
+
+    assert lock_delay.until_ms(raw, 1_000) is None
+
+
+def test_a_record_ends_its_seconds_after_its_writes_mtime():
+    from zklocks.recipes import lock_delay
+
+    raw = lock_delay.record("g__lock__0000000007", 2.5)
+    assert lock_delay.until_ms(raw, 1_000_000) == 1_002_500
+    # The server's clock read 1,001,000 ms at our monotonic 50.0 s: 1,002,500 comes at 51.5 s at the earliest.
+    assert lock_delay.ends_at(1_002_500, 1_001_000, 50.0) == 51.5
