@@ -4,7 +4,8 @@ Stable ids: zklocks.E001 (no/invalid ZKLOCKS), E002 (alias not a dict / bad alia
 E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZE), E008 (AUTH),
 E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias),
 W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
-E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E040 (unknown LAYOUT), E041 (two aliases with
+E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E085 (LOCK_DELAY), W085 (LOCK_DELAY under Curator's
+layout: every handoff is delayed), E040 (unknown LAYOUT), E041 (two aliases with
 different LAYOUTs on the same HOSTS and NAMESPACE), E042 (one alias's NAMESPACE inside another's on a shared
 server: see zklocks/ops/security_checks.py). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
 option that neither SingleExecutionTask nor Celery knows, e.g. ``lock_timout``), W022 (the tasks of a Celery app

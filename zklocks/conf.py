@@ -18,25 +18,16 @@ from django.conf import settings
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
+from . import lock_delay_option
 from .exceptions import ZkConfigError
 
 DEFAULT_ALIAS = "default"
-KNOWN_KEYS = frozenset(
-    {
-        "HOSTS",
-        "NAMESPACE",
-        "SESSION_TIMEOUT",
-        "CONNECT_TIMEOUT",
-        "POOL_SIZE",
-        "AUTH",
-        "ACL",
-        "OPTIONS",
-        "READ_ACL",
-        "REAP_INTERVAL",
-        "TICK_TIME",
-        "LAYOUT",
-    }
-)
+# fmt: off
+KNOWN_KEYS = frozenset({
+    "HOSTS", "NAMESPACE", "SESSION_TIMEOUT", "CONNECT_TIMEOUT", "POOL_SIZE", "AUTH", "ACL", "OPTIONS", "READ_ACL",
+    "REAP_INTERVAL", "TICK_TIME", "LAYOUT", "LOCK_DELAY",
+})
+# fmt: on
 # Node layouts (recipes/layout.py): "kazoo" (kazoo's Lock/ReadLock/WriteLock/Semaphore) or "curator" (Apache
 # Curator's InterProcessMutex, InterProcessReadWriteLock, InterProcessSemaphoreV2, LeaderLatch).
 LAYOUT_NAMES = ("kazoo", "curator")
@@ -72,6 +63,7 @@ class AliasConfig:
     reap_interval: float = 60.0
     tick_time: float | None = None  # the servers' tickTime in seconds, if known (shortens lease proofs)
     layout: str = "kazoo"  # whose recipes' node names and ordering to follow: "kazoo" or "curator"
+    lock_delay: float = 0.0  # seconds nobody holds a lock after an unclean loss (docs/design.md §15)
 
 
 @dataclass(frozen=True)
@@ -319,6 +311,10 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
                 "'kazoo' (the default) interoperates with kazoo's lock recipes, 'curator' with Apache Curator's.",
             )
         )
+    lock_delay = raw.get("LOCK_DELAY", 0.0)
+    problems.extend(
+        _problem(pid, alias, msg, hint) for pid, msg, hint in lock_delay_option.problems(lock_delay, layout)
+    )
     if any(p.id.startswith("zklocks.E") for p in problems):
         return None, problems
     return AliasConfig(
@@ -335,6 +331,7 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
         reap_interval=float(reap),
         tick_time=float(tick_time) if tick_time is not None else None,
         layout=layout,
+        lock_delay=float(lock_delay),
     ), problems
 
 

@@ -103,8 +103,8 @@ def test_bad_timeouts_pool_and_options():
     ) == [
         Warning(
             "ZKLOCKS['default']: unknown option(s) COLOUR.",
-            hint="Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, LAYOUT, NAMESPACE, OPTIONS, POOL_SIZE, READ_ACL, "
-            "REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME.",
+            hint="Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, LAYOUT, LOCK_DELAY, NAMESPACE, OPTIONS, POOL_SIZE, "
+            "READ_ACL, REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME.",
             id="zklocks.W001",
         ),
         Error(
@@ -234,8 +234,8 @@ def test_ports_out_of_range(hosts):
 
 
 def test_unknown_alias_option_suggests_the_closest_known_one():
-    known = "Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, LAYOUT, NAMESPACE, OPTIONS, POOL_SIZE, READ_ACL, "
-    known += "REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME."
+    known = "Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, LAYOUT, LOCK_DELAY, NAMESPACE, OPTIONS, POOL_SIZE, "
+    known += "READ_ACL, REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME."
     assert run({"default": {**OK, "SESION_TIMEOUT": 5, "namespace": "/x"}}) == [
         Warning(
             "ZKLOCKS['default']: unknown option(s) SESION_TIMEOUT, namespace.",
@@ -391,3 +391,29 @@ def test_a_bad_metrics_family_is_reported_by_check_not_raised_by_ready(tmp_path)
     shell = manage("shell", "-c", "from zklocks.contrib import metrics; print('family:', metrics.installed().family)")
     assert shell.returncode == 0, shell.stderr
     assert shell.stdout.strip().splitlines()[-1] == "family: None"
+
+
+@pytest.mark.parametrize("delay", [-1, "15", True, float("nan"), float("inf"), 86_401, None])
+def test_bad_lock_delay(delay):
+    assert run({"default": {**OK, "LOCK_DELAY": delay}}) == [
+        Error(
+            f"ZKLOCKS['default']: LOCK_DELAY must be a number of seconds between 0 and 86400, not {delay!r}.",
+            hint="Give the seconds nobody may hold a lock after its holder vanished without releasing it, "
+            "e.g. 15.0; 0 (the default) turns lock-delay off.",
+            id="zklocks.E085",
+        ),
+    ]
+    assert run({"default": {**OK, "LOCK_DELAY": 15}}) == []
+    assert run({"default": {**OK, "LOCK_DELAY": 0.0}}) == []
+
+
+def test_lock_delay_under_curators_layout_warns():
+    assert run({"default": {**OK, "LOCK_DELAY": 15, "LAYOUT": "curator"}}) == [
+        Warning(
+            "ZKLOCKS['default']: LOCK_DELAY is set on an alias with LAYOUT 'curator', where no holder marks its "
+            "release: every handoff counts as unclean and waits the full lock-delay.",
+            hint="Use LOCK_DELAY with LAYOUT 'kazoo', or set it to 0 (see docs/design.md §15).",
+            id="zklocks.W085",
+        ),
+    ]
+    assert run({"default": {**OK, "LOCK_DELAY": 0, "LAYOUT": "curator"}}) == []

@@ -90,7 +90,10 @@ class BaseHandle(Enforcing, Acquirable):
         contender = hold.contender
         # A holder that waited is in a contended queue: its delete tells the next contender that it held, which
         # spares that contender a read of the queue (recipes/node.py, _send_delete).
-        held = contender.waited and layout_of(contender.session).marks_release(contender.marker)
+        lay = layout_of(contender.session)
+        held = contender.waited and lay.marks_release(contender.marker)
+        if getattr(contender, "lock_delay", 0) > 0 and lay.holders_write:
+            held = True  # under a lock-delay every release is marked: an unmarked delete is a loss (lock_delay.py)
         if wait:
             contender.delete(Deadline(hold.session.cfg.connect_timeout), held=held)
         else:

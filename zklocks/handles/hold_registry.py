@@ -17,7 +17,7 @@ from ..client import observe, worker_threads
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..owners import current_owner
-from ..recipes import layout, node_data
+from ..recipes import layout, lock_delay, node_data
 from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
 from ..recipes.queue import Contender
 
@@ -291,8 +291,8 @@ def _record_in_lock_node(client, parent: str, record: bytes) -> None:
             data, stat = result.get_nowait()
         except Exception:  # noqa: BLE001 the record is for display only
             return  # gone, refused or disconnected: the record is for display only
-        if data and node_data.parse_hold_record(data) is None:
-            return
+        if data and node_data.parse_hold_record(data) is None and lock_delay.until_ms(data, 0) is None:
+            return  # a past lock-delay's record may go: it was over before anyone held
         client.set_async(parent, record, version=stat.version)
 
     client.get_async(parent).rawlink(on_read)

@@ -7,7 +7,7 @@ commit in on_commit.py.
 
 from __future__ import annotations
 
-from .. import conf
+from .. import conf, lock_delay_option
 from ..client.pools import connections
 from ..exceptions import (
     LockLost,
@@ -41,6 +41,7 @@ class ZkLock(BaseHandle):
         rw: bool = False,
         on_lost: str = "notify",
         max_hold: float | None = None,
+        lock_delay: float | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -51,6 +52,8 @@ class ZkLock(BaseHandle):
             on_lost=on_lost,
             max_hold=max_hold,
         )
+        # None: the alias's LOCK_DELAY, read at each acquire (docs/design.md §15)
+        self.lock_delay = None if lock_delay is None else lock_delay_option.checked(lock_delay, self.name)
         self.shared = shared
         self.kind = Kind.SHARED if shared else Kind.EXCLUSIVE
         self.reentrant = reentrant
@@ -74,6 +77,7 @@ class ZkLock(BaseHandle):
             rw=self.rw,
             on_lost=self.on_lost,
             max_hold=self.max_hold,
+            lock_delay=self.lock_delay,
         )
 
     waits_on_loop = True
@@ -129,6 +133,7 @@ class ZkLock(BaseHandle):
                 deadline=deadline,
                 name=self.name,
                 peek_session=pool.ready_session,
+                delay=pool.cfg.lock_delay if self.lock_delay is None else self.lock_delay,
             )
             hold = grant.hold = Hold(self.using, self.name, self.kind, contender, key)
             if contender.session.add_hold(hold):
@@ -157,6 +162,7 @@ def zk_lock(
     release_on_commit: bool | str = False,
     on_lost: str = "notify",
     max_hold: float | None = None,
+    lock_delay: float | None = None,
 ) -> ZkLock:
     """A distributed lock on ``name``: context manager (``with``/``async with``), decorator, or handle.
 
@@ -166,6 +172,8 @@ def zk_lock(
     on_lost="cancel" stops the holder when the lock is lost (LockLost raised in the holding thread, or the
     holding asyncio task cancelled); "notify" (the default) only reports it. max_hold=s ends a hold after s
     seconds as a loss under on_lost (docs/reliability.md, "Lost means stopped").
+    lock_delay (seconds; None: the alias's LOCK_DELAY, default 0): after the holder vanished without releasing
+    (session expired, force-release), nobody holds the lock until that long after (docs/design.md §15).
     """
     return ZkLock(
         name,
@@ -176,6 +184,7 @@ def zk_lock(
         release_on_commit=release_on_commit,
         on_lost=on_lost,
         max_hold=max_hold,
+        lock_delay=lock_delay,
     )
 
 

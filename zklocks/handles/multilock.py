@@ -34,12 +34,13 @@ class ZkMultiLock(Acquirable):
         release_on_commit: bool | str = False,
         on_lost: str = "notify",
         max_hold: float | None = None,
+        lock_delay: float | None = None,
     ) -> None:
         check_on_lost(on_lost)
         check_max_hold(max_hold)
         locks: dict[str, ZkLock] = {}
         for spec in members:
-            lock = self._member(spec, using, on_lost, max_hold)
+            lock = self._member(spec, using, on_lost, max_hold, lock_delay)
             if lock.name in locks:
                 raise ValueError(f"zk_multi_lock: {lock.name!r} appears twice")
             locks[lock.name] = lock
@@ -54,8 +55,9 @@ class ZkMultiLock(Acquirable):
         self.names = [lock.name for lock in self.locks]
 
     @staticmethod
-    def _member(spec: MemberSpec, using: str, on_lost: str, max_hold: float | None) -> ZkLock:
-        # Each member stops the holder on its own loss, and caps its own hold.
+    def _member(spec: MemberSpec, using: str, on_lost: str, max_hold: float | None, lock_delay: float | None) -> ZkLock:
+        # Each member stops the holder on its own loss, and caps its own hold; a zk_lock keeps its own lock_delay.
+        opts = dict(using=using, on_lost=on_lost, max_hold=max_hold, lock_delay=lock_delay)
         if isinstance(spec, ZkLock):
             if on_lost == "notify" and max_hold is None:
                 return spec
@@ -63,9 +65,9 @@ class ZkMultiLock(Acquirable):
             member.on_lost, member.max_hold = on_lost, max_hold
             return member
         if isinstance(spec, str):
-            return ZkLock(spec, using=using, on_lost=on_lost, max_hold=max_hold)
+            return ZkLock(spec, **opts)  # type: ignore[arg-type]
         if isinstance(spec, tuple) and len(spec) == 2 and spec[1] in (Kind.SHARED, Kind.EXCLUSIVE):
-            return ZkLock(spec[0], shared=spec[1] == Kind.SHARED, using=using, on_lost=on_lost, max_hold=max_hold)
+            return ZkLock(spec[0], shared=spec[1] == Kind.SHARED, **opts)  # type: ignore[arg-type]
         raise ValueError(f"zk_multi_lock member {spec!r}: give a name, (name, 'shared'|'exclusive') or a zk_lock")
 
     def _acquire(
@@ -191,10 +193,12 @@ def zk_multi_lock(
     release_on_commit: bool | str = False,
     on_lost: str = "notify",
     max_hold: float | None = None,
+    lock_delay: float | None = None,
 ) -> ZkMultiLock:
     """Take several locks as one: ``zk_multi_lock(["a", ("b", "shared")], timeout=5)``; ``.tokens`` maps names.
 
-    on_lost and max_hold apply to each member (as for zk_lock): the loss of any one stops the holder."""
+    on_lost and max_hold apply to each member (as for zk_lock): the loss of any one stops the holder.
+    ``lock_delay`` applies to the members given by name (docs/design.md §15)."""
     return ZkMultiLock(
         names,
         timeout=timeout,
@@ -203,4 +207,5 @@ def zk_multi_lock(
         release_on_commit=release_on_commit,
         on_lost=on_lost,
         max_hold=max_hold,
+        lock_delay=lock_delay,
     )

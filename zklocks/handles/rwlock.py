@@ -28,6 +28,7 @@ class ZkRwLock:
         release_on_commit: bool | str = False,
         on_lost: str = "notify",
         max_hold: float | None = None,
+        lock_delay: float | None = None,
     ) -> None:
         self.name = validate_name(name)
         self.using = using
@@ -38,6 +39,7 @@ class ZkRwLock:
             release_on_commit=release_on_commit,
             on_lost=on_lost,
             max_hold=max_hold,
+            lock_delay=lock_delay,
         )
         self.read = ZkLock(name, shared=True, rw=True, **common)
         self.write = ZkLock(name, rw=True, **common)
@@ -55,6 +57,7 @@ def zk_rw_lock(
     release_on_commit: bool | str = False,
     on_lost: str = "notify",
     max_hold: float | None = None,
+    lock_delay: float | None = None,
 ) -> ZkRwLock:
     """A read/write lock on ``name``: ``zk_rw_lock(name).read`` and ``zk_rw_lock(name).write`` are handles like
     zk_lock's (context manager, decorator, acquire/release, token, is_held). Under LAYOUT "curator" it works
@@ -67,4 +70,5 @@ def zk_rw_lock(
         release_on_commit=release_on_commit,
         on_lost=on_lost,
         max_hold=max_hold,
+        lock_delay=lock_delay,
     )

@@ -26,7 +26,7 @@ from kazoo.exceptions import NoAuthError, NoNodeError
 
 from ..client.multiread import CHILDREN, DATA, fetch
 from ..names import decode_name, encode_name, validate_name
-from ..recipes import node_data
+from ..recipes import lock_delay, node_data
 from ..recipes.kazoo_calls import translate
 from ..recipes.layout import KAZOO, LATEST, QUEUED, RETRY, TASK_MARKERS, Kind, Layout, get, sequence_trusted
 from ..recipes.semaphore import stored_max_leases
@@ -202,6 +202,7 @@ def read_namespace(
         if record is not None:
             records[f"{ns}/{node}"] = record
         max_leases = _max_leases(data[0])
+        delay_until = lock_delay.until_ms(data[0], data[1].mtime)  # lock-delay: docs/design.md §15
         lock = LockInfo(
             alias=alias,
             name=decode_name(node),
@@ -209,6 +210,7 @@ def read_namespace(
             path=f"{ns}/{node}",
             kind=Kind.EXCLUSIVE,
             max_leases=max_leases,
+            delay_until=None if delay_until is None else delay_until / 1000.0,
         )
         # A semaphore only Curator used has no marker of ours: its leases/ child tells.
         sub = layout.leases_child is not None and layout.leases_child in children

@@ -3,6 +3,7 @@ waiters, each alias, the whole snapshot. Plain data, no I/O."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -72,6 +73,20 @@ class LockInfo:
         """The holders that are task executions (they recorded a task id)."""
         return [h for h in self.holders if h.task_id]
 
+    # The end of the last lock-delay recorded in the lock node (epoch seconds, the server's clock), if any
+    # (docs/design.md §15); it is in force while that time has not come.
+    delay_until: float | None = None
+
+    def in_delay(self, now: float | None = None) -> bool:
+        return self.delay_until is not None and self.delay_until > (time.time() if now is None else now)
+
+    def delay_text(self, now: float | None = None) -> str | None:
+        """'in lock-delay until 12:04:05 UTC' while a lock-delay is in force, else None."""
+        if not self.in_delay(now) or self.delay_until is None:
+            return None
+        moment = datetime.datetime.fromtimestamp(self.delay_until, datetime.UTC)
+        return f"in lock-delay until {moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} UTC"
+
     @property
     def holder(self) -> Contender | None:
         return self.holders[0] if self.holders else None
@@ -96,6 +111,7 @@ class LockInfo:
             "kind": self.kind,
             "max_leases": self.max_leases,
             "held_for": self.held_for(now),
+            "lock_delay_until": self.delay_until if self.in_delay(now) else None,
             "holders": [h.to_dict() for h in self.holders],
             "waiters": [w.to_dict() for w in self.waiters],
             "queued_tasks": [asdict(q) for q in self.queued_tasks],

@@ -5,6 +5,7 @@ session ends (docs/design.md §2: an abandoned node would block everyone behind 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +33,18 @@ class OwnNode:
     """A node we create as ``<parent>/<guid><marker><seq>``; the guid is fresh for every acquire. It is the alias
     layout's tag: a hex uuid (kazoo), or Curator's protected prefix ``_c_<uuid>-``, by which we find our node."""
 
-    __slots__ = ("session", "parent", "guid", "prefix", "node", "name", "token", "_pending_create", "_abandoned")
+    __slots__ = (
+        "session",
+        "parent",
+        "guid",
+        "prefix",
+        "node",
+        "name",
+        "token",
+        "stamp",
+        "_pending_create",
+        "_abandoned",
+    )
 
     def __init__(self, session: Session, parent: str, marker: str) -> None:
         self.session = session
@@ -42,6 +54,9 @@ class OwnNode:
         self.node: str | None = None  # full path once known
         self.name: str | None = None  # child name once known
         self.token: int | None = None
+        # (the server's ctime of our node, our monotonic moment after learning it): a lower bound of the server's
+        # clock at any later moment of ours (lock_delay.py)
+        self.stamp: tuple[int, float] | None = None
         self._pending_create: Any = None  # an IAsyncResult, SENDING or None
         self._abandoned = False
 
@@ -60,6 +75,7 @@ class OwnNode:
         if stat is None:
             raise SessionGone()  # it was there a moment ago: only our session's end removes it
         self._set_node(path, stat.czxid)
+        self.stamp = (stat.ctime, time.monotonic())
         self._pending_create = None
 
     def _set_node(self, path: str, czxid: int) -> None:

@@ -20,7 +20,6 @@ from kazoo.exceptions import (
     ConnectionLoss,
     NodeExistsError,
     NoNodeError,
-    NotEmptyError,
     OperationTimeoutError,
 )
 from kazoo.protocol.states import EventType
@@ -31,14 +30,14 @@ from ..exceptions import (
     LockTimeout,
     SemaphoreMismatch,
     SequenceExhausted,
-    ZkAuthError,
     ZkUnavailable,
 )
-from . import node_data, step_runner
+from . import lock_delay, node_data, step_runner
 from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
 from .layout import SEQUENCE_WARN, Layout, exhausted_message, sequence_trusted, warn_near_limit
 from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
+from .recycle import recycle_steps
 from .step_runner import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
 
 log = logging.getLogger("zklocks")
@@ -55,14 +54,17 @@ class Contender(OwnNode):
     by an event loop (see :func:`acquire` and :func:`acquire_steps`).
     """
 
-    __slots__ = ("marker", "queued_at", "waited", "wakeups")
+    __slots__ = ("marker", "queued_at", "waited", "wakeups", "lock_delay", "vanished")
 
-    def __init__(self, session: Session, parent: str, marker: str) -> None:
+    def __init__(self, session: Session, parent: str, marker: str, delay: float = 0.0) -> None:
         super().__init__(session, parent, marker)
         self.marker = marker
         self.queued_at = time.time()
         self.waited = False
         self.wakeups = 0  # wake-ups by a watch while queued
+        self.lock_delay = delay  # seconds of lock-delay after an unclean loss (lock_delay.py)
+        # The last blocker seen deleted without its release mark; "" once a marked release came after it
+        self.vanished: str | None = None
 
     # -- enqueue --
 
@@ -104,6 +106,7 @@ class Contender(OwnNode):
                 yield from self._adopt_steps(mine, deadline)
                 return children
             self._set_node(path, stat.czxid)  # first: an exception in between must still find the node
+            self.stamp = (stat.ctime, time.monotonic())  # the server's clock, read by our create (lock_delay.py)
             self._pending_create = None
             if listed is None:
                 listed = yield from self.children_steps(deadline)
@@ -180,6 +183,7 @@ class Contender(OwnNode):
 
         def on_data(watched) -> None:
             if watched.type == EventType.CHANGED:
+                self.vanished = ""  # written before it went: a release (lock_delay.py)
                 if not guarded:
                     # Anyone may write this node: a write proves nothing. Look, and hold only once it is gone.
                     if _rearmed():
@@ -193,6 +197,7 @@ class Contender(OwnNode):
                         return  # it may still be there: watch again, without waking up
             elif watched.type == EventType.DELETED:
                 deleted.append(True)
+                self.vanished = blocker  # gone without its release mark: expired, force-released, or gave up
             self._woken(waker)
 
         def _rearmed() -> bool:
@@ -286,10 +291,12 @@ def acquire_steps(
     deadline: Deadline,
     name: str,
     peek_session: Callable[[], Session | None] | None = None,
+    delay: float = 0.0,
 ) -> Steps:
     """Enqueue and wait until held; the value is the Contender. LockNotAcquired / LockTimeout / ZkUnavailable
     otherwise. If the session ends while we wait, re-enqueue on a fresh session within our own deadline.
-    ``peek_session`` returns a ready session without blocking, or None.
+    ``peek_session`` returns a ready session without blocking, or None. ``delay``: the lock-delay in seconds
+    (lock_delay.py), which this contender honours and, after an unclean loss, starts.
     """
     late_gone = 0  # sessions ended after the deadline (see gone_again)
     while True:
@@ -317,7 +324,7 @@ def acquire_steps(
             except SessionGone:
                 late_gone = gone_again(late_gone, session, deadline)
                 continue
-        contender = Contender(session, parent, marker)
+        contender = Contender(session, parent, marker, delay)
         try:
             children = yield from contender.enqueue_steps(data, deadline)
             if view_of(layout, children, marker).has_semaphore_child():
@@ -328,7 +335,7 @@ def acquire_steps(
                 # Our place in the queue is unknown: leave it, and start over on a fresh node if this one is
                 # empty now.
                 contender.delete_nowait()  # FIFO: the parent's delete below sees ours applied
-                if (yield from _recycle_steps(session, parent, deadline)):
+                if (yield from recycle_steps(session, parent, deadline)):
                     continue
                 raise SequenceExhausted(
                     exhausted_message(name, session.alias, parent), name=name, alias=session.alias, path=parent
@@ -339,7 +346,7 @@ def acquire_steps(
             view, index = contender.place(children)
             ahead = view.previous(index)
             if ahead < 0:
-                return contender
+                return (yield from _granted(contender, blocking, deadline, name))
             if not blocking:
                 if len(session.busy_hint) > 10_000:
                     session.busy_hint.clear()
@@ -349,7 +356,7 @@ def acquire_steps(
             contender.waited = True
             if not far:
                 yield from _wait_reading(contender, children, deadline)
-                return contender
+                return (yield from _granted(contender, blocking, deadline, name))
             # Our listing was answered after our create, so it names every contender that can ever be ahead of
             # us: one created later has a greater sequence number, and a deleted one never comes back. So we walk
             # back through it, watching one node at a time, and never read the queue again.
@@ -376,7 +383,7 @@ def acquire_steps(
                     children = yield Listing(parent, session, deadline)
                     view, index = contender.place(children)
                     ahead, gone_at_once = view.previous(index), 0
-            return contender
+            return (yield from _granted(contender, blocking, deadline, name))
         except SessionGone:
             late_gone = gone_again(late_gone, session, deadline)
             continue
@@ -407,6 +414,13 @@ def gone_again(late_gone: int, session: Session, deadline: Deadline) -> int:
     return late_gone + 1
 
 
+def _granted(contender: Contender, blocking: bool, deadline: Deadline, name: str) -> Steps:
+    """The contender is first: it holds, once a lock-delay in force (or one it starts) has passed."""
+    if contender.lock_delay > 0:
+        yield from lock_delay.hold_steps(contender, blocking, deadline, name)
+    return contender
+
+
 def _wait_reading(contender: Contender, children: list[str], deadline: Deadline) -> Steps:
     """Near the end of the sequence numbers, where their order may not be creation order: read the queue again
     after every wake-up."""
@@ -426,19 +440,3 @@ def _promised(read) -> bool:
 def _exclusive(layout: Layout, child: str) -> bool:
     parsed = layout.parse(child)
     return parsed is not None and layout.is_exclusive(parsed[1])
-
-
-def _recycle_steps(session: Session, parent: str, deadline: Deadline) -> Steps:
-    """Delete an exhausted lock node if it is empty: the next create re-creates it with a fresh counter. The
-    value is whether it is gone.
-
-    ZooKeeper refuses (NotEmpty) while any child is left, so nobody's node is ever removed with it.
-    """
-    try:
-        yield Request(lambda: session.client.delete_async(parent), session, deadline)
-    except NoNodeError:
-        pass  # recycled by another contender (or the reaper) already
-    except (NotEmptyError, ZkAuthError):
-        return False
-    log.warning("zklocks: recycled lock node %s of alias %r: its sequence numbers were used up", parent, session.alias)
-    return True

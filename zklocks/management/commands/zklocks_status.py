@@ -55,6 +55,8 @@ class Command(BaseCommand):
             queue_after[len(rows) - 1] = lock
         for idx, line in enumerate(table(rows)):
             self.stdout.write(line)
+            if idx in queue_after and (delay := queue_after[idx].delay_text(now)):
+                self.stdout.write(f"    {delay}")
             for pos, w in enumerate(queue_after[idx].waiters if idx in queue_after else [], 1):
                 self.stdout.write(
                     f"    {pos}. {who(w)}  (waiting {duration(max(0.0, now - w.since))}, {w.mode}, token {w.token})"

@@ -1,0 +1,107 @@
+"""Lock-delay: after an unclean loss, nobody holds the lock until ``lock_delay`` seconds have passed on the
+server's clock since the holder's node vanished (docs/design.md §15).
+
+A waiter that sees its last blocker vanish without its release mark (queue.Contender.wait_steps) writes a record
+into the lock node's data. The write's ``mtime``, stamped by the server, starts the delay; every contender that
+asks for a lock-delay reads the record before it holds and waits until the server's clock has passed its end.
+The end is compared with a server time we learned from our own writes (the create of our node, or the record's
+write), never with our own wall clock: a waiter holds no earlier than the delay's end on the server's clock, as
+long as the two clocks run at the same rate.
+
+This module knows kazoo and paths, nothing of Django.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from typing import Any
+
+from kazoo.exceptions import NoNodeError
+
+from ..exceptions import LockNotAcquired, ZkAuthError
+from ..lock_delay_option import valid
+from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
+from .step_runner import NewWaker, Request, Sleep, Steps
+
+log = logging.getLogger("zklocks")
+
+KEY = "lock_delay"
+
+
+def record(after: str, seconds: float) -> bytes:
+    """The lock node's data while in lock-delay: which node vanished, and for how long the lock stays shut.
+    The start is the write's mtime, so the record carries no clock of ours."""
+    return json.dumps({"v": 1, KEY: {"after": after, "seconds": seconds}}, separators=(",", ":")).encode()
+
+
+def until_ms(raw: bytes | None, mtime_ms: int) -> int | None:
+    """The end of the delay a lock node's data records, in the server's epoch milliseconds; None for any other
+    data (a hold record, a semaphore's marker, foreign data)."""
+    if not raw or KEY.encode() not in raw:
+        return None
+    try:
+        entry = json.loads(raw).get(KEY)
+        seconds = entry.get("seconds")
+    except (ValueError, AttributeError, RecursionError):
+        return None
+    if not valid(seconds):
+        return None
+    return mtime_ms + math.ceil(seconds * 1000)
+
+
+def ends_at(until: int, server_ms: int, local: float) -> float:
+    """The monotonic moment at which the server's clock is past ``until`` for sure, given that the server's clock
+    read ``server_ms`` or more at our monotonic moment ``local`` (the answer of a write it stamped came after)."""
+    return local + (until - server_ms) / 1000.0
+
+
+def hold_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) -> Steps:
+    """Before ``contender`` (a queue.Contender, first in its queue) holds: wait out a lock-delay in force, or
+    start one if the blocker it watched last vanished without its release mark (``contender.vanished``).
+
+    LockNotAcquired if not ``blocking`` and a delay is in force; DeadlinePassed if the deadline comes first;
+    SessionGone if our session ends meanwhile (the acquire then queues again, and finds the record again).
+    """
+    vanished = contender.vanished
+    if vanished == "":
+        return  # a marked release handed over: its holder held, so any delay before it was over
+    session, parent = contender.session, contender.parent
+    client = session.client
+    try:
+        raw, stat = yield Request(lambda: client.get_async(parent), session, deadline)
+    except NoNodeError:
+        raise SessionGone() from None  # our node lives below it: only our session's end can explain this
+    end = None
+    until = until_ms(raw, stat.mtime)
+    if until is not None:
+        # Our create's ctime is a server time we know to have passed; without it, count from now (late, safe).
+        server_ms, local = contender.stamp or (stat.mtime, time.monotonic())
+        end = ends_at(until, server_ms, local)
+    if vanished is not None and (end is None or end <= time.monotonic()):
+        # Our blocker vanished uncleanly and no delay covers it: start one. The read above keeps a delay in force
+        # (a waiter that gave up during it is an unmarked delete too) from being extended.
+        seconds = contender.lock_delay
+        try:
+            yield Request(lambda: client.set_async(parent, record(vanished, seconds)), session, deadline)
+        except ZkAuthError:
+            # A lock node we may not write (a foreign client's ACL): nobody else learns of this delay, but we
+            # still wait it out; counted from now, which is after the delete.
+            log.warning("zklocks: cannot record a lock-delay in %s (NoAuth); only this contender waits it", parent)
+        end = time.monotonic() + seconds  # the server stamped the write before its answer came
+        log.info("zklocks: %s lost its holder %s uncleanly: lock-delay of %gs", parent, vanished, seconds)
+    if end is None or end <= time.monotonic():
+        return
+    if not blocking:
+        raise LockNotAcquired(f"lock {name!r} is in lock-delay after an unclean loss", name=name)
+    while (left := end - time.monotonic()) > 0:
+        if deadline.expired():
+            raise DeadlinePassed()
+        remaining = deadline.remaining()
+        waker = yield NewWaker()
+        with session.waking(waker):  # a lost session wakes us
+            yield Sleep(waker, left if remaining is None else max(0.0, min(left, remaining)), session.timeout / 3)
+        if not session.is_alive():
+            raise SessionGone()
