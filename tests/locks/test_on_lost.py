@@ -117,7 +117,7 @@ def test_cancel_never_lands_after_the_with_statement(zk_server):
                         node = lock._hold().contender.node
                         killer = threading.Timer(random.uniform(0, 0.02), kz.delete_async, args=(node,))
                         killer.start()
-                        spin_for(random.uniform(0, 0.025))
+                        spin_for(random.uniform(0, 0.08))  # the stop takes some ms to come: both sides
                     after = True
                     spin_for(0.02)  # the code after the with statement: nothing may land here
                     outcomes["none"] += 1
