@@ -112,6 +112,7 @@ def test_expired_holder_delays_the_next_holder_by_lock_delay_on_the_servers_cloc
         assert waiter.server_after - before >= DELAY
         assert waiter.server_after - after < DELAY + 3  # and it does hold once the delay is over
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         waiter.stop()
         holder.release()
 
@@ -129,6 +130,7 @@ def test_force_release_is_an_unclean_loss(aliases):
         assert waiter.result is True, waiter.error
         assert waiter.server_after - after >= DELAY - SLACK
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         waiter.stop()
         holder.release()
 
@@ -157,6 +159,7 @@ def test_clean_release_hands_over_at_once_and_an_expiry_after_it_does_not(aliase
         assert third.result is True, third.error
         assert third.server_after - after >= DELAY - SLACK
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         waiter.stop()
         if third is not None:
             third.stop()
@@ -174,6 +177,7 @@ def test_default_is_no_delay(aliases, zk_expire):
         assert waiter.result is True, waiter.error
         assert waiter.server_after - after < DELAY / 4
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         waiter.stop()
         holder.release()
 
@@ -202,6 +206,7 @@ def test_alias_option_and_the_delay_shuts_the_lock_for_everyone(zklocks_settings
         # The quitter's unmarked delete (about 1.7 s into the delay) did not start the delay again.
         assert behind.server_after - after < 4.0 + 1.2
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         quitter.stop()
         if behind is not None:
             behind.stop()
@@ -228,6 +233,7 @@ def test_timeout_during_the_delay_raises_lock_timeout(aliases, zk_expire):
             with zk_lock("short", using="c", lock_delay=5.0, blocking=False):
                 pass
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         waiter.stop()
 
 
@@ -253,6 +259,7 @@ def test_admin_and_inspect_show_the_delay(aliases, zk_expire, admin_client):
         assert waiter.result is True
         assert read_model.lock_info("c", "shown")[0].delay_text() is None  # over
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         waiter.stop()
 
 
@@ -267,6 +274,7 @@ def test_rw_and_multi_locks_take_lock_delay(aliases, zk_expire):
         assert waiter.result is True, waiter.error
         assert waiter.server_after - after >= DELAY - SLACK
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         waiter.stop()
 
 
@@ -308,6 +316,7 @@ def test_async_waiter_waits_the_delay_out_without_blocking_the_loop(aliases, zk_
         assert granted - after >= DELAY - SLACK
         assert ticks >= 0.3 * waited / 0.01  # the loop kept running through the delay
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         holder.release()
 
 
@@ -336,6 +345,7 @@ def test_guarded_alias_clean_handoff_at_once_expiry_delayed(zklocks_settings, zk
         assert third.result is True, third.error
         assert third.server_after - after >= DELAY - SLACK
     finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
         waiter.stop()
         if third is not None:
             third.stop()
