@@ -12,14 +12,8 @@ import os
 import threading
 import time
 
-import django
-
 from tests.support.djtasks_conf import TASKS  # noqa: F401  (what the tests apply before importing this module)
-
-if django.VERSION >= (6, 0):
-    from django.tasks import task
-else:  # Django 5.2: the backport
-    from django_tasks import task  # type: ignore[no-redef]
+from zklocks.tasks.compat import task
 
 RUNS: list[tuple] = []
 _runs_lock = threading.Lock()

@@ -103,7 +103,7 @@ def test_unique_queued_returns_the_running_result(djtasks, outcomes):
 
 
 def test_dummy_backend_unique_queued_keeps_one_queued_task(djtasks, outcomes):
-    from django.tasks import task_backends
+    from zklocks.tasks.compat import task_backends
 
     first = djtasks.dummy_unique.enqueue(1)
     again = [djtasks.dummy_unique.enqueue(1) for _ in range(3)]

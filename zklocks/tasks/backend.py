@@ -50,7 +50,7 @@ class SingleExecutionBackend(BaseTaskBackend):
             return super().__new__(cls)
         raw = params.get("OPTIONS", {})
         path = raw.get("BACKEND") if isinstance(raw, dict) else None
-        if options.inner_backend_problem(path) is not None:
+        if not isinstance(path, str) or options.inner_backend_problem(path) is not None:
             return super().__new__(cls)  # misconfigured: manage.py check says why (zklocks.E110)
         return super().__new__(_wrapping(cls, import_string(path)))
 
@@ -115,7 +115,7 @@ class SingleExecutionBackend(BaseTaskBackend):
                 log.debug("zklocks: %s: %r is already queued or running as %s", task.module_path, name, existing.id)
                 signals.task_outcome(task, task.module_path, "shared", name, using, str(existing.id))
                 return existing
-            result = super().enqueue(task, args, kwargs)
+            result: Any = super().enqueue(task, args, kwargs)
             if runner.enqueuing.get() is not None and not result.is_finished:
                 ttl = float(task.option("unique_timeout"))
                 markers.write(using, name, str(result.id), task.module_path, "queued", ttl)
@@ -134,7 +134,7 @@ class SingleExecutionBackend(BaseTaskBackend):
         record, stat = found
         task_id = record.get("task_id")
         live = False
-        result = None
+        result: Any = None
         if isinstance(task_id, str):
             known, result = self._get(task_id)
             if record.get("state") == "running":

@@ -8,7 +8,7 @@ from __future__ import annotations
 import django
 
 if django.VERSION >= (6, 0):
-    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
@@ -19,6 +19,7 @@ else:  # pragma: no cover - exercised by the Django 5.2 session of make test-mat
             TaskContext,
             TaskResult,
             TaskResultStatus,
+            task,
             task_backends,
         )
         from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
@@ -40,6 +41,7 @@ __all__ = [
     "TaskResult",
     "TaskResultDoesNotExist",
     "TaskResultStatus",
+    "task",
     "task_backends",
     "task_started",
 ]

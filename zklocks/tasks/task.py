@@ -24,13 +24,13 @@ def current_lock() -> ZkLock | None:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class LockedTaskContext(TaskContext):
+class LockedTaskContext(TaskContext):  # type: ignore[misc]  # django-stubs does not declare TaskContext frozen
     """The context a ``takes_context`` task receives: Django's ``TaskContext`` plus the lock it runs under."""
 
     lock: ZkLock
 
     @property
-    def token(self) -> int:
+    def token(self) -> int | None:
         """The fencing token of this execution (strictly increasing over the holders of the key)."""
         return self.lock.token
 
