@@ -78,10 +78,11 @@ compare-deps:
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y $$missing; \
 	fi
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml
 	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -r requirements-nodeps.txt
 	$(BIN)/pip install -q -e . --no-deps
 	@touch $(STAMP)
 
