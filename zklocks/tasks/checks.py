@@ -32,7 +32,7 @@ def _load_task_modules() -> list[checks.CheckMessage]:
             if importlib.util.find_spec(module) is None:
                 continue
             importlib.import_module(module)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 any import error of a tasks module is reported, never raised
             if len(options.declared_task_problems) > recorded:
                 continue  # a task refused at definition: reported as E111 below
             messages.append(

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from ..celery.unique import bounded_call as _call  # one request, bounded by CONNECT_TIMEOUT (no Celery import)
 from ..client.pools import Pool, connections
 from ..client.session import Session
-from ..exceptions import ZkLocksError, ZkUnavailable
+from ..exceptions import ZkLocksError
 from ..names import join_path
 from ..recipes import node_data
-from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
 from ..recipes.layout import queued_marker_path
 
 _ATTEMPTS = 8
@@ -33,22 +32,6 @@ def enqueue_lock_name(name: str) -> str:
 
 def _path(pool: Pool, name: str) -> str:
     return queued_marker_path(join_path(pool.cfg.namespace, name))
-
-
-def _call(pool: Pool, make: Callable[[Session], Any]) -> Any:
-    """One request on the calling thread's session, bounded by CONNECT_TIMEOUT; ZkUnavailable on trouble."""
-    for _ in range(2):
-        session = pool.session()
-        try:
-            return call(session, functools.partial(make, session), Deadline(pool.cfg.connect_timeout))
-        except SessionGone:
-            continue
-        except DeadlinePassed:
-            raise ZkUnavailable(
-                f"zklocks alias {pool.cfg.alias!r}: no answer from ZooKeeper within "
-                f"CONNECT_TIMEOUT={pool.cfg.connect_timeout:g}s"
-            ) from None
-    raise ZkUnavailable(f"zklocks alias {pool.cfg.alias!r}: the session ended twice in a row")
 
 
 def _delete(session: Session, path: str, version: int) -> Any:

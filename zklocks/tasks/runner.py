@@ -127,14 +127,14 @@ def _on_locked(
         _forget(task, using, name, result_id)  # this result will not run: a new enqueue may queue again
     on_locked = task.option("on_locked")
     if on_locked == "retry":
-        countdown = float(task.option("lock_retry_countdown")) * random.uniform(0.75, 1.25)
+        countdown = float(task.option("lock_retry_countdown")) * random.uniform(0.75, 1.25)  # noqa: S311 jitter, not a secret
         later = task.using(run_after=timezone.now() + datetime.timedelta(seconds=countdown))
         again = later.enqueue(*args, **kwargs)
         log.info(
             "zklocks: task %s[%s]: lock %r is held; enqueued again as %s", task.module_path, result_id, name, again.id
         )
         signals.task_outcome(task, task.module_path, "retried", name, using, result_id)
-        return None
+        return
     if on_locked == "raise":
         signals.task_outcome(task, task.module_path, "raised", name, using, result_id)
         raise LockNotAcquired(
@@ -142,4 +142,3 @@ def _on_locked(
         )
     log.info("zklocks: task %s[%s] skipped: lock %r is held by another execution", task.module_path, result_id, name)
     signals.task_outcome(task, task.module_path, "skipped", name, using, result_id)
-    return None
