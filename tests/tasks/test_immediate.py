@@ -82,6 +82,7 @@ def test_on_locked_raise_fails_the_result_with_lock_not_acquired(djtasks, outcom
 
 def test_unique_queued_returns_the_running_result(djtasks, outcomes):
     """A second enqueue while the first runs returns the first's TaskResult (same id) and runs nothing."""
+    from zklocks.celery.holder_task import holder_task_id
     from zklocks.tasks import markers
 
     djtasks.GATES["unique:5"] = threading.Event()
@@ -89,11 +90,13 @@ def test_unique_queued_returns_the_running_result(djtasks, outcomes):
     assert wait_for(lambda: djtasks.ENTERED.get("unique:5") and djtasks.ENTERED["unique:5"].is_set())
     record, _ = markers.read("default", "unique:5")
     assert record["state"] == "running"
+    # The lock's holder data names the running result, as the admin shows it.
+    assert holder_task_id("default", "unique:5") == record["task_id"]
     shared = [djtasks.unique_report.enqueue(5) for _ in range(3)]
     djtasks.GATES["unique:5"].set()
     threads[0].join(10)
     first = out[0]
-    assert {r.id for r in shared} == {first.id}
+    assert {r.id for r in shared} == {first.id} == {record["task_id"]}
     assert [r[0] for r in djtasks.RUNS] == ["unique:5"]
     assert wait_for(lambda: outcomes.count(("tests.support.djtasks.unique_report", "shared", first.id)) == 3)
     # Finished: the record is gone and the next enqueue runs again.
