@@ -4,7 +4,8 @@ import time
 
 import pytest
 
-pytest.importorskip("zklocks.tasks.compat", reason="needs Django >= 6.0 or the django-tasks backport")
+# Each test module skips itself (a visible skip) when Django's tasks framework is missing: see REQUIRES.
+REQUIRES = {"modname": "zklocks.tasks.compat", "reason": "needs Django >= 6.0 or the django-tasks backport"}
 
 
 @pytest.fixture

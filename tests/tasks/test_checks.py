@@ -4,8 +4,11 @@ import pytest
 from django.test import override_settings
 
 from tests.support.djtasks_conf import IMMEDIATE, TASKS, wrapped
+from tests.tasks.conftest import REQUIRES
 
 pytestmark = [pytest.mark.timeout(30)]
+
+pytest.importorskip(**REQUIRES, exc_type=ImportError)
 
 
 @pytest.fixture

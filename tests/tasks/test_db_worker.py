@@ -12,10 +12,13 @@ from itertools import pairwise
 import pytest
 
 from tests.support.helpers import ROOT, wait_until
+from tests.tasks.conftest import REQUIRES
 
 pytest.importorskip("django_tasks_db")
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(150)]
+
+pytest.importorskip(**REQUIRES, exc_type=ImportError)
 
 
 class Harness:

@@ -4,9 +4,11 @@ import threading
 
 import pytest
 
-from tests.tasks.conftest import wait_for
+from tests.tasks.conftest import REQUIRES, wait_for
 
 pytestmark = [pytest.mark.zk, pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+pytest.importorskip(**REQUIRES, exc_type=ImportError)
 
 
 def overlapping(runs) -> bool:
