@@ -61,13 +61,12 @@ class SingleExecutionBackend(BaseTaskBackend):
             path = raw.get("BACKEND") if isinstance(raw, dict) else None
             self.config_problem = f"TASKS[{alias!r}]: {options.inner_backend_problem(path)} (see manage.py check)"
             super().__init__(alias, params)
-            self.wrapper_options, self.using = raw, "default"
+            self.using = "default"
             return
         inner = {**params, "BACKEND": raw["BACKEND"], "OPTIONS": raw.get("OPTIONS", {})}
         if "QUEUES" in raw:
             inner["QUEUES"] = raw["QUEUES"]
         super().__init__(alias, inner)
-        self.wrapper_options = raw
         self.using = raw.get("USING", "default")
 
     # -- definition --
@@ -81,7 +80,7 @@ class SingleExecutionBackend(BaseTaskBackend):
         where = task.module_path
         values = {attr: getattr(task, attr) for attr, _ in options.TASK_OPTIONS}
         problems = options.task_problems(
-            where, values, task.lock_key, task.func, task.takes_context, bool(self.supports_defer)
+            values, task.lock_key, task.func, task.takes_context, bool(self.supports_defer)
         )
         if problems:
             options.declared_task_problems.extend((where, p) for p in problems)

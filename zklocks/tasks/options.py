@@ -37,7 +37,7 @@ def call_signature(func: Callable, takes_context: bool) -> Callable:
 
 
 def task_problems(
-    where: str, values: dict[str, Any], lock_key: Any, func: Callable, takes_context: bool, supports_defer: bool
+    values: dict[str, Any], lock_key: Any, func: Callable, takes_context: bool, supports_defer: bool
 ) -> list[str]:
     """Why these task options are not acceptable (empty when they are). Pure."""
     problems = []
