@@ -15,7 +15,14 @@
 #               ZooKeeper, Redis, a Celery worker and a load generator
 #               (make demo DEMO_PORT=8001 when port 8000 is taken).
 SHELL := /bin/bash
-PY ?= python3
+# The venv's interpreter. Empty: the first working Python >= 3.12 (Django 6 needs it) among python3.12 and
+# python3.13 on PATH, then pyenv's versions (3.12 first, then newer), then Debian's python3 (installed when none is
+# found). 3.12 comes first: the suite runs there on Django 6.1; make test-matrix adds 3.13. make PY=python3.11 builds a
+# Django 5.2 venv instead.
+PY ?=
+FIND_PY := for p in python3.12 python3.13 $$(ls -d $$HOME/.pyenv/versions/3.12*/bin/python3 2>/dev/null | sort -rV) \
+	$$(ls -d $$HOME/.pyenv/versions/3.*/bin/python3 2>/dev/null | sort -V) python3; do command -v $$p >/dev/null 2>&1 && $$p -c 'import sys, venv; sys.exit(sys.version_info < (3, 12))' \
+	2>/dev/null && { command -v $$p; break; }; done
 VENV ?= .venv
 BIN := $(VENV)/bin
 DEB_PACKAGES := zookeeper redis-server chromium
@@ -78,10 +85,30 @@ compare-deps:
 	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y $$missing; \
 	fi
 
-$(STAMP): requirements.txt pyproject.toml
-	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
+# The venv itself, with the interpreter PY names or FIND_PY finds (Debian's python3 installed when none is found).
+$(BIN)/python:
+	@py="$(PY)"; \
+	[ -n "$$py" ] || py=$$($(FIND_PY)); \
+	if [ -z "$$py" ]; then \
+	  echo "no Python >= 3.12 on PATH or in pyenv: installing Debian's python3"; \
+	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \
+	  $$SUDO apt-get update && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y python3 python3-venv; \
+	  py=$$($(FIND_PY)); \
+	fi; \
+	if [ -z "$$py" ]; then \
+	  echo "no Python >= 3.12 found (python3.13, python3.12, pyenv, Debian's python3): make PY=/path/to/python" >&2; \
+	  exit 1; \
+	fi; \
+	echo "creating $(VENV) with $$py ($$($$py --version))"; \
+	$$py -m venv $(VENV)
+
+$(STAMP): requirements.txt requirements-nodeps.txt pyproject.toml | $(BIN)/python
+	@if [ -z "$(PY)" ] && ! $(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12))'; then \
+	  echo "note: $(VENV) runs $$($(BIN)/python --version), so Django 5.2: make clean, then make, for Django 6.1" >&2; \
+	fi
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -r requirements-nodeps.txt
 	$(BIN)/pip install -q -e . --no-deps
 	@touch $(STAMP)
 
@@ -105,8 +132,7 @@ test: system-deps compare-deps venv compare-venv lint docs
 	timeout 2700 $(BIN)/python -m pytest -q -p no:randomly
 
 # Only the site needs these (make demo does not).
-$(DOCS_STAMP): requirements-docs.txt
-	@[ -x $(BIN)/python ] || $(PY) -m venv $(VENV)
+$(DOCS_STAMP): requirements-docs.txt | $(BIN)/python
 	$(BIN)/pip install -q -r requirements-docs.txt
 	@touch $(DOCS_STAMP)
 

@@ -13,12 +13,14 @@ class ZkLocksConfig(AppConfig):
         from . import checks as zk_checks
         from .ops import security_checks
         from .receivers import on_setting_changed
+        from .tasks import checks as tasks_checks
 
         checks.register(zk_checks.check_settings, "zklocks")
         checks.register(zk_checks.check_celery_settings, "zklocks")
         checks.register(zk_checks.check_beat_settings, "zklocks")
         checks.register(zk_checks.check_other_settings, "zklocks")
         checks.register(zk_checks.check_kazoo, "zklocks")
+        checks.register(tasks_checks.check_tasks, "zklocks")
         # Talks to ZooKeeper: only with `manage.py check --deploy`, never on every manage.py command.
         checks.register(zk_checks.check_namespace_acls, "zklocks", deploy=True)
         checks.register(zk_checks.check_server_conf, "zklocks", deploy=True)

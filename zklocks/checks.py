@@ -25,6 +25,11 @@ True/False), E052 (ZKLOCKS_METRICS not True/False), E053 (ZKLOCKS_METRICS_FAMILY
 importable dotted path to one; the metrics then run without the family label), E054 (ZKLOCKS_UNAVAILABLE_RETRY_AFTER
 not a whole number of seconds >= 0).
 
+Django's tasks framework (see zklocks/tasks/checks.py; checked when a backend of settings.TASKS is a
+SingleExecutionBackend): E110 (its OPTIONS are invalid: no wrapped BACKEND, OPTIONS not a dict, USING no configured
+alias), W110 (an unknown key in its OPTIONS), E111 (a task option is invalid, e.g. a lock_key naming a missing
+argument: the task was refused with InvalidTask), W111 (a ``tasks`` module of an installed app failed to import).
+
 The installed kazoo: E060 (a kazoo internal that zklocks hooks for its lease is missing, has another signature or
 is no longer called through ``self``: no session would start; see zklocks/client/kazoo_compat.py).
 

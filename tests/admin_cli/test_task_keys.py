@@ -1,4 +1,4 @@
-"""The admin's "Celery tasks by key" section reads the policies' nodes as data from anyone: a task id of the
+"""The admin's "Tasks by key" section reads the policies' nodes as data from anyone: a task id of the
 wrong type, a damaged node or a marker of a running task never shows as queued, and every value is escaped."""
 
 import json

@@ -425,13 +425,18 @@ class Session(LeaseKeeping, OutageWatch):
                     raise  # interrupted while waiting for kazoo's threads: the caller's to handle
                 log.debug("zklocks: closing a session of %r failed", self.alias, exc_info=True)
 
-        if not wait:
-            threading.Thread(target=_stop, name="zklocks-close", daemon=True).start()
-            return
         # kazoo's stop() joins its connection thread without a bound: bound it here (kazoo itself waits up to
         # max(10 s, the session timeout) for its writer), so that a close never hangs its caller.
         stopping = threading.Thread(target=_stop, name="zklocks-close", daemon=True)
-        stopping.start()
+        try:
+            stopping.start()
+        except RuntimeError:
+            # Python >= 3.12 refuses new threads at interpreter shutdown (the atexit close of pools.py): stop on
+            # this thread, so the session still ends on the server and its ephemeral nodes go at once.
+            _stop()
+            return
+        if not wait:
+            return
         stopping.join(max(10.0, self.cfg.session_timeout) + self.cfg.connect_timeout)
         if stopping.is_alive():
             send_close(self.client)  # a stop interrupted earlier may have left no close request queued

@@ -1,0 +1,125 @@
+"""zklocks.tasks over Django's ImmediateBackend and DummyBackend, in process, against the suite's ZooKeeper."""
+
+import threading
+
+import pytest
+
+from tests.tasks.conftest import REQUIRES, wait_for
+
+pytestmark = [pytest.mark.zk, pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
+
+pytest.importorskip(**REQUIRES, exc_type=ImportError)
+
+
+def overlapping(runs) -> bool:
+    spans = sorted((start, end) for _, _, start, end, _ in runs)
+    return any(b[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
+
+
+def in_threads(*calls):
+    """Run the calls at once, each on its own thread; their return values (or exceptions) in order."""
+    out: list = [None] * len(calls)
+
+    def run(i, fn):
+        try:
+            out[i] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            out[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i, fn)) for i, fn in enumerate(calls)]
+    for t in threads:
+        t.start()
+    return threads, out
+
+
+def test_the_function_runs_under_the_lock_with_its_token_in_the_context(djtasks):
+    from zklocks.tasks.compat import TaskResultStatus
+
+    first = djtasks.report.enqueue(7)
+    second = djtasks.report.enqueue(7)
+    assert first.status == second.status == TaskResultStatus.SUCCESSFUL
+    assert isinstance(first.return_value, int) and second.return_value > first.return_value
+    assert [r[4] for r in djtasks.RUNS] == [first.return_value, second.return_value]
+
+
+def test_a_second_execution_of_a_running_key_is_skipped(djtasks, outcomes):
+    djtasks.GATES["report:1"] = threading.Event()
+    threads, out = in_threads(lambda: djtasks.report.enqueue(1))
+    assert wait_for(lambda: djtasks.ENTERED.get("report:1") and djtasks.ENTERED["report:1"].is_set())
+    other_key = djtasks.report.enqueue(2)  # another key runs meanwhile
+    skipped = djtasks.report.enqueue(1)
+    djtasks.GATES["report:1"].set()
+    threads[0].join(20)
+    assert other_key.return_value is not None
+    assert skipped.return_value is None and out[0].return_value is not None
+    assert [r[0] for r in djtasks.RUNS] == ["report:2", "report:1"] and djtasks.PEAK["report:1"] == 1
+    assert wait_for(lambda: ("tests.support.djtasks.report", "skipped", skipped.id) in outcomes)
+
+
+def test_without_the_backend_the_same_calls_overlap(djtasks):
+    # The control of the test above: the plain ImmediateBackend runs both executions of one key at once.
+    djtasks.GATES["report:1"] = threading.Event()
+    threads, _ = in_threads(lambda: djtasks.plain_report.enqueue(1), lambda: djtasks.plain_report.enqueue(1))
+    assert wait_for(lambda: djtasks.PEAK.get("report:1") == 2)
+    djtasks.GATES["report:1"].set()
+    for t in threads:
+        t.join(10)
+    assert overlapping(djtasks.RUNS)
+
+
+def test_on_locked_raise_fails_the_result_with_lock_not_acquired(djtasks, outcomes):
+    from zklocks.tasks.compat import TaskResultStatus
+
+    djtasks.GATES["strict:3"] = threading.Event()
+    threads, out = in_threads(lambda: djtasks.strict.enqueue(3))
+    assert wait_for(lambda: djtasks.ENTERED.get("strict:3") and djtasks.ENTERED["strict:3"].is_set())
+    refused = djtasks.strict.enqueue(3)
+    djtasks.GATES["strict:3"].set()
+    threads[0].join(10)
+    assert refused.status == TaskResultStatus.FAILED
+    assert refused.errors[0].exception_class_path == "zklocks.exceptions.LockNotAcquired"
+    assert out[0].status == TaskResultStatus.SUCCESSFUL
+    assert wait_for(lambda: ("tests.support.djtasks.strict", "raised", refused.id) in outcomes)
+
+
+def test_unique_queued_returns_the_running_result(djtasks, outcomes):
+    """A second enqueue while the first runs returns the first's TaskResult (same id) and runs nothing."""
+    from zklocks.celery.holder_task import holder_task_id
+    from zklocks.tasks import markers
+
+    djtasks.GATES["unique:5"] = threading.Event()
+    threads, out = in_threads(lambda: djtasks.unique_report.enqueue(5))
+    assert wait_for(lambda: djtasks.ENTERED.get("unique:5") and djtasks.ENTERED["unique:5"].is_set())
+    record, _ = markers.read("default", "unique:5")
+    assert record["state"] == "running"
+    # The lock's holder data names the running result, as the admin shows it.
+    assert holder_task_id("default", "unique:5") == record["task_id"]
+    shared = [djtasks.unique_report.enqueue(5) for _ in range(3)]
+    djtasks.GATES["unique:5"].set()
+    threads[0].join(10)
+    first = out[0]
+    assert {r.id for r in shared} == {first.id} == {record["task_id"]}
+    assert [r[0] for r in djtasks.RUNS] == ["unique:5"]
+    assert wait_for(lambda: outcomes.count(("tests.support.djtasks.unique_report", "shared", first.id)) == 3)
+    # Finished: the record is gone and the next enqueue runs again.
+    assert markers.read("default", "unique:5") is None
+    again = djtasks.unique_report.enqueue(5)
+    assert again.id != first.id and len(djtasks.RUNS) == 2
+
+
+def test_dummy_backend_unique_queued_keeps_one_queued_task(djtasks, outcomes):
+    from zklocks.tasks.compat import task_backends
+
+    first = djtasks.dummy_unique.enqueue(1)
+    again = [djtasks.dummy_unique.enqueue(1) for _ in range(3)]
+    other = djtasks.dummy_unique.enqueue(2)
+    assert {r.id for r in again} == {first.id} and other.id != first.id
+    assert len(task_backends["dummy"].results) == 2
+    # The control: the same backend without unique_queued queues every call.
+    for _ in range(3):
+        djtasks.dummy_plain.enqueue(1)
+    assert len(task_backends["dummy"].results) == 5
+    # A queued task that is gone from the store no longer blocks.
+    task_backends["dummy"].clear()
+    fresh = djtasks.dummy_unique.enqueue(1)
+    assert fresh.id != first.id and len(task_backends["dummy"].results) == 1
