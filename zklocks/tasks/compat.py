@@ -15,18 +15,18 @@ if django.VERSION >= (6, 0):
     from django.tasks.signals import task_started
 else:  # pragma: no cover - exercised by the Django 5.2 session of make test-matrix
     try:
-        from django_tasks import (  # type: ignore[no-redef]
+        from django_tasks import (  # type: ignore[no-redef,assignment,unused-ignore]
             TaskContext,
             TaskResult,
             TaskResultStatus,
             task,
             task_backends,
         )
-        from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef]
-        from django_tasks.base import Task  # type: ignore[no-redef]
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[no-redef]
-        from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef]
-        from django_tasks.signals import task_started  # type: ignore[no-redef]
+        from django_tasks.backends.base import BaseTaskBackend  # type: ignore[no-redef,assignment,unused-ignore]
+        from django_tasks.base import Task  # type: ignore[no-redef,assignment,unused-ignore]
+        from django_tasks.exceptions import InvalidTaskError as InvalidTask  # type: ignore[no-redef,assignment,unused-ignore]
+        from django_tasks.exceptions import TaskResultDoesNotExist  # type: ignore[no-redef,assignment,unused-ignore]
+        from django_tasks.signals import task_started  # type: ignore[no-redef,assignment,unused-ignore]
     except ImportError as exc:
         raise ImportError(
             "zklocks.tasks needs Django's tasks framework: Django >= 6.0, or the django-tasks backport on "
