@@ -66,9 +66,17 @@ def detail_url(name: str) -> str:
 
 
 def timed_get(client, url, **params):
-    started = time.monotonic()
-    response = client.get(url, params)
-    return response, time.monotonic() - started
+    """The response and the faster of up to two tries: a 2-core machine busy with other servers can stall one
+    request past FAST, while unbounded work (56 s for 81 forged nodes before the bound) is slow every time."""
+    best = None
+    for _ in range(2):
+        started = time.monotonic()
+        response = client.get(url, params)
+        took = time.monotonic() - started
+        best = took if best is None else min(best, took)
+        if best < FAST:
+            break
+    return response, best
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
