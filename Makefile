@@ -129,7 +129,7 @@ lint: venv
 	timeout 600 $(BIN)/mypy
 
 test: system-deps compare-deps venv compare-venv lint docs
-	timeout 2700 $(BIN)/python -m pytest -q -p no:randomly
+	timeout 3600 $(BIN)/python -m pytest -q -p no:randomly
 
 # Only the site needs these (make demo does not).
 $(DOCS_STAMP): requirements-docs.txt | $(BIN)/python
