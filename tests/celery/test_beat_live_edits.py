@@ -7,7 +7,7 @@ two real ``celery beat`` processes; see test_beat.py). The leader is never resta
   while both beats run.
 
 Bound on the first send of an added entry: the edit's time + 1 s (pick-up) + the entry's period (a new entry
-runs one period after it appears, as in Celery) + 0.8 s of slack for a loaded machine.
+runs one period after it appears, as in Celery) + 1.5 s of slack for a loaded machine.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from zklocks.recipes.layout import beat_state_path
 from zklocks.testing import ZkEnsemble
 
 PICKUP = 1.0
-SLACK = 0.8
+SLACK = 1.5  # a loaded 2-core machine: one CI run sent 2.80 s after the edit against 2.8
 PUBLISHED = "beat: published this beat's beat_schedule"
 APPLIED = "beat: applied the beat_schedule published by"
 

@@ -348,16 +348,20 @@ class BaseHandle(Enforcing, Acquirable):
             return len(self._mine.get(owner, ()))
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        while self._stops:  # the body has ended: no stop may come after this (see release)
-            try:
-                self._disarm_top(current_owner())
-                break
-            except LockLostInterrupt:
-                continue
-        if self.release_on_commit:
-            release_after_commit(self, self.release_on_commit)
-        else:
-            self.release()
+        # finally: a signal handler's exception raised while the stop is disarmed must not leave the hold taken
+        # (it would stay in this thread's registry, and the next acquire of the name would find it lost).
+        try:
+            while self._stops:  # the body has ended: no stop may come after this (see release)
+                try:
+                    self._disarm_top(current_owner())
+                    break
+                except LockLostInterrupt:
+                    continue
+        finally:
+            if self.release_on_commit:
+                release_after_commit(self, self.release_on_commit)
+            else:
+                self.release()
 
     # -- async --
 
