@@ -17,7 +17,8 @@ from zklocks.client.pools import connections
 from zklocks.recipes import step_runner
 from zklocks.testing.server import mntr
 
-pytestmark = [pytest.mark.zk, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.zk, pytest.mark.timeout(600)]
+ENQUEUE_BOUND = 240  # seconds
 
 WAITERS = 10_000
 
@@ -84,7 +85,7 @@ def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_qu
 
     async def waiter(i: int) -> None:
         name = names[i % locks]
-        lock = zk_lock(name, timeout=240)
+        lock = zk_lock(name, timeout=2 * ENQUEUE_BOUND)
         async with lock:
             served[name].append(int(lock._hold().contender.name[-10:]))  # its place in the queue
 
@@ -106,10 +107,13 @@ def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_qu
         client.get_children_async = counted
         started = time.monotonic()
         tasks = [asyncio.create_task(waiter(i)) for i in range(waiters)]
-        await until(lambda: znodes(roomy_zk) >= nodes_before + waiters, 120, "every waiter enqueued")
+        # A sanity bound, not a speed target (the benchmarks report the rate): alone this takes 15-20 s, but late in
+        # the full suite on 2 cores one run needed more than 120 s.
+        await until(lambda: znodes(roomy_zk) >= nodes_before + waiters, ENQUEUE_BOUND, "every waiter enqueued")
         # Every waiter watches its predecessor's data: one watch each, as the server counts them (per session
         # and path: a holder's own watch of a long hold, if set by then, and its first waiter's count once).
-        await until(lambda: watches(roomy_zk) >= watches_before + waiters - locks, 120, "every waiter watching")
+        watching = watches_before + waiters - locks
+        await until(lambda: watches(roomy_zk) >= watching, ENQUEUE_BOUND, "every waiter watching")
         figures["enqueue_s"] = time.monotonic() - started
         figures["listings"] = listings[0]
         if locks == 1:
