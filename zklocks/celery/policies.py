@@ -24,6 +24,7 @@ from ..client.pools import Pool, connections
 from ..exceptions import ZkLocksError
 from ..names import join_path
 from ..recipes import layout, node_data
+from . import unique
 from .unique import bounded_call, server_now
 
 log = logging.getLogger("zklocks")
@@ -60,19 +61,7 @@ def _delete(path: str, version: int):
 def delete_if_owned(using: str, name: str, marker: str, task_id: str) -> bool:
     """Delete the ``marker`` node of ``name`` if it names ``task_id``; True if it did."""
     pool = connections[using]
-    path = _path(pool, name, marker)
-    for _ in range(_ATTEMPTS):
-        found = _get(pool, path)
-        if found is None or found[0].get("task_id") != task_id:
-            return False
-        try:
-            bounded_call(pool, _delete(path, found[2].version))
-            return True
-        except NoNodeError:
-            return False
-        except BadVersionError:
-            continue
-    return False
+    return unique.delete_if_owned(pool, _path(pool, name, marker), task_id)
 
 
 def read(using: str, name: str, marker: str) -> dict | None:

@@ -100,7 +100,7 @@ def server_now(pool: Pool) -> float:
     return time.time() + known[1]
 
 
-def _data(task_id: str, task_name: str, state: str, ttl: float) -> bytes:
+def marker_data(task_id: str, task_name: str, state: str, ttl: float) -> bytes:
     return node_data.payload(kind="unique", state=state, ttl=float(ttl), task_id=task_id, task_name=task_name)
 
 
@@ -117,7 +117,7 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
     """Own the marker of ``name`` for ``task_id``; return the task id that owns it (ours, or a live other)."""
     pool = connections[using]
     path = marker_path(pool, name)
-    mine = _data(task_id, task_name, "queued", ttl)
+    mine = marker_data(task_id, task_name, "queued", ttl)
     for _ in range(_ATTEMPTS):
         try:
             pool.session()  # connect first, so the clock reading below spans one round trip only
@@ -154,23 +154,31 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
     raise ZkLocksError(f"queued marker of {name!r} kept changing; gave up after {_ATTEMPTS} attempts")
 
 
-def mark_running(using: str, name: str, task_id: str, task_name: str, ttl: float) -> None:
-    """The task started: its lock (held now) keeps the marker live instead of the marker's age."""
+def mark_running(using: str, name: str, task_id: str, task_name: str, ttl: float) -> bool:
+    """The task started: its lock (held now) keeps the marker live instead of the marker's age. True if the
+    marker named ``task_id`` and now says "running"."""
     pool = connections[using]
     path = marker_path(pool, name)
     try:
         raw, stat = bounded_call(pool, lambda s: s.client.get_async(path))
-        if node_data.parse(raw).get("task_id") == task_id:
-            data = _data(task_id, task_name, "running", ttl)
-            bounded_call(pool, lambda s: s.client.set_async(path, data, version=stat.version))
+        if node_data.parse(raw).get("task_id") != task_id:
+            return False
+        data = marker_data(task_id, task_name, "running", ttl)
+        bounded_call(pool, lambda s: s.client.set_async(path, data, version=stat.version))
+        return True
     except (NoNodeError, BadVersionError):
-        pass  # none (sent without de-duplication), or replaced: not ours to change
+        return False  # none (sent without de-duplication), or replaced: not ours to change
 
 
 def release(using: str, name: str, task_id: str) -> bool:
     """Delete the marker of ``name`` if it belongs to ``task_id``; True if it did."""
     pool = connections[using]
-    path = marker_path(pool, name)
+    return delete_if_owned(pool, marker_path(pool, name), task_id)
+
+
+def delete_if_owned(pool: Pool, path: str, task_id: str) -> bool:
+    """Delete the node at ``path`` if its data names ``task_id`` (a version-checked delete, read again when it
+    changed under us); True if it did. Every task marker (queued, debounce, retry) is given back this way."""
     for _ in range(_ATTEMPTS):
         try:
             raw, stat = bounded_call(pool, lambda s: s.client.get_async(path))

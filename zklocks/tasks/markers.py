@@ -8,19 +8,18 @@ and only while it names the worker's own result.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from ..celery.unique import bounded_call as _call  # one request, bounded by CONNECT_TIMEOUT (no Celery import)
-from ..client.pools import Pool, connections
-from ..client.session import Session
+from ..celery.unique import mark_running, release  # noqa: F401 - the record is Celery's: its code serves both
+from ..celery.unique import marker_data as _data
+from ..celery.unique import marker_path as _path
+from ..client.pools import connections
 from ..exceptions import ZkLocksError
-from ..names import join_path
 from ..recipes import node_data
-from ..recipes.layout import queued_marker_path
 
 _ATTEMPTS = 8
 
@@ -28,18 +27,6 @@ _ATTEMPTS = 8
 def enqueue_lock_name(name: str) -> str:
     """The lock producers of ``name`` take around their check-then-enqueue: a digest, so it is always valid."""
     return "zklocks.tasks.enqueue:" + hashlib.sha256(name.encode()).hexdigest()[:32]
-
-
-def _path(pool: Pool, name: str) -> str:
-    return queued_marker_path(join_path(pool.cfg.namespace, name))
-
-
-def _delete(session: Session, path: str, version: int) -> Any:
-    return session.client.delete_async(path, version=version)
-
-
-def _data(task_id: str, task_name: str, state: str, ttl: float) -> bytes:
-    return node_data.payload(kind="unique", state=state, ttl=float(ttl), task_id=task_id, task_name=task_name)
 
 
 def read(using: str, name: str) -> tuple[dict, Any] | None:
@@ -72,42 +59,6 @@ def write(using: str, name: str, task_id: str, task_name: str, state: str, ttl: 
         except NoNodeError:
             continue
     raise ZkLocksError(f"queued record of {name!r} kept changing; gave up after {_ATTEMPTS} attempts")
-
-
-def mark_running(using: str, name: str, task_id: str, task_name: str, ttl: float) -> bool:
-    """The task started under its lock: the lock, not the record's age, keeps the record live now."""
-    pool = connections[using]
-    path = _path(pool, name)
-    try:
-        raw, stat = _call(pool, lambda s: s.client.get_async(path))
-        if node_data.parse(raw).get("task_id") != task_id:
-            return False
-        data = _data(task_id, task_name, "running", ttl)
-        _call(pool, lambda s: s.client.set_async(path, data, version=stat.version))
-        return True
-    except (NoNodeError, BadVersionError):
-        return False  # none, or replaced: not ours to change
-
-
-def release(using: str, name: str, task_id: str) -> bool:
-    """Delete the record of ``name`` if it names ``task_id``; True if it did."""
-    pool = connections[using]
-    path = _path(pool, name)
-    for _ in range(_ATTEMPTS):
-        try:
-            raw, stat = _call(pool, lambda s: s.client.get_async(path))
-        except NoNodeError:
-            return False
-        if node_data.parse(raw).get("task_id") != task_id:
-            return False
-        try:
-            _call(pool, functools.partial(_delete, path=path, version=stat.version))
-            return True
-        except NoNodeError:
-            return False
-        except BadVersionError:
-            continue
-    return False
 
 
 def remove(using: str, name: str, version: int) -> None:
