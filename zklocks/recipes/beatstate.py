@@ -226,8 +226,12 @@ SCHEDULE = "__schedule__"  # the beat_schedule the last started beat published (
 
 def publish_schedule(session: Session, election: str, data: bytes, deadline: Deadline) -> None:
     """Write ``data`` as the shared schedule. Not fenced: every beat, standby or not, publishes its own."""
+    _put(session, f"{beat_state_path(election)}/{SCHEDULE}", data, deadline)
+
+
+def _put(session: Session, path: str, data: bytes, deadline: Deadline) -> None:
+    """Set ``path`` to ``data``, creating it (and its parents) when it is not there yet; unfenced."""
     client = session.client
-    path = f"{beat_state_path(election)}/{SCHEDULE}"
     try:
         call(session, lambda: client.set_async(path, data), deadline)
     except NoNodeError:
@@ -260,15 +264,7 @@ STATUS = "__status__"  # what the leader alone knows: each entry's next due time
 def write_status(session: Session, election: str, data: bytes, deadline: Deadline) -> None:
     """The leader's view of its schedule, for the admin and ``zklocks_status --beat``. Not fenced: it carries
     the leader's token, and readers show it only while that token leads."""
-    client = session.client
-    path = f"{beat_state_path(election)}/{STATUS}"
-    try:
-        call(session, lambda: client.set_async(path, data), deadline)
-    except NoNodeError:
-        try:
-            call(session, lambda: client.create_async(path, data, acl=session.acl, makepath=True), deadline)
-        except NodeExistsError:
-            call(session, lambda: client.set_async(path, data), deadline)
+    _put(session, f"{beat_state_path(election)}/{STATUS}", data, deadline)
 
 
 def read_view(session: Session, election: str, deadline: Deadline) -> tuple[dict[str, Claim], bytes | None]:
