@@ -26,6 +26,8 @@ import pytest
 from tests.support.helpers import tree, wait_until
 from zklocks import zk_lock, zk_multi_lock, zk_semaphore
 from zklocks.client.pools import connections
+from zklocks.handles import hold_registry
+from zklocks.handles.locks import ZkLock
 
 ROUNDS = 30
 # The alarm lands this many seconds into a round: from inside the first request to a few turns of the lock.
@@ -48,12 +50,14 @@ class Rounds:
         self.escaped: list[BaseException] = []
         self.lost_at: list[str] = []  # where the alarms that never surfaced were raised
         self._where = ""
+        self._at: tuple[str, int] = ("", 0)  # (function, line) where the last alarm was raised
         self._in_finalizer = False
 
     def _handler(self, signum, frame) -> None:
         self.fired += 1
         stack = traceback.extract_stack(frame)
         here = stack[-4:]
+        self._at = (stack[-1].name, stack[-1].lineno)
         self._where = " <- ".join(f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in reversed(here))
         # CPython reports an exception raised inside a weakref callback or a __del__ (run by the garbage
         # collector at whatever line dropped the last reference) as unraisable, and the code that was running
@@ -247,3 +251,45 @@ def test_alarm_reaches_a_contended_zk_multi_lock(aliases, kz):
     other = zk_multi_lock(names, using="other")
     assert other.acquire(blocking=False)
     other.release()
+
+
+def first_line(function) -> tuple[str, int]:
+    return function.__name__, function.__code__.co_firstlineno
+
+
+@pytest.mark.parametrize("form", ["with", "release()"])
+def test_an_alarm_in_a_release_leaves_nothing_held(aliases, kz, form):
+    """Uncontended cycles, so that many alarms land in the acquire's and the release's bookkeeping: after each
+    round the thread holds nothing (no hold left in its registry or on the handle). The one exception is an alarm
+    on the first instruction of ``release()`` or ``__exit__``, before any of their code runs (docs/reference.md,
+    "Exceptions raised by signal handlers"): the hold stays on the handle, and ``release()`` frees it."""
+    name = f"sig-release-{form}"
+    handle = zk_lock(name)
+    entries = {first_line(ZkLock.release), first_line(ZkLock.__exit__)}
+
+    def op() -> None:
+        if form == "with":
+            with handle:
+                pass
+        else:
+            handle.acquire()
+            handle.release()
+
+    rounds = Rounds(seed=11)
+    leftovers = []
+    at_entry = 0
+    with rounds.installed():
+        for n in range(ROUNDS * 10):
+            rounds.round(op)
+            if handle.is_held and rounds._at in entries:
+                at_entry += 1
+                handle.release()
+            mine = [key for key in hold_registry.registry if key[1:] == ("default", name)]
+            if mine or handle.is_held:
+                leftovers.append((n, rounds._where, mine, handle.is_held))
+                break
+    assert leftovers == []
+    assert at_entry <= ROUNDS, at_entry  # one instruction: rare
+    rounds.check(ROUNDS * 10)
+    assert_nothing_left(kz, aliases["NAMESPACE"])
+    print(f"{form}: {ROUNDS * 10} alarms, {at_entry} on the first instruction of release or __exit__")

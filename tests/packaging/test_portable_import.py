@@ -1,4 +1,4 @@
-"""``import zklocks`` where ``select`` has no ``poll`` (as on Windows): sessions use kazoo's own threading handler,
+"""``import zklocks`` where ``select`` has no ``poll`` (as on Windows): sessions use kazoo's own select,
 without the short read path, and still lock."""
 
 import json
@@ -30,11 +30,10 @@ override_settings(ZKLOCKS={"default": json.loads(sys.argv[1])}).enable()
 
 import selectors
 import zklocks
-from kazoo.handlers.threading import SequentialThreadingHandler
 from zklocks.client import iohandler
 from zklocks.client.pools import connections
 
-assert not iohandler.HAS_POLL and iohandler.DEFAULT_HANDLER is SequentialThreadingHandler
+assert not iohandler.HAS_POLL and iohandler.DEFAULT_HANDLER is iohandler.PollingHandler
 assert selectors.DefaultSelector is selectors.SelectSelector
 with zklocks.zk_lock("portable", timeout=10) as lock:
     client = connections["default"].session().client
@@ -49,7 +48,7 @@ zklocks.close_all()
 """
 
 
-def test_without_poll_sessions_use_kazoos_handler_and_lock(zklocks_settings):
+def test_without_poll_sessions_use_kazoos_select_and_lock(zklocks_settings):
     alias = zklocks_settings()
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     child = subprocess.Popen(
@@ -64,7 +63,7 @@ def test_without_poll_sessions_use_kazoos_handler_and_lock(zklocks_settings):
     try:
         line = child.stdout.readline()
         assert line, child.communicate(timeout=30)[1]
-        assert json.loads(line) == {"held": True, "handler": "SequentialThreadingHandler", "short_read": False}
+        assert json.loads(line) == {"held": True, "handler": "PollingHandler", "short_read": False}
         with pytest.raises(LockNotAcquired):  # held by the child, on the same server and namespace
             with zk_lock("portable", blocking=False):
                 pass

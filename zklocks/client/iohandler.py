@@ -10,8 +10,8 @@ few Python objects, each time. Under contention that is a large share of a hando
 - ``read_without_select`` lets the reads of an answer try the (non-blocking) socket first: the loop has just seen it
   readable, and the body usually arrives with its length. Only a read that finds nothing waits in a select.
 
-Where ``select.poll`` does not exist (Windows), sessions use kazoo's own ``SequentialThreadingHandler``
-(``DEFAULT_HANDLER``) and the short read path stays off.
+Where ``select.poll`` does not exist (Windows), ``PollingHandler`` uses kazoo's own select and the short read path
+stays off. Either way its results and Events are signal-safe (interrupts.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ import select as _select
 import socket
 from typing import Any
 
-from kazoo.handlers.threading import SequentialThreadingHandler
-from kazoo.handlers.utils import fileobj_to_fd
+from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
+from kazoo.handlers.utils import AsyncResult, fileobj_to_fd
+
+from .interrupts import SafeCondition, SafeEvent
 
 HAS_POLL = hasattr(_select, "poll")  # Windows has neither poll(2) nor its constants
 _READ = getattr(_select, "POLLIN", 0x1)  # as select(2): urgent data is no reason to wake
@@ -63,14 +65,22 @@ class PollingHandler(SequentialThreadingHandler):
 
     name = "zklocks_polling_threading_handler"
 
+    # Results and Events that a signal handler's exception, landing in the main thread's wait, cannot leave locked
+    # for kazoo's threads (interrupts.py).
+    def async_result(self) -> AsyncResult:
+        return AsyncResult(self, SafeCondition, KazooTimeoutError)
+
+    def event_object(self) -> SafeEvent:
+        return SafeEvent()
+
     def select(self, *args: Any, **kwargs: Any):
-        if not HAS_POLL:  # named in OPTIONS where there is no poll(2): kazoo's own select
+        if not HAS_POLL:  # no poll(2): kazoo's own select
             return super().select(*args, **kwargs)
         return poll_select(*args, **kwargs)
 
 
 # What sessions use unless OPTIONS names a handler.
-DEFAULT_HANDLER: type[SequentialThreadingHandler] = PollingHandler if HAS_POLL else SequentialThreadingHandler
+DEFAULT_HANDLER: type[SequentialThreadingHandler] = PollingHandler
 
 
 def read_without_select(conn: Any) -> None:

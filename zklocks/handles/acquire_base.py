@@ -48,13 +48,37 @@ class Acquirable:
     ) -> None:
         raise NotImplementedError
 
+    def _holds_now(self) -> object:
+        """What the caller holds through this handle, for ``_give_back`` (before an acquire)."""
+        raise NotImplementedError
+
+    def _give_back(self, before: object) -> None:
+        """Release what the caller took since ``_holds_now`` returned ``before``."""
+        raise NotImplementedError
+
     def acquire(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         """Acquire; False if held elsewhere (``blocking=False``) or not acquired within ``timeout``."""
+        # An exception that lands as ``_acquire`` returns (a signal handler's) finds the lock taken: the caller,
+        # who sees the exception and not True, would never release it.
+        before = self._holds_now()
         try:
             self._acquire(blocking, timeout)
         except LockNotAcquired:
             return False
+        except BaseException:
+            self._give_back(before)
+            raise
         return True
+
+    def _enter(self) -> None:
+        """``__enter__``'s acquire: whatever it took is given back if an exception comes before the with
+        statement has it (``acquire``'s reason)."""
+        before = self._holds_now()
+        try:
+            self._acquire(None, None)
+        except BaseException:
+            self._give_back(before)
+            raise
 
     async def acquire_async(self, blocking: bool | None = None, timeout: float | None = None) -> bool:
         """``acquire`` for coroutines: the same arguments and result, without blocking the event loop."""

@@ -201,6 +201,19 @@ class BaseHandle(Enforcing, Acquirable):
         thread or task that holds nothing through this handle gets LockOwnershipError while someone else holds
         through it (never a silent no-op that leaves the lock held); when nobody does, a release does nothing.
         """
+        # An exception (a signal handler's) that lands before anything was released: the release is done all
+        # the same, then the exception goes on. Inline, not in a helper: a call's first instruction can take it.
+        released = [False]
+        try:
+            self._release(wait, released)
+        except LockOwnershipError:
+            raise
+        except BaseException:
+            if not released[0]:
+                self._release(wait, released)
+            raise
+
+    def _release(self, wait: bool, released: list[bool]) -> None:
         owner = current_owner()
         # First of all: no stop of on_lost="cancel" may come after this point. The try is inline: a call's own
         # first instruction can take a pending stop, and must be inside it (enforce.py).
@@ -210,29 +223,49 @@ class BaseHandle(Enforcing, Acquirable):
                 break
             except LockLostInterrupt:
                 continue  # it landed before the disarm: the body had ended
-        with self._mine_lock:
-            stack = self._mine.get(owner)
-            if not stack:
-                holder = owners.releasing_for()
-                stack = self._mine.get(holder) if holder is not None else None
-                if stack:
-                    owner = holder
-                elif not self._mine:
-                    return  # nobody holds through this handle: a release is idempotent
-                else:
-                    raise LockOwnershipError(
-                        f"{self.kind} lock {self.name!r} (alias {self.using!r}) was released by a thread or task "
-                        "that does not hold it, so it stays held by its owner. Release from the owner that "
-                        "acquired, from work started in its context (asyncio.to_thread, a task it creates), or "
-                        "with `await lock.release_async()`",
-                        name=self.name,
-                    )
-            hold = stack.pop()
-            if not stack:
-                del self._mine[owner]
-        if self._stops:
-            self._forget_stops(owner)
-        self._drop(hold, wait)
+        hold: Hold | None = None
+        last = False
+        try:
+            with self._mine_lock, hold_registry.registry_lock:
+                stack = self._mine.get(owner)
+                if not stack:
+                    holder = owners.releasing_for()
+                    stack = self._mine.get(holder) if holder is not None else None
+                    if stack:
+                        owner = holder
+                    elif not self._mine:
+                        released[0] = True
+                        return  # nobody holds through this handle: a release is idempotent
+                    else:
+                        raise LockOwnershipError(
+                            f"{self.kind} lock {self.name!r} (alias {self.using!r}) was released by a thread or "
+                            "task that does not hold it, so it stays held by its owner. Release from the owner "
+                            "that acquired, from work started in its context (asyncio.to_thread, a task it "
+                            "creates), or with `await lock.release_async()`",
+                            name=self.name,
+                        )
+                # The bookkeeping is one stretch without a call or a backward jump, where CPython never runs a
+                # signal handler: a handler's exception lands before it (nothing is released: the caller runs
+                # it again) or after it (the hold is off every record, and the except below removes its node).
+                hold = stack[-1]
+                del stack[-1]
+                if not stack:
+                    del self._mine[owner]
+                hold.count -= 1
+                last = hold.count == 0
+                key = hold.key
+                if last and key is not None and key in hold_registry.registry and hold_registry.registry[key] is hold:
+                    del hold_registry.registry[key]
+                released[0] = True
+            if self._stops:
+                self._forget_stops(owner)
+            if last:
+                self._end_hold(hold, wait)
+        except BaseException:
+            if last and hold is not None:  # raised mid-release (a signal handler's): the node goes all the same
+                hold.session.remove_hold(hold)
+                hold.contender.abandon()
+            raise
 
     def named_error(self, exc: BaseException) -> BaseException:
         """``exc`` as the error a user of this lock sees: kazoo's errors translated, and the lock named."""
@@ -247,29 +280,14 @@ class BaseHandle(Enforcing, Acquirable):
             return named
         return exc
 
-    def _drop(self, hold: Hold, wait: bool = False) -> None:
-        if hold.key is not None:
-            with hold_registry.registry_lock:
-                hold.count -= 1
-                last = hold.count == 0
-                if last and hold_registry.registry.get(hold.key) is hold:
-                    del hold_registry.registry[hold.key]
-        else:
-            hold.count -= 1
-            last = hold.count == 0
-        if not last:
-            return
-        try:
-            hold.session.remove_hold(hold)
-            # A hold ended by max_hold whose holder was stopped: its node goes as cleanly as in any release.
-            clean = hold.lost_reason == "max_hold" and not hold.released and not hold.session.dead
-            if not hold.lost or clean:
-                self._release_hold(hold, wait)
-                hold.released = hold.lost
-        except BaseException:
-            # Raised mid-release (a signal handler's): it reaches the caller, and the node goes all the same.
-            hold.contender.abandon()
-            raise
+    def _end_hold(self, hold: Hold, wait: bool) -> None:
+        """The last release of ``hold``: its node goes, and the release is reported."""
+        hold.session.remove_hold(hold)
+        # A hold ended by max_hold whose holder was stopped: its node goes as cleanly as in any release.
+        clean = hold.lost_reason == "max_hold" and not hold.released and not hold.session.dead
+        if not hold.lost or clean:
+            self._release_hold(hold, wait)
+            hold.released = hold.lost
         if hold.lost and not hold.released:
             # Lost, but our node may still be there (written by someone else: "changed"): it must go, or the
             # contenders behind it wait for our session to end. Gone already or with its session: nothing to do.
@@ -331,25 +349,21 @@ class BaseHandle(Enforcing, Acquirable):
     # -- context manager --
 
     def __enter__(self):
-        owner = current_owner()
-        before = self._holds_of(owner)
-        try:
-            self._acquire(None, None)
-            return self
-        except BaseException:
-            # A signal handler's exception can come as ``_acquire`` returns, after the hold was taken and before
-            # the with statement has it: give that hold back, since no __exit__ will.
-            if self._holds_of(owner) > before:
-                self.release()
-            raise
+        self._enter()
+        return self
 
-    def _holds_of(self, owner: object) -> int:
+    def _holds_now(self) -> int:
         with self._mine_lock:
-            return len(self._mine.get(owner, ()))
+            return len(self._mine.get(current_owner(), ()))
+
+    def _give_back(self, before: object) -> None:
+        while self._holds_now() > before:  # type: ignore[operator]
+            self.release()
 
     def __exit__(self, exc_type, exc, tb) -> None:
         # finally: a signal handler's exception raised while the stop is disarmed must not leave the hold taken
         # (it would stay in this thread's registry, and the next acquire of the name would find it lost).
+        released = [False]
         try:
             while self._stops:  # the body has ended: no stop may come after this (see release)
                 try:
@@ -361,7 +375,14 @@ class BaseHandle(Enforcing, Acquirable):
             if self.release_on_commit:
                 release_after_commit(self, self.release_on_commit)
             else:
-                self.release()
+                try:  # as in release()
+                    self._release(False, released)
+                except LockOwnershipError:
+                    raise
+                except BaseException:
+                    if not released[0]:
+                        self._release(False, released)
+                    raise
 
     # -- async --
 

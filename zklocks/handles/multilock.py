@@ -78,10 +78,9 @@ class ZkMultiLock(Acquirable):
         at: float | None = None,
     ) -> None:
         blocking, deadline, once = self._start(blocking, timeout, cancel, at)
-        # What each member held for this owner before: a member whose acquire returned is given back even if an
-        # exception (a signal handler's) comes before the loop has noted it.
-        owner = owners.current_owner()
-        before = [len(lock._mine.get(owner, ())) for lock in self.locks]
+        # A member whose acquire returned is given back even if an exception (a signal handler's) comes before
+        # the loop has noted it.
+        before = self._holds_now()
         try:
             for lock in self.locks:
                 # A member reached past the deadline still asks the server once: only its answer says "held
@@ -89,10 +88,15 @@ class ZkMultiLock(Acquirable):
                 # timeout=0: one attempt per member; otherwise the members share the overall deadline.
                 lock._acquire(blocking, 0 if once else None, cancel, deadline.at)
         except BaseException:
-            for lock, held in reversed(list(zip(self.locks, before, strict=True))):
-                if len(lock._mine.get(owner, ())) > held:
-                    lock.release()
+            self._give_back(before)
             raise
+
+    def _holds_now(self) -> list[int]:
+        return [lock._holds_now() for lock in self.locks]
+
+    def _give_back(self, before: object) -> None:
+        for lock, held in reversed(list(zip(self.locks, before, strict=True))):  # type: ignore[call-overload]
+            lock._give_back(held)
 
     def describe(self) -> tuple[str, str]:
         return f"multi-lock {self.names!r}", self.names[0]
@@ -128,7 +132,7 @@ class ZkMultiLock(Acquirable):
             lock.ensure_held()
 
     def __enter__(self):
-        self._acquire(None, None)
+        self._enter()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

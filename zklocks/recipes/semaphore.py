@@ -19,6 +19,7 @@ import threading
 
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
+from ..client.interrupts import SafeEvent
 from ..client.session import Session
 from ..exceptions import LockNotAcquired, LockTimeout, SemaphoreMismatch, ZkAuthError, ZkUnavailable
 from . import queue
@@ -184,7 +185,7 @@ def _create_lease(
     client = session.client
     layout = layout_of(session)
     while True:
-        changed = threading.Event()
+        changed = SafeEvent()
         with session.waking(changed):
             try:
                 watch = _setter(changed)  # a late watch of an earlier round must not wake this one
