@@ -29,7 +29,7 @@ class Command(BaseCommand):
         else:
             self._table(snap)
         if snap.errors:
-            raise CommandError("; ".join(a.error for a in snap.errors), returncode=1)
+            raise CommandError("; ".join(a.error or "" for a in snap.errors), returncode=1)
 
     def _table(self, snap: snapshots.Snapshot) -> None:
         now = snap.taken_at
