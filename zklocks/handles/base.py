@@ -7,21 +7,16 @@ hold (hold_registry.py).
 
 from __future__ import annotations
 
-import functools
-import inspect
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
 
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from .. import conf, names, owners, signals
+from .. import owners, signals
 from ..client import observe
 from ..client.pools import connections
 from ..exceptions import (
-    InvalidLockName,
     LockLost,
     LockNotAcquired,
     LockOwnershipError,
@@ -34,16 +29,15 @@ from ..recipes import step_runner
 from ..recipes.kazoo_calls import Deadline, translate
 from ..recipes.layout import Kind
 from ..recipes.node import layout_of
-from ..recipes.step_runner import Blocking, Steps
+from ..recipes.step_runner import Steps
 from . import hold_registry
 from .acquire_base import Acquirable
 from .async_bridge import acquire_off_loop, run_off_loop
+from .decorator import F, decorate
 from .enforce import Enforcing
 from .hold_registry import Grant, Hold
 from .on_commit import release_after_commit
 from .stopping import LockLostInterrupt
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 class BaseHandle(Enforcing, Acquirable):
@@ -78,13 +72,10 @@ class BaseHandle(Enforcing, Acquirable):
     # Whether ``async with`` waits on the event loop itself (recipes/step_runner.py) rather than in a thread.
     waits_on_loop = False
 
-    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
-        """Take the lock; record in ``grant`` what is taken as soon as it is (see hold_registry.Grant)."""
-        raise NotImplementedError
-
     def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
-        """``_acquire_hold`` as steps. Handles that cannot wait on the loop run it in a thread (async_bridge.py)."""
-        return (yield Blocking(lambda: self._acquire_hold(blocking, deadline, grant)))
+        """Take the lock, as steps (hold_registry.take_hold_steps); record in ``grant`` what is taken as soon as
+        it is (see hold_registry.Grant). Handles that cannot wait on the loop run them in a thread (async_bridge.py)."""
+        raise NotImplementedError
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
         contender = hold.contender
@@ -409,50 +400,7 @@ class BaseHandle(Enforcing, Acquirable):
     # -- decorator --
 
     def __call__(self, func: F) -> F:
-        template = self.name
-        where = f"{func.__module__}.{func.__qualname__}"
-        owner = f"{func.__qualname__}{names.signature(func)}"
-        # Mistakes in the template are caught when decorating (at import time), not at the first call.
-        try:
-            templated = bool(names.template_fields(template))
-        except ValueError as exc:
-            raise InvalidLockName(f"{where}: lock name template {template!r} {exc}") from None
-        missing = names.missing_fields(template, func)
-        if missing:
-            raise InvalidLockName(
-                f"{where}: lock name template {template!r} refers to "
-                f"{', '.join(map(repr, missing))}, which is not an argument of {owner}"
-            )
-        conf.declare_alias(self.using, where)
-
-        def handle_for(args: tuple, kwargs: dict) -> BaseHandle:
-            if not templated:
-                return self._copy_enforcing(self._clone(template))
-            try:
-                arguments = names.bind_arguments(func, args, kwargs)
-            except TypeError as exc:
-                raise TypeError(f"{where}: {exc}") from None
-            return self._copy_enforcing(
-                self._clone(
-                    names.render_template(template, arguments, what=where, label="lock name template", owner=owner)
-                )
-            )
-
-        if inspect.iscoroutinefunction(func):
-
-            @functools.wraps(func)
-            async def async_wrapper(*args, **kwargs):
-                async with handle_for(args, kwargs):
-                    return await func(*args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(func)
-        def wrapper(*args, **kwargs):
-            with handle_for(args, kwargs):
-                return func(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+        return decorate(self, func)
 
     def describe(self) -> tuple[str, str]:
         return f"lock {self.name!r}", self.name

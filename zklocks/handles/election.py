@@ -14,12 +14,15 @@ increasing over successive leaders.
 
 from __future__ import annotations
 
+import functools
+
 from ..client.pools import connections
-from ..exceptions import LockLost, ZkUnavailable
+from ..exceptions import LockLost
 from ..names import join_path
 from ..recipes import layout, node_data, queue
 from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
+from ..recipes.step_runner import Steps
 from . import hold_registry
 from .base import BaseHandle
 from .hold_registry import Grant, Hold
@@ -52,7 +55,7 @@ class ZkLeader(BaseHandle):
             max_hold=self.max_hold,
         )
 
-    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
+    def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
         mine = self._hold(strict=True)
         if mine is not None:
             if not mine.is_held:
@@ -70,22 +73,19 @@ class ZkLeader(BaseHandle):
         pool = connections[self.using]
         parent = join_path(pool.cfg.namespace, self.name)
         latch = layout.get(pool.cfg.layout).latch  # kazoo layout: __elect__; Curator's LeaderLatch: latch-
-        data = node_data.payload()
-        while True:
-            grant.hold = None
-            contender = grant.contender = queue.acquire(
-                pool.session, parent, latch, data, blocking=blocking, deadline=deadline, name=self.name
-            )
-            hold = grant.hold = Hold(self.using, self.name, self.kind, contender, None)
-            if contender.session.add_hold(hold):
-                break
-            if deadline.expired():  # the session ended between the grant and now: an outage, not contention
-                raise ZkUnavailable(
-                    f"{self.kind} {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
-                    "acquiring, and the timeout ran out"
-                )
-        hold_registry.long_holds.add(hold, contender.waited)  # watches our node: a deleted node is a lost leadership
-        return hold
+        take = functools.partial(
+            queue.acquire_steps,
+            pool.session,
+            parent,
+            latch,
+            node_data.payload(),
+            blocking=blocking,
+            deadline=deadline,
+            name=self.name,
+        )
+        # The hold's watch on our node makes a deleted candidate node a lost leadership.
+        what = f"{self.kind} {self.name!r}"
+        return (yield from hold_registry.take_hold_steps(what, self.using, self.name, self.kind, take, deadline, grant))
 
     # -- what the leader sees --
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from kazoo.protocol.states import EventType
 
@@ -20,6 +21,7 @@ from ..owners import current_owner
 from ..recipes import layout, lock_delay, node_data
 from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
 from ..recipes.queue import Contender
+from ..recipes.step_runner import Steps
 
 
 class Hold:
@@ -163,6 +165,32 @@ class Grant:
         if last:
             hold.session.remove_hold(hold)
             hold.contender.abandon()  # lost or not: a node that is still there must go
+
+
+def take_hold_steps(
+    what: str,
+    alias: str,
+    name: str,
+    kind: str,
+    take: Callable[[], Steps],
+    deadline: Deadline,
+    grant: Grant,
+    key: tuple | None = None,
+) -> Steps:
+    """Every lock, semaphore and election takes its hold here: what ``take`` grants becomes a Hold on its session
+    and is watched (LongHolds). If that session ended between the grant and now, ``take`` runs again on a fresh
+    one; past the deadline that is an outage, never contention: ZkUnavailable. ``what`` names the lock."""
+    while True:
+        grant.hold = None
+        contender = grant.contender = yield from take()
+        hold = grant.hold = Hold(alias, name, kind, contender, key)
+        if contender.session.add_hold(hold):
+            long_holds.add(hold, contender.waited)
+            return hold
+        if deadline.expired():
+            raise ZkUnavailable(
+                f"{what} (alias {alias!r}): the ZooKeeper session ended while acquiring, and the timeout ran out"
+            )
 
 
 LONG_HOLD = 1.0

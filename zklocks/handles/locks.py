@@ -7,22 +7,23 @@ commit in on_commit.py.
 
 from __future__ import annotations
 
+import functools
+
 from .. import conf, lock_delay_option
 from ..client.pools import connections
 from ..exceptions import (
     LockLost,
     LockUpgradeError,
-    ZkUnavailable,
 )
 from ..names import join_path
 from ..owners import current_owner
-from ..recipes import layout, node_data, queue, step_runner
+from ..recipes import layout, node_data, queue
 from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from ..recipes.step_runner import Steps
 from . import hold_registry, stopping
 from .base import BaseHandle
-from .hold_registry import Grant, Hold
+from .hold_registry import Grant
 
 
 class ZkLock(BaseHandle):
@@ -82,9 +83,6 @@ class ZkLock(BaseHandle):
 
     waits_on_loop = True
 
-    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
-        return step_runner.run(self._hold_steps(blocking, deadline, grant))
-
     def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
         pool = connections[self.using]
         lay = layout.get(pool.cfg.layout)
@@ -121,29 +119,22 @@ class ZkLock(BaseHandle):
                     grant.hold = existing
                     return existing
         parent = join_path(pool.cfg.namespace, self.name)
-        data = node_data.payload()
-        while True:
-            grant.hold = None
-            contender = grant.contender = yield from queue.acquire_steps(
-                pool.session,
-                parent,
-                marker_,
-                data,
-                blocking=blocking,
-                deadline=deadline,
-                name=self.name,
-                peek_session=pool.ready_session,
-                delay=pool.cfg.lock_delay if self.lock_delay is None else self.lock_delay,
-            )
-            hold = grant.hold = Hold(self.using, self.name, self.kind, contender, key)
-            if contender.session.add_hold(hold):
-                break
-            if deadline.expired():  # the session ended between the grant and now: an outage, not contention
-                raise ZkUnavailable(
-                    f"{self.kind} lock {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
-                    "acquiring, and the timeout ran out"
-                )
-        hold_registry.long_holds.add(hold, contender.waited)
+        take = functools.partial(
+            queue.acquire_steps,
+            pool.session,
+            parent,
+            marker_,
+            node_data.payload(),
+            blocking=blocking,
+            deadline=deadline,
+            name=self.name,
+            peek_session=pool.ready_session,
+            delay=pool.cfg.lock_delay if self.lock_delay is None else self.lock_delay,
+        )
+        what = f"{self.kind} lock {self.name!r}"
+        hold = yield from hold_registry.take_hold_steps(
+            what, self.using, self.name, self.kind, take, deadline, grant, key
+        )
         with hold_registry.registry_lock:
             # A non-reentrant hold (SingleExecutionTask) is registered too: a plain zk_lock of the same name in
             # the task body nests in it instead of queueing behind itself. It never displaces an existing entry.

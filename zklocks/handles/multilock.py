@@ -10,7 +10,7 @@ from .. import owners
 from ..recipes.layout import Kind
 from .acquire_base import Acquirable
 from .async_bridge import acquire_off_loop, run_off_loop
-from .base import F
+from .decorator import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
 from .stopping import LockLostInterrupt, check_max_hold, check_on_lost

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from ..client.pools import connections
-from ..exceptions import ZkUnavailable
 from ..names import join_path
 from ..recipes import node_data, semaphore
 from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
+from ..recipes.step_runner import Blocking, Steps
 from . import hold_registry
 from .base import BaseHandle
-from .hold_registry import Grant, Hold
+from .hold_registry import Grant
 
 
 class ZkSemaphore(BaseHandle):
@@ -55,30 +55,28 @@ class ZkSemaphore(BaseHandle):
             max_hold=self.max_hold,
         )
 
-    def _acquire_hold(self, blocking: bool, deadline: Deadline, grant: Grant) -> Hold:
+    def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
         pool = connections[self.using]
         path = join_path(pool.cfg.namespace, self.name)
-        while True:
-            grant.hold = None
-            lease = grant.contender = semaphore.acquire(
-                pool.session,
-                path,
-                self.max_leases,
-                node_data.payload(),
-                blocking=blocking,
-                deadline=deadline,
-                name=self.name,
-                alias=self.using,
-            )
-            hold = grant.hold = Hold(self.using, self.name, self.kind, lease, None)
-            if lease.session.add_hold(hold):
-                hold_registry.long_holds.add(hold, lease.waited)
-                return hold
-            if deadline.expired():  # the session ended between the grant and now: an outage, not contention
-                raise ZkUnavailable(
-                    f"{self.kind} {self.name!r} (alias {self.using!r}): the ZooKeeper session ended while "
-                    "acquiring, and the timeout ran out"
+
+        def take() -> Steps:  # the semaphore's recipe waits in a thread (async_bridge.py)
+            return (
+                yield Blocking(
+                    lambda: semaphore.acquire(
+                        pool.session,
+                        path,
+                        self.max_leases,
+                        node_data.payload(),
+                        blocking=blocking,
+                        deadline=deadline,
+                        name=self.name,
+                        alias=self.using,
+                    )
                 )
+            )
+
+        what = f"{self.kind} {self.name!r}"
+        return (yield from hold_registry.take_hold_steps(what, self.using, self.name, self.kind, take, deadline, grant))
 
 
 def zk_semaphore(
