@@ -87,10 +87,14 @@ def test_child_exit_does_not_close_the_parent_session(zk_server):
 def test_multiprocessing_fork_children_lock_independently(zk_server):
     import multiprocessing
 
-    zk_lock("warm").acquire(blocking=False)  # the parent has a live session before forking
-    ctx = multiprocessing.get_context("fork")
-    with ctx.Pool(2) as pool:
-        tokens = pool.map(_child_lock, range(4))
+    warm = zk_lock("warm")
+    warm.acquire(blocking=False)  # the parent has a live session before forking
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(2) as pool:
+            tokens = pool.map(_child_lock, range(4))
+    finally:
+        warm.release()
     assert len(set(tokens)) == 4 and all(isinstance(t, int) for t in tokens)
 
 

@@ -11,7 +11,6 @@ lock taken that another thread needs: :class:`SafeCondition` and :class:`SafeEve
 from __future__ import annotations
 
 import _thread
-import contextlib
 import signal
 import threading
 from types import CodeType
@@ -57,12 +56,22 @@ def unmasked(exc: BaseException) -> BaseException:
     raised between two of its own bytecodes: raised just after it released its lock and before its ``try``, the
     ``with`` around it then fails with ``RuntimeError: cannot release un-acquired lock`` and the handler's
     exception is only that error's context. The lock is released either way; the caller must see the handler's
-    exception.
+    exception. ``threading.Thread.start`` likewise: raised as the new thread has started, its clean-up fails with a
+    KeyError from threading's own code.
     """
     context = exc.__context__
-    if isinstance(exc, RuntimeError) and context is not None and raised_by_signal_handler(context):
+    if context is None or not raised_by_signal_handler(context):
+        return exc
+    if isinstance(exc, RuntimeError) or _raised_in_threading(exc):
         return context
     return exc
+
+
+def _raised_in_threading(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename == threading.__file__
 
 
 class SafeCondition(_thread.RLock):  # type: ignore[misc]  # final in the stubs only
@@ -80,13 +89,16 @@ class SafeCondition(_thread.RLock):  # type: ignore[misc]  # final in the stubs 
         self._waiters: list[Any] = []
 
     def wait(self, timeout: float | None = None) -> bool:
+        if not self._is_owned():  # type: ignore[attr-defined]
+            raise RuntimeError("cannot wait on un-acquired lock")
+        # What to take back, known before the release: its own answer may be lost to an exception.
+        mine = (self._recursion_count(), _thread.get_ident())  # type: ignore[attr-defined]
         waiter = _thread.allocate_lock()
         waiter.acquire()
-        self._waiters.append(waiter)
-        saved = None
         got = False
         try:
-            saved = self._release_save()  # type: ignore[attr-defined]
+            self._waiters.append(waiter)  # in the try: the finally takes it out again, whatever lands
+            self._release_save()  # type: ignore[attr-defined]
             if timeout is None:
                 got = waiter.acquire()
             elif timeout > 0:
@@ -95,19 +107,33 @@ class SafeCondition(_thread.RLock):  # type: ignore[misc]  # final in the stubs 
                 got = waiter.acquire(False)
             return got
         finally:
-            if not self._is_owned():  # type: ignore[attr-defined]
-                # Released and not yet taken back (``saved`` is unset if the exception came as the release
-                # returned): the caller's ``with`` gives the lock back once, so it must hold it once.
-                self._acquire_restore(saved if saved is not None else (1, threading.get_ident()))  # type: ignore[attr-defined]
+            # The caller's ``with`` gives the lock back: it must hold it again, whatever lands here.
+            try:
+                if not self._is_owned():  # type: ignore[attr-defined]
+                    self._acquire_restore(mine)  # type: ignore[attr-defined]
+            except BaseException:
+                if not self._is_owned():  # type: ignore[attr-defined]
+                    self._acquire_restore(mine)  # type: ignore[attr-defined]
+                raise
             if not got:
-                with contextlib.suppress(ValueError):
+                try:
                     self._waiters.remove(waiter)
+                except ValueError:
+                    pass
 
     def notify_all(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            with contextlib.suppress(RuntimeError):  # released already by a notify that an exception cut short
+        # A waiter leaves the list only once released, so that an exception cut short here loses no wake-up.
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters[0]
+            try:
                 waiter.release()
+            except RuntimeError:
+                pass  # released already by a notify that an exception cut short
+            try:
+                waiters.remove(waiter)
+            except ValueError:
+                pass
 
     def _at_fork_reinit(self) -> None:
         super()._at_fork_reinit()  # type: ignore[misc]
@@ -120,3 +146,12 @@ class SafeEvent(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self._cond = SafeCondition()
+
+    def set(self) -> None:
+        with self._cond:
+            try:
+                self._flag = True
+                self._cond.notify_all()
+            except BaseException:
+                self._cond.notify_all()  # the waiters an exception left unwoken (notify_all keeps them listed)
+                raise

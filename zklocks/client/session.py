@@ -32,7 +32,7 @@ from kazoo.protocol.states import KazooState, KeeperState
 from .. import conf
 from ..exceptions import ZkAuthError, ZkUnavailable
 from . import clock, kazoo_compat, lease, observe, worker_threads
-from .interrupts import SafeEvent, raised_by_signal_handler
+from .interrupts import SafeEvent, raised_by_signal_handler, unmasked
 from .iohandler import DEFAULT_HANDLER, read_without_select
 from .kazoo_hooks import raise_through_wakeup, send_close
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
@@ -365,9 +365,12 @@ class Session(LeaseKeeping, OutageWatch):
             if live is not None:
                 while not live.is_set() and not self.auth_failed and time.monotonic() < limit:
                     live.wait(0.05)  # a rejected AUTH never sets ``live``: do not wait for CONNECT_TIMEOUT then
-        except BaseException:
+        except BaseException as exc:  # noqa: BLE001 re-raised: the signal handler's exception, if it hides one
             self._close_once_started(started)
-            raise
+            real = unmasked(exc)
+            if real is exc:
+                raise
+            raise real from None
         error = box.get("error")
         if error is None and not self.client.connected:
             error = KazooTimeoutError("connection time-out")

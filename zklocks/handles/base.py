@@ -7,8 +7,11 @@ hold (hold_registry.py).
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import threading
 import time
+from typing import Self
 
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
@@ -64,8 +67,13 @@ class BaseHandle(Enforcing, Acquirable):
         self.blocking = blocking
         self.using = using
         self.release_on_commit = release_on_commit
+        self._hold_nothing()
+
+    def _hold_nothing(self) -> None:
+        """The handle's per-owner state, empty (a new handle, or a clone)."""
         self._mine: dict[object, list[Hold]] = {}  # owner -> holds, innermost last
         self._mine_lock = threading.Lock()
+        self._stops = {}  # owner -> (stack depth, stopper): on_lost (enforce.py)
 
     # -- to be provided by subclasses --
 
@@ -94,8 +102,17 @@ class BaseHandle(Enforcing, Acquirable):
     def path(self) -> str:
         return join_path(connections[self.using].cfg.namespace, self.name)
 
-    def _clone(self, name: str) -> BaseHandle:
-        raise NotImplementedError
+    def _clone(self, name: str) -> Self:
+        """This handle on ``name``, with all its options and holding nothing (the decorator's handle per call, a
+        multi-lock's member)."""
+        clone = copy.copy(self)
+        clone.name = validate_name(name)
+        clone._check_name()
+        clone._hold_nothing()
+        return clone
+
+    def _check_name(self) -> None:
+        """What a kind of handle checks in a name beyond validate_name."""
 
     # -- acquire / release --
 
@@ -201,7 +218,8 @@ class BaseHandle(Enforcing, Acquirable):
             raise
         except BaseException:
             if not released[0]:
-                self._release(wait, released)
+                with contextlib.suppress(LockOwnershipError):  # the first exception is the one to see
+                    self._release(wait, released)
             raise
 
     def _release(self, wait: bool, released: list[bool]) -> None:
@@ -256,6 +274,7 @@ class BaseHandle(Enforcing, Acquirable):
             if last and hold is not None:  # raised mid-release (a signal handler's): the node goes all the same
                 hold.session.remove_hold(hold)
                 hold.contender.abandon()
+                observe.released(hold)
             raise
 
     def named_error(self, exc: BaseException) -> BaseException:
@@ -372,7 +391,8 @@ class BaseHandle(Enforcing, Acquirable):
                     raise
                 except BaseException:
                     if not released[0]:
-                        self._release(False, released)
+                        with contextlib.suppress(LockOwnershipError):
+                            self._release(False, released)
                     raise
 
     # -- async --

@@ -37,15 +37,13 @@ def decorate(handle: BaseHandle, func: F) -> F:
 
     def handle_for(args: tuple, kwargs: dict) -> BaseHandle:
         if not templated:
-            return handle._copy_enforcing(handle._clone(template))
+            return handle._clone(template)
         try:
             arguments = names.bind_arguments(func, args, kwargs)
         except TypeError as exc:
             raise TypeError(f"{where}: {exc}") from None
-        return handle._copy_enforcing(
-            handle._clone(
-                names.render_template(template, arguments, what=where, label="lock name template", owner=owner)
-            )
+        return handle._clone(
+            names.render_template(template, arguments, what=where, label="lock name template", owner=owner)
         )
 
     if inspect.iscoroutinefunction(func):

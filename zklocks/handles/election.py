@@ -45,16 +45,6 @@ class ZkLeader(BaseHandle):
     ):
         super().__init__(name, timeout=timeout, blocking=blocking, using=using, on_lost=on_lost, max_hold=max_hold)
 
-    def _clone(self, name: str) -> ZkLeader:
-        return ZkLeader(
-            name,
-            timeout=self.timeout,
-            blocking=self.blocking,
-            using=self.using,
-            on_lost=self.on_lost,
-            max_hold=self.max_hold,
-        )
-
     def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
         mine = self._hold(strict=True)
         if mine is not None:

@@ -10,7 +10,6 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from .. import owners
 from ..client import worker_threads
@@ -25,6 +24,7 @@ class Enforcing:
     using: str
     _mine: dict[object, list[Hold]]
     _mine_lock: threading.Lock
+    _stops: dict[object, list[tuple[int, Stopper]]]  # owner -> (stack depth, stopper)
 
     on_lost: str = "notify"
     max_hold: float | None = None
@@ -34,11 +34,6 @@ class Enforcing:
     def _init_enforcing(self, on_lost: str, max_hold: float | None) -> None:
         self.on_lost = check_on_lost(on_lost)
         self.max_hold = check_max_hold(max_hold)
-        self._stops: dict[object, list[tuple[int, Stopper]]] = {}  # owner -> (stack depth, stopper)
-
-    def _copy_enforcing(self, clone: Any) -> Any:
-        clone.on_lost, clone.max_hold, clone.terminate = self.on_lost, self.max_hold, self.terminate
-        return clone
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
         raise NotImplementedError

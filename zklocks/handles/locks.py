@@ -59,27 +59,15 @@ class ZkLock(BaseHandle):
         self.kind = Kind.SHARED if shared else Kind.EXCLUSIVE
         self.reentrant = reentrant
         self.rw = rw  # a zk_rw_lock handle (rwlock.py): Curator's read/write lock rather than its mutex
-        if shared and not rw:
+        self._check_name()
+
+    def _check_name(self) -> None:
+        if self.shared and not self.rw:  # the layout's shared marker must fit the name
             try:
-                cfg = conf.alias_config(using)
+                cfg = conf.alias_config(self.using)
             except Exception:  # noqa: BLE001 a bad alias: the acquire reports it
                 return  # an unknown alias is reported by the acquire
-            layout.get(cfg.layout).marker(self.kind, rw=rw, name=self.name, alias=using)
-
-    def _clone(self, name: str) -> ZkLock:
-        return ZkLock(
-            name,
-            shared=self.shared,
-            timeout=self.timeout,
-            blocking=self.blocking,
-            using=self.using,
-            release_on_commit=self.release_on_commit,
-            reentrant=self.reentrant,
-            rw=self.rw,
-            on_lost=self.on_lost,
-            max_hold=self.max_hold,
-            lock_delay=self.lock_delay,
-        )
+            layout.get(cfg.layout).marker(self.kind, rw=self.rw, name=self.name, alias=self.using)
 
     waits_on_loop = True
 

@@ -7,6 +7,7 @@ import inspect
 import threading
 
 from .. import owners
+from ..exceptions import LockOwnershipError
 from ..recipes.layout import Kind
 from .acquire_base import Acquirable
 from .async_bridge import acquire_off_loop, run_off_loop
@@ -102,6 +103,20 @@ class ZkMultiLock(Acquirable):
         return f"multi-lock {self.names!r}", self.names[0]
 
     def release(self, wait: bool = False) -> None:
+        # Whatever an exception (a signal handler's) interrupts, the members it left held are released all the
+        # same, then it goes on: each member's flag says whether its release was done (base.py, _release).
+        done = None
+        try:
+            done = self._release_flags()
+            self._release(wait, done)
+        except BaseException:
+            self._release(wait, done or self._release_flags())
+            raise
+
+    def _release_flags(self) -> list[list[bool]]:
+        return [[False] for _ in self.locks]
+
+    def _release(self, wait: bool, done: list[list[bool]]) -> None:
         owner = owners.current_owner()
         for lock in self.locks:  # no member's stop may land in another member's release (inline try: base.py)
             while lock._stops:
@@ -111,9 +126,14 @@ class ZkMultiLock(Acquirable):
                 except LockLostInterrupt:
                     continue
         error: BaseException | None = None
-        for lock in reversed(self.locks):
+        for lock, flag in reversed(list(zip(self.locks, done, strict=True))):
+            if flag[0]:
+                continue
             try:
-                lock.release(wait)
+                lock._release(wait, flag)
+            except LockOwnershipError as exc:
+                flag[0] = True  # not ours to release: asking again changes nothing
+                error = error or exc
             except BaseException as exc:  # noqa: BLE001 e.g. a signal handler's: the other members are released all the same
                 error = error or exc
         if error is not None:
@@ -140,7 +160,13 @@ class ZkMultiLock(Acquirable):
             for lock in reversed(self.locks):
                 release_after_commit(lock, self.release_on_commit)
         else:
-            self.release()
+            done = None
+            try:  # as in release(), inline: a call's first instruction can take the exception
+                done = self._release_flags()
+                self._release(False, done)
+            except BaseException:
+                self._release(False, done or self._release_flags())
+                raise
 
     async def __aenter__(self):
         await acquire_off_loop(self, None, None)

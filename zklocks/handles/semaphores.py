@@ -43,18 +43,6 @@ class ZkSemaphore(BaseHandle):
         )
         self.max_leases = max_leases
 
-    def _clone(self, name: str) -> ZkSemaphore:
-        return ZkSemaphore(
-            name,
-            self.max_leases,
-            timeout=self.timeout,
-            blocking=self.blocking,
-            using=self.using,
-            release_on_commit=self.release_on_commit,
-            on_lost=self.on_lost,
-            max_hold=self.max_hold,
-        )
-
     def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
         pool = connections[self.using]
         path = join_path(pool.cfg.namespace, self.name)
