@@ -30,6 +30,11 @@ def seconds(t: float) -> str:
     return "never" if t == float("inf") else f"{t:.2f}s"
 
 
+# A worker looks at is_held every 5 ms (worker.POLL). A holder whose two looks are further apart than this was not
+# scheduled: its lease had ended (valid_until < the next holder's start) and it could not see it.
+LATE_LOOK = 0.015
+
+
 @dataclass
 class Hold:
     id: str
@@ -68,6 +73,9 @@ class Report:
     faults: int = 0
     overlaps: list = field(default_factory=list)  # (a, b) of valid intervals: must stay empty
     raw_overlaps: list = field(default_factory=list)  # (a, b, seconds), only with a revoked hold a
+    # (a, b, seconds): a lost its lease before b started, but a's process did not run between its two looks at
+    # is_held (a machine too busy to schedule it): the holder was told in time and could not look
+    late_looks: list = field(default_factory=list)
     unexplained_raw_overlaps: list = field(default_factory=list)  # must stay empty
     token_errors: list = field(default_factory=list)  # must stay empty
     crashes: list = field(default_factory=list)  # unexpected exceptions in workers: must stay empty
@@ -107,6 +115,12 @@ class Report:
             f"fewest live sessions before a fault: {self.min_sessions}",
             "longest stall per fault kind: " + ", ".join(f"{k} {v:.2f}s" for k, v in self.longest_stalls().items()),
         ]
+        if self.late_looks:
+            lines.append(
+                f"holders that looked late (unscheduled for more than {LATE_LOOK * 1000:.0f} ms between two looks, "
+                "their lease over before the next holder started): "
+                + ", ".join(f"{a.end - a.valid_until:.3f}s" for a, _, _ in self.late_looks)
+            )
         if self.detection:
             lines.append("revoked holders stopped after: " + ", ".join(f"{d:.3f}s" for d in self.detection))
         for rec in self.recovery:
@@ -205,7 +219,12 @@ def check_exclusion(holds: list[Hold], report: Report, epochs: list[float] | tup
                     report.overlaps.append((a, b))
                 elif a.end > b.start:
                     entry = (a, b, round(a.end - b.start, 4))
-                    (report.raw_overlaps if a.revoked_at is not None else report.unexplained_raw_overlaps).append(entry)
+                    if a.revoked_at is not None:
+                        report.raw_overlaps.append(entry)
+                    elif a.lost and a.end - a.valid_until > LATE_LOOK:
+                        report.late_looks.append(entry)
+                    else:
+                        report.unexplained_raw_overlaps.append(entry)
             active.append(b)
         for a, b in pairwise(group):
             same_epoch = bisect_right(boundaries, a.start) == bisect_right(boundaries, b.start)

@@ -92,6 +92,28 @@ def test_checker_accounts_for_lost_killed_and_revoked_holds():
     assert [(a.id, b.id) for a, b in bad.overlaps] == [("c", "d")] and not bad.ok
 
 
+def test_checker_tells_a_holder_that_looked_late_from_one_that_went_on():
+    # a's lease ended at 1.0 (its last look that saw it held); b started at 1.01, before a's next look.
+    late = [
+        (1, begin("a", "x", 0.0, 10, sid=7)),
+        (1, end("a", 1.02, valid=False, valid_until=1.0)),  # 20 ms between two looks: a was not scheduled
+        (2, begin("b", "x", 1.01, 12, sid=8)),
+        (2, end("b", 1.5)),
+    ]
+    report = check(late, [], {}, [], ["x"], progress_bound=4.2)
+    assert report.overlaps == [] and report.unexplained_raw_overlaps == [] and report.ok
+    assert [(a.id, b.id) for a, b, _ in report.late_looks] == [("a", "b")]
+    # A holder that looked on time and still ended after b started is a violation.
+    on_time = [
+        (1, begin("a", "x", 0.0, 10, sid=7)),
+        (1, end("a", 1.012, valid=False, valid_until=1.0)),
+        (2, begin("b", "x", 1.01, 12, sid=8)),
+        (2, end("b", 1.5)),
+    ]
+    bad = check(on_time, [], {}, [], ["x"], progress_bound=4.2)
+    assert [(a.id, b.id) for a, b, _ in bad.unexplained_raw_overlaps] == [("a", "b")] and not bad.ok
+
+
 def test_checker_sweeps_many_holds_in_order():
     rng = random.Random(7)
     holds, t = [], 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import _thread
 import signal
 import threading
-from types import CodeType
+from types import BuiltinFunctionType, CodeType
 from typing import Any
 
 
@@ -155,3 +155,19 @@ class SafeEvent(threading.Event):
             except BaseException:
                 self._cond.notify_all()  # the waiters an exception left unwoken (notify_all keeps them listed)
                 raise
+
+
+def green_threads() -> bool:
+    """Whether gevent or eventlet has patched threads into greenlets: then their own locks must be used (a C lock
+    taken by one greenlet would block every other one in the thread), and the stdlib's Condition and Event are."""
+    return not isinstance(_thread.allocate_lock, BuiltinFunctionType)
+
+
+def new_condition() -> Any:
+    """A :class:`SafeCondition`, or with green threads threading's own Condition."""
+    return threading.Condition() if green_threads() else SafeCondition()
+
+
+def new_event() -> threading.Event:
+    """A :class:`SafeEvent`, or with green threads threading's own Event."""
+    return threading.Event() if green_threads() else SafeEvent()

@@ -19,12 +19,13 @@ from __future__ import annotations
 import math
 import select as _select
 import socket
+import threading
 from typing import Any
 
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
 from kazoo.handlers.utils import AsyncResult, fileobj_to_fd
 
-from .interrupts import SafeCondition, SafeEvent
+from .interrupts import new_condition, new_event
 
 HAS_POLL = hasattr(_select, "poll")  # Windows has neither poll(2) nor its constants
 _READ = getattr(_select, "POLLIN", 0x1)  # as select(2): urgent data is no reason to wake
@@ -68,10 +69,10 @@ class PollingHandler(SequentialThreadingHandler):
     # Results and Events that a signal handler's exception, landing in the main thread's wait, cannot leave locked
     # for kazoo's threads (interrupts.py).
     def async_result(self) -> AsyncResult:
-        return AsyncResult(self, SafeCondition, KazooTimeoutError)
+        return AsyncResult(self, new_condition, KazooTimeoutError)
 
-    def event_object(self) -> SafeEvent:
-        return SafeEvent()
+    def event_object(self) -> threading.Event:
+        return new_event()
 
     def select(self, *args: Any, **kwargs: Any):
         if not HAS_POLL:  # no poll(2): kazoo's own select

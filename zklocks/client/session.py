@@ -32,7 +32,7 @@ from kazoo.protocol.states import KazooState, KeeperState
 from .. import conf
 from ..exceptions import ZkAuthError, ZkUnavailable
 from . import clock, kazoo_compat, lease, observe, worker_threads
-from .interrupts import SafeEvent, raised_by_signal_handler, unmasked
+from .interrupts import new_event, raised_by_signal_handler, unmasked
 from .iohandler import DEFAULT_HANDLER, read_without_select
 from .kazoo_hooks import raise_through_wakeup, send_close
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
@@ -73,7 +73,7 @@ class Session(LeaseKeeping, OutageWatch):
         self._lock = threading.Lock()
         self._holds: set[LossListener] = set()
         self._waiters: set[threading.Event] = set()
-        self._connected = SafeEvent()
+        self._connected = new_event()
         self._keeper_armed = False
         self._keeper_gen = 0
         self._renewing = False
@@ -346,7 +346,7 @@ class Session(LeaseKeeping, OutageWatch):
         caller (KeyboardInterrupt, Celery's SoftTimeLimitExceeded) never leaves kazoo half started: it reaches
         the caller unchanged, and the session is closed once kazoo's start is over.
         """
-        started = SafeEvent()
+        started = new_event()
         box: dict[str, Any] = {}
 
         def start_kazoo() -> None:

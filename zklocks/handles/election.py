@@ -74,8 +74,7 @@ class ZkLeader(BaseHandle):
             name=self.name,
         )
         # The hold's watch on our node makes a deleted candidate node a lost leadership.
-        what = f"{self.kind} {self.name!r}"
-        return (yield from hold_registry.take_hold_steps(what, self.using, self.name, self.kind, take, deadline, grant))
+        return (yield from hold_registry.take_hold_steps(self.using, self.name, self.kind, take, deadline, grant))
 
     # -- what the leader sees --
 

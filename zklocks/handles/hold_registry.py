@@ -20,7 +20,7 @@ from ..exceptions import ZkUnavailable
 from ..owners import current_owner
 from ..recipes import layout, lock_delay, node_data
 from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
-from ..recipes.queue import Contender
+from ..recipes.queue import Contender, gone_again
 from ..recipes.step_runner import Steps
 
 
@@ -168,7 +168,6 @@ class Grant:
 
 
 def take_hold_steps(
-    what: str,
     alias: str,
     name: str,
     kind: str,
@@ -179,7 +178,9 @@ def take_hold_steps(
 ) -> Steps:
     """Every lock, semaphore and election takes its hold here: what ``take`` grants becomes a Hold on its session
     and is watched (LongHolds). If that session ended between the grant and now, ``take`` runs again on a fresh
-    one; past the deadline that is an outage, never contention: ZkUnavailable. ``what`` names the lock."""
+    one, by the recipes' one rule for a session lost under an acquire (queue.gone_again: past the deadline once,
+    a second time is an outage, never contention)."""
+    late_gone = 0
     while True:
         grant.hold = None
         contender = grant.contender = yield from take()
@@ -187,10 +188,7 @@ def take_hold_steps(
         if contender.session.add_hold(hold):
             long_holds.add(hold, contender.waited)
             return hold
-        if deadline.expired():
-            raise ZkUnavailable(
-                f"{what} (alias {alias!r}): the ZooKeeper session ended while acquiring, and the timeout ran out"
-            )
+        late_gone = gone_again(late_gone, contender.session, deadline)
 
 
 LONG_HOLD = 1.0

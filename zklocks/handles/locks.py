@@ -119,10 +119,7 @@ class ZkLock(BaseHandle):
             peek_session=pool.ready_session,
             delay=pool.cfg.lock_delay if self.lock_delay is None else self.lock_delay,
         )
-        what = f"{self.kind} lock {self.name!r}"
-        hold = yield from hold_registry.take_hold_steps(
-            what, self.using, self.name, self.kind, take, deadline, grant, key
-        )
+        hold = yield from hold_registry.take_hold_steps(self.using, self.name, self.kind, take, deadline, grant, key)
         with hold_registry.registry_lock:
             # A non-reentrant hold (SingleExecutionTask) is registered too: a plain zk_lock of the same name in
             # the task body nests in it instead of queueing behind itself. It never displaces an existing entry.

@@ -63,8 +63,7 @@ class ZkSemaphore(BaseHandle):
                 )
             )
 
-        what = f"{self.kind} {self.name!r}"
-        return (yield from hold_registry.take_hold_steps(what, self.using, self.name, self.kind, take, deadline, grant))
+        return (yield from hold_registry.take_hold_steps(self.using, self.name, self.kind, take, deadline, grant))
 
 
 def zk_semaphore(

@@ -19,7 +19,7 @@ import threading
 
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
-from ..client.interrupts import SafeEvent
+from ..client.interrupts import new_event
 from ..client.session import Session
 from ..exceptions import LockNotAcquired, LockTimeout, SemaphoreMismatch, ZkAuthError, ZkUnavailable
 from . import queue
@@ -185,7 +185,7 @@ def _create_lease(
     client = session.client
     layout = layout_of(session)
     while True:
-        changed = SafeEvent()
+        changed = new_event()
         with session.waking(changed):
             try:
                 watch = _setter(changed)  # a late watch of an earlier round must not wake this one

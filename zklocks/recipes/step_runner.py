@@ -26,7 +26,7 @@ from typing import Any
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 
 from .. import forking
-from ..client.interrupts import SafeEvent, unmasked
+from ..client.interrupts import new_event, unmasked
 from ..client.session import Session
 from . import gate
 from .kazoo_calls import (
@@ -155,7 +155,7 @@ def _perform(step: Step) -> Any:
         step.waker.wait(step.check if step.timeout is None else min(step.timeout, step.check))
         return step.waker.is_set()
     if isinstance(step, NewWaker):
-        return SafeEvent()
+        return new_event()
     if isinstance(step, Settle):
         step.result.wait(step.limit)
         return None
