@@ -70,12 +70,13 @@ class Acquirable:
             raise
         return True
 
-    def _enter(self) -> None:
-        """``__enter__``'s acquire: whatever it took is given back if an exception comes before the with
-        statement has it (``acquire``'s reason)."""
+    def __enter__(self):
+        # Whatever it took is given back if an exception comes before the with statement has it (``acquire``'s
+        # reason). The try is here, not in a helper: the return from a helper could take the exception.
         before = self._holds_now()
         try:
             self._acquire(None, None)
+            return self
         except BaseException:
             self._give_back(before)
             raise

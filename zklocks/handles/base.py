@@ -358,10 +358,6 @@ class BaseHandle(Enforcing, Acquirable):
 
     # -- context manager --
 
-    def __enter__(self):
-        self._enter()
-        return self
-
     def _holds_now(self) -> int:
         with self._mine_lock:
             return len(self._mine.get(current_owner(), ()))

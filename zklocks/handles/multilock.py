@@ -151,10 +151,6 @@ class ZkMultiLock(Acquirable):
         for lock in self.locks:
             lock.ensure_held()
 
-    def __enter__(self):
-        self._enter()
-        return self
-
     def __exit__(self, exc_type, exc, tb) -> None:
         if self.release_on_commit:
             for lock in reversed(self.locks):
