@@ -29,7 +29,7 @@ import struct
 import threading
 import time
 
-from .ports import listening_socket
+from .ports import close_listener, listening_socket
 
 ELECTION_HEADER = struct.Struct(">qqi")  # protocol version (negative), server id, length of the address
 QUORUM_CONNECT_WINDOW = 3.0  # seconds a quorum proxy keeps trying to reach a leader that does not listen yet
@@ -128,7 +128,7 @@ class PeerProxy:
 
     def stop(self) -> None:
         self._stopped = True
-        _close(self._listener)
+        close_listener(self._listener)
         self.close_between(self.src, self.dst)
 
     def _accept_loop(self) -> None:

@@ -152,3 +152,13 @@ def listening_socket(port: int = 0, backlog: int = 64, tries: int = 20) -> socke
             s.close()
             raise
     raise RuntimeError(f"no free port outside this process's servers' ports in {tries} tries")
+
+
+def close_listener(s: socket.socket) -> None:
+    """Close a listening socket and wake the thread blocked in its ``accept()``: on Linux, ``close()`` alone
+    leaves that call waiting (and the port listening) for as long as the process lives."""
+    for end in (lambda: s.shutdown(socket.SHUT_RDWR), s.close):
+        try:
+            end()
+        except OSError:
+            pass

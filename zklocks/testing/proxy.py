@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 
-from .ports import listening_socket
+from .ports import close_listener, listening_socket
 
 
 class TcpProxy:
@@ -105,10 +105,7 @@ class TcpProxy:
 
     def stop(self) -> None:
         self._stopped = True
-        try:
-            self._listener.close()
-        except OSError:
-            pass
+        close_listener(self._listener)
         self.reset()
 
     def _accept_loop(self) -> None:
