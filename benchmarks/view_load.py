@@ -39,12 +39,14 @@ from zklocks.testing.server import free_port
 from zklocks.testing.startup import poll_until
 
 MODES = ("none", "zk", "sfu", "redis")
-# The ZooKeeper floor (a bare create + delete around the transaction, raw kazoo) runs in the sync server only.
-SERVER_MODES = {"sync": ("none", "zk", "floor", "sfu", "redis"), "async": MODES}
+# The ZooKeeper floors (a bare create + delete around the transaction, raw kazoo; and the same with the demo view's
+# ensure_held() check and fenced write) run in the sync server only.
+SERVER_MODES = {"sync": ("none", "zk", "floorcheck", "floor", "sfu", "redis"), "async": MODES}
 MODE_NAMES = {
     "none": "no lock",
     "zk": "zk_lock (release_on_commit)",
     "floor": "ZooKeeper floor (create + delete)",
+    "floorcheck": "ZooKeeper floor + the check (create, sync + exists, delete)",
     "sfu": "select_for_update",
     "redis": "redis-py Lock",
 }
@@ -373,6 +375,18 @@ def markdown(r: dict) -> str:
             f"{run_['p50_ms']:.1f} | {run_['p99_ms']:.1f} | {run_['oversold']} | "
             f"{run_['rps'] / base:.0%} | {run_['non2xx'] + run_['socket_errors']} |"
         )
+    out.append("")
+    for run_ in r["runs"]:
+        if run_["mode"] != "zk":
+            continue
+        for floor in ("floorcheck", "floor"):
+            other = [x for x in r["runs"] if x["server"] == run_["server"] and x["skus"] == run_["skus"]]
+            for x in other:
+                if x["mode"] == floor:
+                    out.append(
+                        f"- {SERVER_NAMES[run_['server']]}, {run_['skus']} SKU(s): zk_lock at "
+                        f"{run_['rps'] / x['rps']:.2f} of the {MODE_NAMES[floor]}"
+                    )
     return "\n".join(out) + "\n"
 
 

@@ -94,6 +94,17 @@ def _floor_client() -> KazooClient:
     return _floor[1]
 
 
+def _floor_take(client: KazooClient, node: str) -> int:
+    """Create the floor's node, waiting for it while it exists; the value is its czxid (a fencing token)."""
+    while True:
+        try:
+            return client.create(node, ephemeral=True, include_data=True)[1].czxid
+        except NodeExistsError:
+            gone = threading.Event()
+            if client.exists(node, watch=lambda event, gone=gone: gone.set()):
+                gone.wait(30)
+
+
 @csrf_exempt
 @transaction.non_atomic_requests
 def sync_floor(request, sku):
@@ -105,18 +116,47 @@ def sync_floor(request, sku):
     """
     client = _floor_client()
     node = f"{FLOOR_ROOT}/{sku}"
-    while True:
-        try:
-            client.create(node, ephemeral=True)
-            break
-        except NodeExistsError:
-            gone = threading.Event()
-            if client.exists(node, watch=lambda event, gone=gone: gone.set()):
-                gone.wait(30)
+    _floor_take(client, node)
     try:
         return _in_transaction(sku, _quantity(request))
     finally:
         client.delete(node)
+
+
+@csrf_exempt
+@transaction.non_atomic_requests
+def sync_floor_checked(request, sku):
+    """The floor with the demo view's check: what the demo's ``lock.ensure_held()`` sends (a ``sync`` and an
+    ``exists`` of its own node, pipelined) before the write, and the same fenced write (the node's czxid as the
+    token). Two writes and one round trip of reads: the least a lock that checks it still holds costs."""
+    client = _floor_client()
+    node = f"{FLOOR_ROOT}/{sku}"
+    token = _floor_take(client, node)
+    try:
+        with transaction.atomic():
+            synced, present = client.sync_async(node), client.exists_async(node)
+            synced.get()
+            if present.get() is None:
+                return JsonResponse({"ok": False, "error": "lock lost"}, status=409)
+            return _fenced_reserve(sku, _quantity(request), token)
+    finally:
+        client.delete(node)
+
+
+def _fenced_reserve(sku: str, quantity: int, token: int) -> JsonResponse:
+    """The demo view's write: refused if a later holder (higher token) has written the row already."""
+    product = Product.objects.filter(sku=sku).first()
+    if product is None:
+        return JsonResponse({"ok": False, "error": "no such product"}, status=404)
+    if product.stock < quantity:
+        return JsonResponse({"ok": False, "error": "sold out"}, status=409)
+    written = Product.objects.filter(pk=product.pk, fence__lte=token).update(
+        stock=product.stock - quantity, fence=token
+    )
+    if not written:
+        return JsonResponse({"ok": False, "error": "stale holder"}, status=409)
+    reservation = Reservation.objects.create(product=product, quantity=quantity, token=token)
+    return JsonResponse({"ok": True, "reservation": reservation.pk, "left": product.stock - quantity}, status=201)
 
 
 # -- async views (ATOMIC_REQUESTS does not apply to them: the transaction is inside the lock) --
@@ -157,6 +197,7 @@ urlpatterns = [
     path("sync/sfu/<slug:sku>/", sync_sfu),
     path("sync/redis/<slug:sku>/", sync_redis),
     path("sync/floor/<slug:sku>/", sync_floor),
+    path("sync/floorcheck/<slug:sku>/", sync_floor_checked),
     path("async/none/<slug:sku>/", async_none),
     path("async/zk/<slug:sku>/", async_zk),
     path("async/sfu/<slug:sku>/", async_sfu),

@@ -48,6 +48,8 @@ def _char_name(ch: str) -> str:
 
 def validate_name(name: object) -> str:
     """Return ``name`` if it is a valid lock name, else raise InvalidLockName (a ValueError)."""
+    if type(name) is str and len(name) <= MAX_NAME_LENGTH and _PLAIN.match(name):
+        return name  # the common case (letters, digits, "-", "_", ":"), checked once per acquire and per path
     if not isinstance(name, str):
         raise InvalidLockName(f"lock name must be a str, not {type(name).__name__}")
     if not name:

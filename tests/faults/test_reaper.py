@@ -52,3 +52,46 @@ def test_background_sweep_keeps_the_namespace_bounded(zk_server, zklocks_setting
             assert lock_nodes(client) == ["held"]
     finally:
         client.stop()
+
+
+def test_background_sweep_keeps_a_lock_node_in_use_between_sweeps(zk_server, zklocks_settings):
+    # Deleting a node between two acquires costs the next one a write and two round trips to re-create it: the
+    # sweep deletes only nodes that saw no contender since the previous sweep.
+    zklocks_settings(REAP_INTERVAL=0.3)
+    client = raw_client(zk_server.hosts)
+    try:
+        with zk_lock("hot"):
+            pass
+        with zk_lock("cold"):
+            pass
+        path = zk_lock("hot").path
+        first = client.exists(path).czxid
+        ended = time.monotonic() + 2.5  # eight sweeps or so
+        while time.monotonic() < ended:
+            with zk_lock("hot"):
+                pass
+            time.sleep(0.05)
+        assert client.exists(path).czxid == first, "the node of a lock in use was deleted and re-created"
+        wait_until(lambda: "cold" not in lock_nodes(client), timeout=3)
+        wait_until(lambda: lock_nodes(client) == [], timeout=5)  # idle now: it goes too
+    finally:
+        client.stop()
+
+
+def test_background_sweep_keeps_a_semaphore_in_use_between_sweeps(zk_server, zklocks_settings):
+    zklocks_settings(REAP_INTERVAL=0.3)
+    client = raw_client(zk_server.hosts)
+    try:
+        with zk_semaphore("pool", 2):
+            pass
+        path = zk_semaphore("pool", 2).path
+        first = client.exists(path).czxid
+        ended = time.monotonic() + 2.5
+        while time.monotonic() < ended:
+            with zk_semaphore("pool", 2):
+                pass
+            time.sleep(0.05)
+        assert client.exists(path).czxid == first, "the node of a semaphore in use was deleted and re-created"
+        wait_until(lambda: lock_nodes(client) == [], timeout=5)
+    finally:
+        client.stop()

@@ -2,7 +2,9 @@
 
 A lock node whose queue is empty is deleted; ZooKeeper refuses with NotEmpty if a contender arrived in
 between, and a contender whose create meets NoNode re-creates the node. Fencing tokens are czxids, so a
-re-created node never resets them.
+re-created node never resets them. The background sweep deletes only nodes that no contender came to or left
+since the previous sweep (their ``pzxid`` and their internal children's are unchanged): a lock in use between
+two sweeps is never deleted, and its next acquire does not pay a write and two round trips to re-create it.
 
 Deleting and re-creating a node also resets its sequence counter (docs/design.md §13): a lock node that is never empty
 runs out of sequence numbers after 2**31-1 creates. The sweep reports such nodes as they near the limit, and
@@ -36,18 +38,24 @@ def sequence_used(stat) -> int:
 
 
 def sweep(
-    client, namespace: str, worn: list[tuple[str, int]] | None = None, internal: tuple[str, ...] = INTERNAL_CHILDREN
+    client,
+    namespace: str,
+    worn: list[tuple[str, int]] | None = None,
+    internal: tuple[str, ...] = INTERNAL_CHILDREN,
+    idle: dict[str, tuple[int, ...]] | None = None,
 ) -> int:
     """Delete empty lock nodes (and their empty ``internal`` children: the alias layout's) below ``namespace``;
     return how many went.
 
     Lock nodes in use that are near the end of their sequence numbers are logged, and added to ``worn`` as
-    ``(name, used)``."""
+    ``(name, used)``. With ``idle`` (the background sweeper's memory, kept between its sweeps), only nodes whose
+    children have not changed since the previous sweep are deleted."""
     try:
         names = client.get_children(namespace)
     except NoNodeError:
         return 0
     removed = 0
+    seen: dict[str, tuple[int, ...]] = {}
     stats = [(name, client.exists_async(f"{namespace}/{name}")) for name in names]
     for name, result in stats:
         path = f"{namespace}/{name}"
@@ -66,6 +74,10 @@ def sweep(
             )
             if worn is not None:
                 worn.append((name, sequence_used(stat)))
+        if idle is not None:
+            mark = seen[name] = _activity(client, path, stat, internal)
+            if idle.get(name) != mark:
+                continue  # used since the previous sweep (or new): looked at again at the next one
         if stat.numChildren:
             for child in internal:
                 _delete_if_empty(client, f"{path}/{child}")
@@ -73,7 +85,24 @@ def sweep(
             if stat is None or stat.numChildren:
                 continue
         removed += _delete_if_empty(client, path, stat.version)
+    if idle is not None:
+        idle.clear()
+        idle.update(seen)
     return removed
+
+
+def _activity(client, path: str, stat, internal: tuple[str, ...]) -> tuple[int, ...]:
+    """What changes whenever a contender comes or goes: the pzxid of the lock node and of its internal children
+    (a semaphore's contenders live there)."""
+    marks = [stat.pzxid]
+    if stat.numChildren:
+        for child in internal:
+            try:
+                child_stat = client.exists(f"{path}/{child}")
+            except NoNodeError:
+                child_stat = None
+            marks.append(child_stat.pzxid if child_stat is not None else 0)
+    return tuple(marks)
 
 
 def recycle(client, path: str, wait: float, internal: tuple[str, ...] = INTERNAL_CHILDREN) -> bool:
@@ -158,6 +187,7 @@ def schedule(pool: Pool) -> None:
 
 
 def _loop(pool: Pool, interval: float) -> None:
+    idle: dict[str, tuple[int, ...]] = {}  # each lock node's activity at the previous sweep
     while not pool.closed:
         time.sleep(interval)
         if pool.closed:
@@ -165,7 +195,7 @@ def _loop(pool: Pool, interval: float) -> None:
         for session in pool.sessions():
             if session.connected:
                 try:
-                    sweep(session.client, pool.cfg.namespace, internal=internal_children(pool.cfg))
+                    sweep(session.client, pool.cfg.namespace, internal=internal_children(pool.cfg), idle=idle)
                 except Exception:
                     log.debug("zklocks: sweep of %r failed", pool.cfg.alias, exc_info=True)
                 break
