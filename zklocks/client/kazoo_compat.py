@@ -9,7 +9,8 @@ None of these is kazoo's public API:
 - iohandler.py replaces ``_read`` (called by ``_read_header``) and reads ``_socket`` inside
   ``_socket_error_handling``.
 - multiread.py sends through ``KazooClient._call``; recipes/gate.py counts ``KazooClient._queue`` and
-  ``_pending``, which the connection moves requests between.
+  ``_pending``, which the connection moves requests between; recipes/kazoo_calls.py creates contenders with
+  ``KazooClient._create_async_inner``.
 
 :func:`verify` checks each one against kazoo's classes: present, with the signature zklocks calls it with, and
 used as expected (``self._submit`` in ``_send_request`` and ``_send_ping``, ``self._read_header`` in
@@ -61,7 +62,14 @@ _CLIENT_NAMES = (
     ("_send_request", "_queue", "the loop driver's gate would not see queued requests"),
     ("_send_request", "_pending", "the loop driver's gate would not see requests in flight"),
 )
-_CLIENT_METHODS = (("_call", "(self, request, async_object)", "multiRead is sent through it"),)
+_CLIENT_METHODS = (
+    ("_call", "(self, request, async_object)", "multiRead is sent through it"),
+    (
+        "_create_async_inner",
+        "(self, path, value, acl, flags, trailing=False, include_data=False)",
+        "contenders' creates are answered without kazoo's callback thread",
+    ),
+)
 # Attributes a KazooClient method must set on self.
 _CLIENT_ATTRIBUTES = (
     ("_connection", "the lease hooks its ConnectionHandler"),

@@ -21,6 +21,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from ..client.interrupts import unmasked
 from ..exceptions import ZkAuthError, ZkLocksError, ZkUnavailable
@@ -29,6 +30,30 @@ if TYPE_CHECKING:
     from ..client.session import Session
 
 NOAUTH_HINT = "Check the alias's AUTH credentials and the ACL of its NAMESPACE."
+
+
+_EPHEMERAL_SEQUENTIAL = 1 | 2  # kazoo's create flags
+
+
+def create_contender(client, prefix: str, data: bytes, acl):
+    """Send the create of an ephemeral sequential node and read back its stat: a result whose value is
+    ``(path, stat)``.
+
+    kazoo's ``create_async`` hands its answer to its callback thread before the caller sees it: a thread hop per
+    acquire, behind whatever callbacks were queued before it. Without a chroot (whose prefix kazoo's callback
+    strips), its inner create is answered by the connection thread itself. As with kazoo's, an error of the send
+    is the result's; an exception raised by a signal handler reaches the caller (kazoo_hooks.py).
+    """
+    if client.chroot:
+        return client.create_async(prefix, data, acl=acl, ephemeral=True, sequence=True, include_data=True)
+    if acl is None:
+        acl = client.default_acl or OPEN_ACL_UNSAFE
+    try:
+        return client._create_async_inner(prefix, data, acl, _EPHEMERAL_SEQUENTIAL, trailing=True, include_data=True)
+    except KazooException as exc:  # the client is closed or its session ended: kazoo's create fails the result
+        failed = client.handler.async_result()
+        failed.set_exception(exc)
+        return failed
 
 
 class SessionGone(Exception):

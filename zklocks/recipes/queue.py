@@ -33,7 +33,7 @@ from ..exceptions import (
     ZkUnavailable,
 )
 from . import lock_delay, node_data, step_runner
-from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
+from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, create_contender
 from .layout import SEQUENCE_WARN, Layout, exhausted_message, sequence_trusted, warn_near_limit
 from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
@@ -77,9 +77,7 @@ class Contender(OwnNode):
                 raise SessionGone()
             yield Pace(session, deadline)
             self._pending_create = SENDING  # found by its guid if a signal handler's exception cuts the send short
-            created = client.create_async(
-                self.prefix, data, acl=session.acl, ephemeral=True, sequence=True, include_data=True
-            )
+            created = create_contender(client, self.prefix, data, session.acl)
             self._pending_create = created
             listed: list[str] | None = None
             try:

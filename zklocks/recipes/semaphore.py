@@ -23,7 +23,7 @@ from ..client.interrupts import new_event
 from ..client.session import Session
 from ..exceptions import LockNotAcquired, LockTimeout, SemaphoreMismatch, ZkAuthError, ZkUnavailable
 from . import queue
-from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, call, wait_result
+from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, call, create_contender, wait_result
 from .layout import Kind
 from .node import SENDING, layout_of
 from .queue import Contender
@@ -199,9 +199,7 @@ def _create_lease(
                 raise SessionGone() from None  # the semaphore node was deleted under us: start over
             if len(layout.leases(children)) < max_leases:
                 lease._pending_create = SENDING  # found by its guid if a signal handler's exception cuts it short
-                created = client.create_async(
-                    lease.prefix, data, acl=session.acl, ephemeral=True, sequence=True, include_data=True
-                )
+                created = create_contender(client, lease.prefix, data, session.acl)
                 lease._pending_create = created
                 try:
                     try:
