@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     from zklocks.testing import ZkServer
 
     # A 20 s session (tick 1 s): a burst of 10,000 enqueues keeps one session's requests busy for seconds.
-    zk = ZkServer(tick_time=1000, force_sync=True).start()
+    zk = ZkServer(tick_time=1000, force_sync=True, jvm_options=()).start()
     try:
         configure_django(zk.hosts)
         from django.conf import settings

@@ -179,7 +179,7 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
     from zklocks.testing import ZkServer
 
     workdir = Path(tempfile.mkdtemp(prefix="zklocks-bench-celery-"))
-    zk, redis, proc = ZkServer(tick_time=2000, force_sync=True), RedisServer(), None  # as in production
+    zk, redis, proc = ZkServer(tick_time=2000, force_sync=True, jvm_options=()), RedisServer(), None  # as in production
     try:
         zk.start()
         redis.start()
@@ -236,7 +236,7 @@ def policy_costs(n: int = 200, pool: str = "prefork", warmup: int = 20) -> dict[
     from zklocks.testing import ZkServer
 
     workdir = Path(tempfile.mkdtemp(prefix="zklocks-bench-policies-"))
-    zk, redis, proc = ZkServer(tick_time=2000, force_sync=True), RedisServer(), None
+    zk, redis, proc = ZkServer(tick_time=2000, force_sync=True, jvm_options=()), RedisServer(), None
     names = ["single", *POLICIES]
     try:
         zk.start()

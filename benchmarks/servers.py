@@ -20,5 +20,6 @@ def exit_on_sigterm() -> None:
 
 
 def start_zookeeper() -> ZkServer:
-    # tickTime 500 ms allows sessions up to 10 s (20 ticks); forceSync stays on (the default).
-    return ZkServer(tick_time=500, force_sync=True).start()
+    # tickTime 500 ms allows sessions up to 10 s (20 ticks); forceSync stays on (the default); the JVM's own
+    # defaults, as Debian's zookeeper service runs it (a test server's JVM stops at the first compiler).
+    return ZkServer(tick_time=500, force_sync=True, jvm_options=()).start()

@@ -49,7 +49,7 @@ def _configure_django(hosts: str) -> None:
 def run(n: int = 300, warmup: int = 30) -> dict[str, Any]:
     from zklocks.testing import ZkServer
 
-    zk = ZkServer(tick_time=2000, force_sync=True)  # as in production
+    zk = ZkServer(tick_time=2000, force_sync=True, jvm_options=())  # as in production
     try:
         zk.start()
         _configure_django(zk.hosts)

@@ -88,7 +88,7 @@ def _floor_client() -> KazooClient:
     """One raw kazoo client per worker process, on the I/O handler zklocks sessions use."""
     global _floor
     if _floor is None or _floor[0] != os.getpid():
-        client = floor_client(settings.ZKLOCKS["default"]["HOSTS"])
+        client = floor_client(settings.ZKLOCKS["default"]["HOSTS"], "default")
         client.ensure_path(FLOOR_ROOT)
         _floor = (os.getpid(), client)
     return _floor[1]

@@ -64,12 +64,20 @@ def kazoo_client(hosts: str, **options) -> KazooClient:
     return client
 
 
-def floor_client(hosts: str) -> KazooClient:
+def floor_client(hosts: str, alias: str | None = None) -> KazooClient:
     """Raw kazoo on the handler every zklocks session uses (``PollingHandler``; without the sessions' short read
-    path, ``read_without_select``): no figure gains on its floor from the handler alone."""
+    path, ``read_without_select``): no figure gains on its floor from the handler alone. With ``alias``, with
+    that alias's AUTH and the ACL its nodes get, so that the server checks the same rights for both."""
     from zklocks.client.iohandler import PollingHandler
 
-    return kazoo_client(hosts, handler=PollingHandler())
+    options = {}
+    if alias is not None:
+        from zklocks.client.kazoo_options import build_acl
+        from zklocks.conf import alias_config
+
+        cfg = alias_config(alias)
+        options = {"auth_data": list(cfg.auth) or None, "default_acl": build_acl(cfg)}
+    return kazoo_client(hosts, handler=PollingHandler(), **options)
 
 
 # -- uncontended cycles and failed try-locks --

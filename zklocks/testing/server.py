@@ -82,6 +82,11 @@ def mntr(port: int) -> dict[str, str]:
     return out
 
 
+# The JVM of a test server: small, and quick to start and to reach speed (the first compiler only). Benchmarks
+# pass () instead: the JVM's defaults, as Debian's zookeeper service runs it (JAVA_OPTS="").
+TEST_JVM = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+
 class ZkServer(StartedInWith):
     """One ZooKeeper server process (standalone, or a member of a :class:`ZkEnsemble`).
 
@@ -98,8 +103,10 @@ class ZkServer(StartedInWith):
         myid: int | None = None,
         extra: dict[str, str] | None = None,
         port: int | None = None,
+        jvm_options: tuple[str, ...] = TEST_JVM,
     ) -> None:
         self.tick_time = tick_time
+        self.jvm_options = jvm_options
         self.force_sync = force_sync
         self.myid = myid
         self.extra = dict(extra or {})
@@ -195,9 +202,7 @@ class ZkServer(StartedInWith):
         self.proc = subprocess.Popen(
             [
                 JAVA,
-                "-Xmx256m",
-                "-XX:+UseSerialGC",
-                "-XX:TieredStopAtLevel=1",
+                *self.jvm_options,
                 f"-Dlog4j.configuration=file:{self.dir}/log4j.properties",
                 "-Dzookeeper.jmx.log4j.disable=true",
                 "-cp",
