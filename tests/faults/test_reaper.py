@@ -55,13 +55,18 @@ def test_background_sweep_keeps_the_namespace_bounded(zk_server, zklocks_setting
 
 
 @pytest.mark.parametrize(
-    "handle", [lambda name: zk_lock(name), lambda name: zk_semaphore(name, 2)], ids=["lock", "semaphore"]
+    "handle, layout",
+    [
+        (lambda name: zk_lock(name), "kazoo"),
+        (lambda name: zk_semaphore(name, 2), "kazoo"),
+        (lambda name: zk_semaphore(name, 2), "curator"),  # its leases live in internal children
+    ],
+    ids=["lock", "semaphore", "curator semaphore"],
 )
-def test_background_sweep_keeps_a_node_in_use_between_sweeps(zk_server, zklocks_settings, handle):
+def test_background_sweep_keeps_a_node_in_use_between_sweeps(zk_server, zklocks_settings, handle, layout):
     # Deleting a node between two acquires costs the next one a write and two round trips to re-create it: the
-    # sweep deletes only nodes that saw no contender since the previous sweep (a semaphore's contenders live in
-    # its internal children).
-    zklocks_settings(REAP_INTERVAL=0.3)
+    # sweep deletes only nodes that saw no contender since the previous sweep.
+    zklocks_settings(REAP_INTERVAL=1.0, LAYOUT=layout)
     client = raw_client(zk_server.hosts)
     try:
         for name in ("hot", "cold"):
@@ -69,7 +74,7 @@ def test_background_sweep_keeps_a_node_in_use_between_sweeps(zk_server, zklocks_
                 pass
         path = handle("hot").path
         first = client.exists(path).czxid
-        ended = time.monotonic() + 2.5  # eight sweeps or so
+        ended = time.monotonic() + 4.5  # four sweeps or so; a use every 50 ms, 20 between two sweeps
         while time.monotonic() < ended:
             with handle("hot"):
                 pass

@@ -3,8 +3,10 @@
 A lock node whose queue is empty is deleted; ZooKeeper refuses with NotEmpty if a contender arrived in
 between, and a contender whose create meets NoNode re-creates the node. Fencing tokens are czxids, so a
 re-created node never resets them. The background sweep deletes only nodes that no contender came to or left
-since the previous sweep (their ``pzxid`` and their internal children's are unchanged): a lock in use between
-two sweeps is never deleted, and its next acquire does not pay a write and two round trips to re-create it.
+since the previous sweep (their ``pzxid`` and their internal children's are unchanged): a lock used between two
+sweeps stays, and its next acquire does not pay a write and two round trips to re-create it. (A contender that
+comes and goes between the sweep's read of the node and its delete is the exception: the delete checks only the
+node's data version.)
 
 Deleting and re-creating a node also resets its sequence counter (docs/design.md §13): a lock node that is never empty
 runs out of sequence numbers after 2**31-1 creates. The sweep reports such nodes as they near the limit, and
@@ -97,10 +99,7 @@ def _activity(client, path: str, stat, internal: tuple[str, ...]) -> tuple[int, 
     marks = [stat.pzxid]
     if stat.numChildren:
         for child in internal:
-            try:
-                child_stat = client.exists(f"{path}/{child}")
-            except NoNodeError:
-                child_stat = None
+            child_stat = client.exists(f"{path}/{child}")
             marks.append(child_stat.pzxid if child_stat is not None else 0)
     return tuple(marks)
 
