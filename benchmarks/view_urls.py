@@ -40,8 +40,11 @@ def _quantity(request: HttpRequest) -> int:
     return int(request.POST.get("quantity", "1"))
 
 
-def _reserve_rows(sku: str, quantity: int, token: int = 0, for_update: bool = False) -> JsonResponse:
-    """The demo view's critical section: read the stock, check it, write it, record the reservation."""
+def _reserve_rows(
+    sku: str, quantity: int, token: int = 0, for_update: bool = False, fenced: bool = False
+) -> JsonResponse:
+    """The demo view's critical section: read the stock, check it, write it, record the reservation. ``fenced``:
+    the demo view's write, refused if a later holder (higher token) has written the row already."""
     products = Product.objects.filter(sku=sku)
     if for_update:
         products = products.select_for_update()
@@ -50,7 +53,12 @@ def _reserve_rows(sku: str, quantity: int, token: int = 0, for_update: bool = Fa
         return JsonResponse({"ok": False, "error": "no such product"}, status=404)
     if product.stock < quantity:
         return JsonResponse({"ok": False, "error": "sold out"}, status=409)
-    Product.objects.filter(pk=product.pk).update(stock=product.stock - quantity)
+    row = Product.objects.filter(pk=product.pk)
+    if fenced:
+        if not row.filter(fence__lte=token).update(stock=product.stock - quantity, fence=token):
+            return JsonResponse({"ok": False, "error": "stale holder"}, status=409)
+    else:
+        row.update(stock=product.stock - quantity)
     reservation = Reservation.objects.create(product=product, quantity=quantity, token=token)
     return JsonResponse({"ok": True, "reservation": reservation.pk, "left": product.stock - quantity}, status=201)
 
@@ -138,25 +146,9 @@ def sync_floor_checked(request, sku):
             synced.get()
             if present.get() is None:
                 return JsonResponse({"ok": False, "error": "lock lost"}, status=409)
-            return _fenced_reserve(sku, _quantity(request), token)
+            return _reserve_rows(sku, _quantity(request), token, fenced=True)
     finally:
         client.delete(node)
-
-
-def _fenced_reserve(sku: str, quantity: int, token: int) -> JsonResponse:
-    """The demo view's write: refused if a later holder (higher token) has written the row already."""
-    product = Product.objects.filter(sku=sku).first()
-    if product is None:
-        return JsonResponse({"ok": False, "error": "no such product"}, status=404)
-    if product.stock < quantity:
-        return JsonResponse({"ok": False, "error": "sold out"}, status=409)
-    written = Product.objects.filter(pk=product.pk, fence__lte=token).update(
-        stock=product.stock - quantity, fence=token
-    )
-    if not written:
-        return JsonResponse({"ok": False, "error": "stale holder"}, status=409)
-    reservation = Reservation.objects.create(product=product, quantity=quantity, token=token)
-    return JsonResponse({"ok": True, "reservation": reservation.pk, "left": product.stock - quantity}, status=201)
 
 
 # -- async views (ATOMIC_REQUESTS does not apply to them: the transaction is inside the lock) --
