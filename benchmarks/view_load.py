@@ -283,6 +283,28 @@ def run_wrk(
     }
 
 
+PROCESS_KINDS = {"java": "zookeeper", "postgres": "postgresql", "wrk": "wrk", "redis-server": "redis"}
+
+
+def cpu_by_process_kind() -> dict[str, float]:
+    """CPU seconds so far of every process on the machine, summed by kind: the web server's workers ("web", any
+    Python), ZooKeeper's JVM, PostgreSQL, wrk, Redis, and "other". Linux only (``/proc``); {} elsewhere."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    totals: dict[str, float] = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                text = f.read()
+        except OSError:
+            continue  # the process ended
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        kind = "web" if comm.startswith(("python", "gunicorn", "uvicorn")) else PROCESS_KINDS.get(comm, "other")
+        kind = "postgresql" if comm.startswith("postgres") else kind
+        totals[kind] = totals.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return totals
+
+
 def versions(pg: PgCluster) -> dict[str, str]:
     from importlib.metadata import version
 
@@ -301,6 +323,8 @@ def run(
     progress=None,
     auth: bool = False,
     rounds: int = 1,
+    modes: tuple[str, ...] | None = None,
+    spreads: tuple[int, ...] = SPREADS,
 ):
     if shutil.which("wrk") is None:
         raise RuntimeError("wrk is not installed: run `apt-get install -y wrk` (make bench does)")
@@ -345,22 +369,29 @@ def run(
         for kind in servers:
             port = free_port()
             web = start_web(kind, port, env, workdir)
-            for mode in SERVER_MODES[kind]:  # warm every worker's connections (ZooKeeper, Redis, PostgreSQL)
+            kind_modes = [m for m in SERVER_MODES[kind] if modes is None or m in modes]
+            for mode in kind_modes:  # warm every worker's connections (ZooKeeper, Redis, PostgreSQL)
                 run_wrk(port, kind, mode, 1000, 1, connections, script)
             # A shop's lock nodes exist after its first sales (empty ones are only reaped after a while): touch each
             # SKU's once, so that the figures do not count the first acquire's creation of the lock node.
             touch_every_sku(f"http://127.0.0.1:{port}/{kind}/zk")
-            for skus in SPREADS:
+            for skus in spreads:
                 # Rounds alternate the guards, so that drift of the machine touches each alike; each row is the
                 # median round (by requests/s).
-                by_mode: dict[str, list[dict]] = {mode: [] for mode in SERVER_MODES[kind]}
+                by_mode: dict[str, list[dict]] = {mode: [] for mode in kind_modes}
                 for round_ in range(rounds):
-                    for mode in SERVER_MODES[kind]:
+                    for mode in kind_modes:
                         if progress:
                             progress(f"{kind} {MODE_NAMES[mode]}, {skus} SKU(s), round {round_ + 1}")
                         settle(pg)
                         reset_stock(pg)
+                        cpu_before = cpu_by_process_kind()
                         figures = run_wrk(port, kind, mode, skus, seconds, connections, script)
+                        cpu_after = cpu_by_process_kind()
+                        figures["cpu_ms_per_request"] = {
+                            k: round((cpu_after[k] - cpu_before.get(k, 0.0)) * 1000 / max(1, figures["requests"]), 3)
+                            for k in cpu_after
+                        }
                         figures["reserved"], figures["oversold"] = oversold(pg)
                         by_mode[mode].append(figures)
                 for mode, figures_ in by_mode.items():
@@ -419,6 +450,23 @@ def markdown(r: dict) -> str:
                         f"- {SERVER_NAMES[run_['server']]}, {run_['skus']} SKU(s): zk_lock at "
                         f"{run_['rps'] / x['rps']:.2f} of the {MODE_NAMES[floor]}"
                     )
+    cpu_rows = [run_ for run_ in r["runs"] if run_.get("cpu_ms_per_request")]
+    if cpu_rows:
+        kinds = ("web", "zookeeper", "postgresql", "wrk", "redis", "other")
+        out += [
+            "",
+            "CPU ms per request, by process (the median round's; all processes on the machine):",
+            "",
+            f"| server | SKUs | guard | {' | '.join(kinds)} | total |",
+            f"| --- | ---: | --- |{' ---: |' * (len(kinds) + 1)}",
+        ]
+        for run_ in cpu_rows:
+            cpu = run_["cpu_ms_per_request"]
+            cells = " | ".join(f"{cpu.get(k, 0.0):.2f}" for k in kinds)
+            out.append(
+                f"| {SERVER_NAMES[run_['server']]} | {run_['skus']} | {MODE_NAMES[run_['mode']]} | {cells} | "
+                f"{sum(cpu.values()):.2f} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -430,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench-results")
     p.add_argument("--auth", action="store_true", help="a guarded alias (AUTH), as docs/security.md advises")
     p.add_argument("--rounds", type=int, default=1, help="rounds that alternate the guards; rows are medians")
+    p.add_argument("--modes", default="", help=f"only these guards, comma-separated (of {', '.join(MODE_NAMES)})")
+    p.add_argument("--skus", default=",".join(map(str, SPREADS)), help="the SKU spreads, comma-separated")
     args = p.parse_args(argv)
     exit_on_sigterm()
     out_dir = Path(args.out)
@@ -439,7 +489,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"\r{label:<60.60}")
         sys.stderr.flush()
 
-    r = run(args.seconds, args.connections, tuple(args.servers.split(",")), progress, args.auth, args.rounds)
+    modes = tuple(args.modes.split(",")) if args.modes else None
+    if modes is not None and "none" not in modes:
+        modes = ("none", *modes)  # every row is read against the no-lock throughput
+    spreads = tuple(int(n) for n in args.skus.split(","))
+    r = run(
+        args.seconds, args.connections, tuple(args.servers.split(",")), progress, args.auth, args.rounds, modes, spreads
+    )
     sys.stderr.write("\n")
     r["machine"] = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
     stem = "view_load_auth" if args.auth else "view_load"

@@ -82,3 +82,16 @@ def test_a_refused_kazoo_starts_no_session_and_fails_the_system_check(monkeypatc
             pass
     (error,) = [m for m in django_checks.run_checks(tags=["zklocks"]) if m.id == "zklocks.E060"]
     assert problem in error.msg and error.level == django_checks.ERROR
+
+
+def test_a_request_record_with_other_fields_is_refused(monkeypatch):
+    from collections import namedtuple
+
+    from kazoo.protocol import serialization
+
+    # A kazoo whose Delete took its version first: a delete built as Delete(path, version) would go out garbled.
+    swapped = namedtuple("Delete", "version path")
+    records = tuple((swapped if r is serialization.Delete else r, f) for r, f in kazoo_compat._RECORDS)
+    monkeypatch.setattr(kazoo_compat, "_RECORDS", records)
+    with pytest.raises(ZkConfigError, match=r"Delete is not a record of \(path, version\)"):
+        kazoo_compat.verify(ConnectionHandler, KazooClient)

@@ -11,6 +11,9 @@ None of these is kazoo's public API:
 - multiread.py sends through ``KazooClient._call``; recipes/gate.py counts ``KazooClient._queue`` and
   ``_pending``, which the connection moves requests between; recipes/kazoo_calls.py creates contenders with
   ``KazooClient._create_async_inner``.
+- recipes/kazoo_calls.py and recipes/node.py build kazoo's request records (``Sync``, ``Exists``, ``GetChildren``,
+  ``Delete``, ``SetData``, ``Transaction``) by position and send them through ``_call``: their fields must be the
+  ones, in the order, that they are built with.
 
 :func:`verify` checks each one against kazoo's classes: present, with the signature zklocks calls it with, and
 used as expected (``self._submit`` in ``_send_request`` and ``_send_ping``, ``self._read_header`` in
@@ -29,7 +32,7 @@ from types import CodeType
 
 from kazoo.client import KazooClient
 from kazoo.protocol.connection import ConnectionHandler
-from kazoo.protocol.serialization import Connect, ReplyHeader
+from kazoo.protocol.serialization import Connect, Delete, Exists, GetChildren, ReplyHeader, SetData, Sync, Transaction
 
 from ..exceptions import ZkConfigError
 
@@ -78,6 +81,15 @@ _CLIENT_ATTRIBUTES = (
 )
 # Fields of kazoo's protocol records the lease reads.
 _FIELDS = ((Connect, ("time_out", "session_id")), (ReplyHeader, ("xid", "zxid", "err")))
+# Request records zklocks builds by position (recipes/kazoo_calls.py, recipes/node.py): their exact fields.
+_RECORDS = (
+    (Sync, ("path",)),
+    (Exists, ("path", "watcher")),
+    (GetChildren, ("path", "watcher")),
+    (Delete, ("path", "version")),
+    (SetData, ("path", "data", "version")),
+    (Transaction, ("operations",)),
+)
 
 _STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_GLOBAL", "STORE_ATTR", "STORE_SUBSCR"})
 _verdict: list[str | None] = []  # the installed kazoo's problems ("" for none), computed once
@@ -141,6 +153,9 @@ def _problems(conn_cls: type, client_cls: type) -> list[str]:
         missing = [f for f in fields if f not in getattr(record, "_fields", ())]
         if missing:
             out.append(f"{record.__name__} has no field {', '.join(missing)} (the lease reads it)")
+    for record, fields in _RECORDS:
+        if tuple(getattr(record, "_fields", ())) != fields:
+            out.append(f"{record.__name__} is not a record of ({', '.join(fields)}) (zklocks builds it so)")
     return list(dict.fromkeys(out))
 
 

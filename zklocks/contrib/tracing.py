@@ -39,7 +39,9 @@ class Tracing(observe.Observer):
         )
 
     def acquire_ended(self, attempt: observe.Attempt, span: Any) -> None:
-        if span is None:
+        if span is None or not span.is_recording():
+            if span is not None:
+                span.end()  # a non-recording span (no tracer provider): its attributes would go nowhere
             return
         span.set_attribute("zklocks.result", attempt.result or "")
         span.set_attribute("zklocks.wait_seconds", attempt.wait)

@@ -19,7 +19,7 @@ from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..owners import current_owner
 from ..recipes import layout, lock_delay, node_data
-from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
+from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call, synced_exists
 from ..recipes.queue import Contender, gone_again
 from ..recipes.step_runner import Steps
 
@@ -110,16 +110,11 @@ class Hold:
             return
         client = self.session.client
         node = self.contender.node
-
-        def synced_exists():
-            client.sync_async(node)
-            return client.exists_async(node)
-
         try:
             # A server that cannot reach its leader never answers the sync: wait no longer than the lease lasts,
             # so that ensure_held() raises LockLost on time instead of after CONNECT_TIMEOUT.
             wait = min(self.session.cfg.connect_timeout, max(0.0, self.session.lease_remaining()))
-            stat = call(self.session, synced_exists, Deadline(wait, hard=True))
+            stat = call(self.session, lambda: synced_exists(client, node), Deadline(wait, hard=True))
         except SessionGone:
             self.mark_lost(self.session.dead_reason or "expired")
             return

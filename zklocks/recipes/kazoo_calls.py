@@ -21,6 +21,7 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.serialization import Exists, GetChildren, Sync
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from ..client.interrupts import unmasked
@@ -54,6 +55,37 @@ def create_contender(client, prefix: str, data: bytes, acl):
         failed = client.handler.async_result()
         failed.set_exception(exc)
         return failed
+
+
+def send_request(client, request):
+    """Send one of kazoo's request records through the client's request path (``_call``, with the session's hook:
+    kazoo_hooks.py); the result is answered by the connection thread. For paths that are clean already (built by
+    names.py and the layouts) on a client without a chroot: kazoo's public methods would check and normalize them
+    again on every call, which is most of their cost on the lock's path."""
+    result = client.handler.async_result()
+    client._call(request, result)
+    return result
+
+
+def synced_exists(client, path: str):
+    """A ``sync`` then an ``exists`` of ``path``, pipelined; the result is the exists' (a stat, or None).
+
+    The read reflects everything the leader had committed when it answered the sync. kazoo's ``sync_async``
+    hands its answer to its callback thread, a hop per check that nobody here waits for: the record is sent
+    directly instead (with a chroot, through kazoo's methods, which strip it).
+    """
+    if client.chroot:
+        client.sync_async(path)
+        return client.exists_async(path)
+    send_request(client, Sync(path))
+    return send_request(client, Exists(path, None))
+
+
+def children_of(client, parent: str):
+    """The children of ``parent`` (a result), read without a watch."""
+    if client.chroot:
+        return client.get_children_async(parent)
+    return send_request(client, GetChildren(parent, None))
 
 
 class SessionGone(Exception):

@@ -18,6 +18,7 @@ from kazoo.exceptions import (
     RolledBackError,
     SessionExpiredError,
 )
+from kazoo.protocol.serialization import Delete, SetData, Transaction
 
 from ..client import worker_threads
 from ..client.session import Session
@@ -118,7 +119,13 @@ class OwnNode:
         if node is None or self.session.dead:
             self.abandon()
             return
-        self._send_delete(node, held).rawlink(self._on_deleted)
+        client = self.session.client
+        if client.chroot:  # kazoo's requests strip it from their answers
+            self._send_delete(node, held).rawlink(self._on_deleted)
+            return
+        # The same requests as _send_delete's, answered to an outcome that the connection thread settles itself.
+        request = Transaction([SetData(node, RELEASED, -1), Delete(node, -1)]) if held else Delete(node, -1)
+        client._call(request, _DeleteOutcome(self))
 
     def _send_delete(self, node: str, held: bool):
         """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it.
@@ -158,6 +165,34 @@ RELEASED = b"released"
 # ``_pending_create`` while the create is being sent: an exception raised by a signal handler inside kazoo's
 # create_async leaves a request that may be queued and no result to follow.
 SENDING = object()
+
+
+class _DeleteOutcome:
+    """Where the answer of a delete that nobody waits for goes (``delete_nowait``). kazoo's connection thread calls
+    ``set`` or ``set_exception`` on it: a success ends there, with no hop to kazoo's callback thread (which a
+    result's rawlink costs at every release); a failure goes to the dispatch thread, as ``_on_deleted`` would take
+    it (a connection loss: GuaranteedDelete retries; anything else: delete_failed)."""
+
+    __slots__ = ("contender",)
+
+    def __init__(self, contender: OwnNode) -> None:
+        self.contender = contender
+
+    def set(self, value: Any = None) -> None:
+        if isinstance(value, list):  # a release transaction's answers: a refused operation is in the list
+            for answer in value:
+                if isinstance(answer, Exception) and not isinstance(answer, RolledBackError):
+                    self.set_exception(answer)
+                    return
+
+    def set_exception(self, exc: BaseException) -> None:
+        contender = self.contender
+        if isinstance(exc, (NoNodeError, SessionExpiredError, ConnectionClosedError)):
+            return  # the node is gone either way (delete_failed's rule, without the hop)
+        if isinstance(exc, (ConnectionLoss, OperationTimeoutError)):
+            worker_threads.get().call_soon(GuaranteedDelete(contender).start_later)
+        elif isinstance(exc, Exception):
+            worker_threads.get().call_soon(lambda: delete_failed(contender, exc))
 
 
 class _TransactionResult:

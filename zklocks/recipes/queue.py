@@ -33,7 +33,7 @@ from ..exceptions import (
     ZkUnavailable,
 )
 from . import lock_delay, node_data, step_runner
-from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, create_contender
+from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, children_of, create_contender
 from .layout import SEQUENCE_WARN, Layout, exhausted_message, sequence_trusted, warn_near_limit
 from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
@@ -125,7 +125,7 @@ class Contender(OwnNode):
 
     def children_steps(self, deadline: Deadline) -> Steps:
         client = self.session.client
-        return (yield Request(lambda: client.get_children_async(self.parent), self.session, deadline))
+        return (yield Request(lambda: children_of(client, self.parent), self.session, deadline))
 
     def blocker(self, children: list[str]) -> tuple[str | None, bool]:
         """(the child we wait for or None, whether it is the only contender ahead that keeps us waiting)."""
@@ -303,9 +303,7 @@ def acquire_steps(
         if not blocking and parent in session.busy_hint:
             # This lock was busy at our last try: one read may settle it without a create and a delete.
             try:
-                children = yield Request(
-                    functools.partial(session.client.get_children_async, parent), session, deadline
-                )
+                children = yield Request(functools.partial(children_of, session.client, parent), session, deadline)
             except NoNodeError:
                 children = []
             except SessionGone:
@@ -325,7 +323,9 @@ def acquire_steps(
         contender = Contender(session, parent, marker, delay)
         try:
             children = yield from contender.enqueue_steps(data, deadline)
-            if view_of(layout, children, marker).has_semaphore_child():
+            # The uncontended case, most acquires: our node is the only child, so there is no queue to read.
+            alone = len(children) == 1 and children[0] == contender.name
+            if not alone and view_of(layout, children, marker).has_semaphore_child():
                 # Lease holders are no contenders of this queue: granting it would ignore them.
                 raise SemaphoreMismatch(f"{name!r} is in use as a semaphore, not a plain lock")
             seq = layout.sequence_of(contender.name or "")
@@ -341,6 +341,8 @@ def acquire_steps(
             far = seq is not None and seq < SEQUENCE_WARN
             if seq is not None and not far:
                 warn_near_limit(session.alias, parent, seq)
+            if alone:
+                return (yield from _granted(contender, blocking, deadline, name))
             view, index = contender.place(children)
             ahead = view.previous(index)
             if ahead < 0:

@@ -35,6 +35,7 @@ from .kazoo_calls import (
     SessionGone,
     answer_limits,
     call,
+    children_of,
     outcome,
     overdue,
     silence_check,
@@ -150,7 +151,7 @@ def _perform(step: Step) -> Any:
         return call(step.session, step.make, step.deadline)
     if isinstance(step, Listing):
         client = step.session.client
-        return call(step.session, lambda: client.get_children_async(step.parent), step.deadline)
+        return call(step.session, lambda: children_of(client, step.parent), step.deadline)
     if isinstance(step, Sleep):
         step.waker.wait(step.check if step.timeout is None else min(step.timeout, step.check))
         return step.waker.is_set()
@@ -355,7 +356,7 @@ async def _listing(step: Listing) -> list[str]:
     try:
         result = await _answer_shared(future, step)
     except (ConnectionLoss, OperationTimeoutError):
-        return await _request(lambda: step.session.client.get_children_async(step.parent), step.session, step.deadline)
+        return await _request(lambda: children_of(step.session.client, step.parent), step.session, step.deadline)
     return result
 
 
@@ -391,7 +392,7 @@ def _send_listing(listings: _Listings, key: tuple[Session, str]) -> None:
             pass  # the loop is closed: nobody waits any more
 
     try:
-        session.client.get_children_async(batch.step.parent).rawlink(on_done)
+        children_of(session.client, batch.step.parent).rawlink(on_done)
     except BaseException:
         listings.flying.discard(key)
         raise
