@@ -67,6 +67,48 @@ def test_uncontended_cycle_costs_three_requests_or_four_without_auth(quiet_zk, a
         assert per_call(quiet_zk, cycle) <= budget
 
 
+@pytest.mark.parametrize("auth", [[("digest", "app:fast")], []], ids=["auth", "open"])
+def test_uncontended_cycle_leaves_kazoo_callback_threads_idle(quiet_zk, auth):
+    """The check, the release and (open alias) the watch on our own node are answered by the connection thread:
+    kazoo's callback threads get no work from a cycle (each hop there is a thread wake-up per cycle)."""
+    from zklocks.client.pools import connections
+
+    with override_settings(
+        ZKLOCKS={
+            "default": {
+                "HOSTS": quiet_zk.hosts,
+                "NAMESPACE": f"/idle-{len(auth)}",
+                "SESSION_TIMEOUT": 30.0,
+                "REAP_INTERVAL": 0,
+                "AUTH": auth,
+            }
+        }
+    ):
+
+        def cycle():
+            with zk_lock("quiet") as lock:
+                lock.ensure_held()
+
+        cycle()
+        handler = connections["default"].session().client.handler
+        queued = []
+        for queue_ in (handler.callback_queue, handler.completion_queue):
+            put = queue_.put
+
+            def counting_put(item, *args, _put=put, **kwargs):
+                queued.append(item)
+                return _put(item, *args, **kwargs)
+
+            queue_.put = counting_put
+        try:
+            for _ in range(50):
+                cycle()
+        finally:
+            for queue_ in (handler.callback_queue, handler.completion_queue):
+                del queue_.put
+        assert len(queued) <= 2, f"{len(queued)} callbacks for 50 cycles"  # a lease renewal's, at most
+
+
 def test_failed_try_lock_on_a_busy_lock_costs_one_read(quiet_zk):
     with override_settings(
         ZKLOCKS={

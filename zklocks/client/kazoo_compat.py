@@ -10,7 +10,8 @@ None of these is kazoo's public API:
   ``_socket_error_handling``.
 - multiread.py sends through ``KazooClient._call``; recipes/gate.py counts ``KazooClient._queue`` and
   ``_pending``, which the connection moves requests between; recipes/kazoo_calls.py creates contenders with
-  ``KazooClient._create_async_inner``.
+  ``KazooClient._create_async_inner``; handles/hold_registry.py takes a released hold's watcher off
+  ``KazooClient._data_watchers``.
 - recipes/kazoo_calls.py and recipes/node.py build kazoo's request records (``Sync``, ``Exists``, ``GetChildren``,
   ``Delete``, ``SetData``, ``Transaction``) by position and send them through ``_call``: their fields must be the
   ones, in the order, that they are built with.
@@ -78,6 +79,7 @@ _CLIENT_ATTRIBUTES = (
     ("_connection", "the lease hooks its ConnectionHandler"),
     ("_queue", "the loop driver's gate counts it"),
     ("_pending", "the loop driver's gate counts it"),
+    ("_data_watchers", "a release takes its own node's watcher off it"),
 )
 # Fields of kazoo's protocol records the lease reads.
 _FIELDS = ((Connect, ("time_out", "session_id")), (ReplyHeader, ("xid", "zxid", "err")))

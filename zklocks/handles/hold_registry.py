@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from kazoo.protocol.serialization import Exists
 from kazoo.protocol.states import EventType
 
 from .. import forking, signals
@@ -45,6 +46,7 @@ class Hold:
         "own_writes",
         "stoppers",
         "released",
+        "own_watch",
         "__weakref__",
     )
 
@@ -60,6 +62,7 @@ class Hold:
         self.own_writes = 0  # writes of ours to our node: its version past this means someone else wrote it
         self.stoppers: list = []  # on_lost="cancel"/"terminate" (stopping.py): fired first when the hold is lost
         self.released = False  # the node was deleted with its release mark at the loss (max_hold)
+        self.own_watch: Callable | None = None  # the watcher on our own node (watch_own_node), until the release
         self.acquired_at = time.monotonic()
         self.key = key
         task = self.task = node_data.current_task.get()
@@ -261,10 +264,13 @@ def watch_own_node(hold: Hold) -> None:
             # A connection blip cleared the watch: set it again once the session is back.
             worker_threads.get().call_later(0.05, rearm)
 
+    def on_failed() -> None:
+        if not session.dead:
+            worker_threads.get().call_later(0.1, rearm)
+
     def on_exists(result) -> None:
         if not result.successful():
-            if not session.dead:
-                worker_threads.get().call_later(0.1, rearm)
+            on_failed()
         else:
             judge(result.value)
 
@@ -274,9 +280,50 @@ def watch_own_node(hold: Hold) -> None:
         if not session.connected:
             worker_threads.get().call_later(0.05, rearm)
             return
-        client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
+        if client.chroot:  # kazoo's methods strip it
+            client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
+        else:
+            client._call(Exists(contender.node, on_own_node), _OwnNodeRead(hold, judge, on_failed))
 
+    hold.own_watch = on_own_node
     rearm()
+
+
+class _OwnNodeRead:
+    """Where the answer of the read that sets a hold's watch on its own node goes. kazoo's connection thread calls
+    ``set`` or ``set_exception`` on it: the usual answer (our node, at a version we wrote) ends there, without a
+    hop to kazoo's callback thread at every acquire; anything else is judged on the dispatch thread."""
+
+    __slots__ = ("hold", "judge", "failed")
+
+    def __init__(self, hold: Hold, judge: Callable, failed: Callable) -> None:
+        self.hold, self.judge, self.failed = hold, judge, failed
+
+    def set(self, stat=None) -> None:
+        if stat is not None and stat.version <= self.hold.own_writes:
+            return
+        judge = self.judge
+        worker_threads.get().call_soon(lambda: judge(stat))
+
+    def set_exception(self, exc: BaseException) -> None:
+        worker_threads.get().call_soon(self.failed)
+
+
+def forget_own_watch(hold: Hold) -> None:
+    """At the release, before the delete: take the hold's watcher off kazoo's list for its node, so that the
+    notification of our own delete wakes nobody (a hop to kazoo's callback thread at every release otherwise).
+    Holds that never watched (short holds on a guarded alias) have nothing to forget."""
+    watcher = hold.own_watch
+    if watcher is None:
+        return
+    hold.own_watch = None
+    watchers = hold.session.client._data_watchers
+    node = hold.contender.node
+    mine = watchers.get(node)
+    if mine is not None:
+        mine.discard(watcher)
+        if not mine:
+            watchers.pop(node, None)
 
 
 def record_acquired_at(hold: Hold, waited: bool, acquired_at: float) -> None:
