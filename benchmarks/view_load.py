@@ -24,6 +24,7 @@ import pwd
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.servers import RedisServer, exit_on_sigterm, start_zookeeper
+from zklocks.testing import mntr
 from zklocks.testing.runtime import stop_group
 from zklocks.testing.server import free_port
 from zklocks.testing.startup import poll_until
@@ -41,12 +43,13 @@ from zklocks.testing.startup import poll_until
 MODES = ("none", "zk", "sfu", "redis")
 # The ZooKeeper floors (a bare create + delete around the transaction, raw kazoo; and the same with the demo view's
 # ensure_held() check and fenced write) run in the sync server only.
-SERVER_MODES = {"sync": ("none", "zk", "floorcheck", "floor", "sfu", "redis"), "async": MODES}
+SERVER_MODES = {"sync": ("none", "zk", "floorcheck", "floor", "sfu", "redis", "zkshaped"), "async": MODES}
 MODE_NAMES = {
     "none": "no lock",
     "zk": "zk_lock (release_on_commit)",
     "floor": "ZooKeeper floor (create + delete)",
     "floorcheck": "ZooKeeper floor + the check (create, sync + exists, delete)",
+    "zkshaped": "zk_lock in the floor's view (the floor + the check, with zk_lock as its lock)",
     "sfu": "select_for_update",
     "redis": "redis-py Lock",
 }
@@ -283,14 +286,15 @@ def run_wrk(
     }
 
 
-PROCESS_KINDS = {"java": "zookeeper", "postgres": "postgresql", "wrk": "wrk", "redis-server": "redis"}
+PROCESS_KINDS = {"java": "zookeeper", "redis-server": "redis"}
+CPU_KINDS = ("web", "zookeeper", "postgresql", "redis", "other")
 
 
-def cpu_by_process_kind() -> dict[str, float]:
-    """CPU seconds so far of every process on the machine, summed by kind: the web server's workers ("web", any
-    Python), ZooKeeper's JVM, PostgreSQL, wrk, Redis, and "other". Linux only (``/proc``); {} elsewhere."""
-    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    totals: dict[str, float] = {}
+def process_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds so far of every process on the machine, with its kind: the web server's workers ("web", any
+    Python), ZooKeeper's JVM, PostgreSQL, Redis, or "other". Linux only (``/proc``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
             with open(stat) as f:
@@ -299,10 +303,28 @@ def cpu_by_process_kind() -> dict[str, float]:
             continue  # the process ended
         comm = text[text.index("(") + 1 : text.rindex(")")]
         fields = text[text.rindex(")") + 2 :].split()
-        kind = "web" if comm.startswith(("python", "gunicorn", "uvicorn")) else PROCESS_KINDS.get(comm, "other")
-        kind = "postgresql" if comm.startswith("postgres") else kind
-        totals[kind] = totals.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return totals
+        if comm.startswith(("python", "gunicorn", "uvicorn")):
+            kind = "web"
+        elif comm.startswith("postgres"):
+            kind = "postgresql"
+        else:
+            kind = PROCESS_KINDS.get(comm, "other")
+        out[int(stat.split("/")[2])] = (kind, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def zk_packets(port: int) -> int:
+    """Packets ZooKeeper has received so far (every request and ping of every client; ``mntr`` itself is one)."""
+    return int(mntr(port)["zk_packets_received"])
+
+
+def cpu_per_request(before: dict[int, tuple[str, float]], requests: int) -> dict[str, float]:
+    """CPU milliseconds per request of each kind of process since ``before`` (process_cpu()). A process that
+    ended in between is not counted (wrk itself, which has exited by now)."""
+    totals = dict.fromkeys(CPU_KINDS, 0.0)
+    for pid, (kind, seconds) in process_cpu().items():
+        totals[kind] += seconds - before.get(pid, (kind, 0.0))[1]
+    return {kind: round(seconds * 1000 / max(1, requests), 3) for kind, seconds in totals.items()}
 
 
 def versions(pg: PgCluster) -> dict[str, str]:
@@ -385,13 +407,12 @@ def run(
                             progress(f"{kind} {MODE_NAMES[mode]}, {skus} SKU(s), round {round_ + 1}")
                         settle(pg)
                         reset_stock(pg)
-                        cpu_before = cpu_by_process_kind()
+                        cpu_before, packets_before = process_cpu(), zk_packets(zk.port)
                         figures = run_wrk(port, kind, mode, skus, seconds, connections, script)
-                        cpu_after = cpu_by_process_kind()
-                        figures["cpu_ms_per_request"] = {
-                            k: round((cpu_after[k] - cpu_before.get(k, 0.0)) * 1000 / max(1, figures["requests"]), 3)
-                            for k in cpu_after
-                        }
+                        figures["cpu_ms_per_request"] = cpu_per_request(cpu_before, figures["requests"])
+                        figures["zk_requests_per_request"] = round(
+                            (zk_packets(zk.port) - packets_before - 1) / max(1, figures["requests"]), 2
+                        )
                         figures["reserved"], figures["oversold"] = oversold(pg)
                         by_mode[mode].append(figures)
                 for mode, figures_ in by_mode.items():
@@ -440,32 +461,37 @@ def markdown(r: dict) -> str:
         )
     out.append("")
     for run_ in r["runs"]:
-        if run_["mode"] != "zk":
+        if run_["mode"] not in ("zk", "zkshaped"):
             continue
         for floor in ("floorcheck", "floor"):
             other = [x for x in r["runs"] if x["server"] == run_["server"] and x["skus"] == run_["skus"]]
             for x in other:
                 if x["mode"] == floor:
+                    # Round by round (a round runs every guard once, seconds apart): the drift of the machine
+                    # touches both sides of a ratio alike.
+                    per_round = sorted(a / b for a, b in zip(run_["rps_rounds"], x["rps_rounds"], strict=True))
                     out.append(
-                        f"- {SERVER_NAMES[run_['server']]}, {run_['skus']} SKU(s): zk_lock at "
-                        f"{run_['rps'] / x['rps']:.2f} of the {MODE_NAMES[floor]}"
+                        f"- {SERVER_NAMES[run_['server']]}, {run_['skus']} SKU(s): {MODE_NAMES[run_['mode']]} at "
+                        f"{run_['rps'] / x['rps']:.2f} of the {MODE_NAMES[floor]} (round by round: median "
+                        f"{statistics.median(per_round):.2f}, {per_round[0]:.2f}-{per_round[-1]:.2f})"
                     )
     cpu_rows = [run_ for run_ in r["runs"] if run_.get("cpu_ms_per_request")]
     if cpu_rows:
-        kinds = ("web", "zookeeper", "postgresql", "wrk", "redis", "other")
+        kinds = CPU_KINDS
         out += [
             "",
-            "CPU ms per request, by process (the median round's; all processes on the machine):",
+            "CPU ms per request by process (the median round's; every process on the machine but wrk), and the packets "
+            "ZooKeeper received per request:",
             "",
-            f"| server | SKUs | guard | {' | '.join(kinds)} | total |",
-            f"| --- | ---: | --- |{' ---: |' * (len(kinds) + 1)}",
+            f"| server | SKUs | guard | {' | '.join(kinds)} | total | ZooKeeper requests |",
+            f"| --- | ---: | --- |{' ---: |' * (len(kinds) + 2)}",
         ]
         for run_ in cpu_rows:
             cpu = run_["cpu_ms_per_request"]
             cells = " | ".join(f"{cpu.get(k, 0.0):.2f}" for k in kinds)
             out.append(
                 f"| {SERVER_NAMES[run_['server']]} | {run_['skus']} | {MODE_NAMES[run_['mode']]} | {cells} | "
-                f"{sum(cpu.values()):.2f} |"
+                f"{sum(cpu.values()):.2f} | {run_.get('zk_requests_per_request', 0.0):.2f} |"
             )
     return "\n".join(out) + "\n"
 

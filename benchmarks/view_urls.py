@@ -151,6 +151,18 @@ def sync_floor_checked(request, sku):
         client.delete(node)
 
 
+@csrf_exempt
+@transaction.non_atomic_requests
+def sync_zk_floor_shaped(request, sku):
+    """zk_lock in the shape of ``sync_floor_checked``: the same view with the floor's lock replaced by
+    ``zk_lock`` (its ``ensure_held()``, its token for the fenced write, the release after the commit). Against that
+    floor it measures the lock alone; against the demo's view, what the demo view adds around it."""
+    with zk_lock(f"stock:{sku}", timeout=settings.DEMO_LOCK_TIMEOUT) as lock:
+        with transaction.atomic():
+            lock.ensure_held()
+            return _reserve_rows(sku, _quantity(request), lock.token, fenced=True)
+
+
 # -- async views (ATOMIC_REQUESTS does not apply to them: the transaction is inside the lock) --
 
 
@@ -190,6 +202,7 @@ urlpatterns = [
     path("sync/redis/<slug:sku>/", sync_redis),
     path("sync/floor/<slug:sku>/", sync_floor),
     path("sync/floorcheck/<slug:sku>/", sync_floor_checked),
+    path("sync/zkshaped/<slug:sku>/", sync_zk_floor_shaped),
     path("async/none/<slug:sku>/", async_none),
     path("async/zk/<slug:sku>/", async_zk),
     path("async/sfu/<slug:sku>/", async_sfu),

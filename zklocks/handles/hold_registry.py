@@ -317,13 +317,11 @@ def forget_own_watch(hold: Hold) -> None:
     if watcher is None:
         return
     hold.own_watch = None
-    watchers = hold.session.client._data_watchers
-    node = hold.contender.node
-    mine = watchers.get(node)
-    if mine is not None:
-        mine.discard(watcher)
-        if not mine:
-            watchers.pop(node, None)
+    # Only our watcher goes: a waiter of this process may have added its own to the same set (kazoo's connection
+    # thread pops the whole entry when the notification comes, and a pop here could drop that waiter's).
+    watchers = hold.session.client._data_watchers.get(hold.contender.node)
+    if watchers is not None:
+        watchers.discard(watcher)
 
 
 def record_acquired_at(hold: Hold, waited: bool, acquired_at: float) -> None:
