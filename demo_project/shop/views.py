@@ -37,7 +37,8 @@ def reserve(request, sku):
         return JsonResponse({"ok": False, "error": "quantity must be 1..10"}, status=400)
     try:
         with zk_lock(f"stock:{sku}", timeout=settings.DEMO_LOCK_TIMEOUT, release_on_commit=True) as lock:
-            time.sleep(settings.DEMO_WORK_DELAY)  # the payment provider answers slowly
+            if settings.DEMO_WORK_DELAY:
+                time.sleep(settings.DEMO_WORK_DELAY)  # the payment provider answers slowly
             lock.ensure_held()  # one read: catches a force-release from the admin before we touch the data
             product = Product.objects.filter(sku=sku).first()
             if product is None:
@@ -53,7 +54,8 @@ def reserve(request, sku):
             reservation = Reservation.objects.create(product=product, quantity=quantity, token=lock.token)
         # Still inside the request's transaction: the response is built, the confirmation queued... A lock
         # released at the end of the ``with`` would let the next buyer read the stock before we commit.
-        time.sleep(settings.DEMO_AFTER_DELAY)
+        if settings.DEMO_AFTER_DELAY:
+            time.sleep(settings.DEMO_AFTER_DELAY)
         return JsonResponse(
             {"ok": True, "reservation": reservation.pk, "left": product.stock - quantity, "token": lock.token},
             status=201,
