@@ -84,7 +84,7 @@ _CLIENT_ATTRIBUTES = (
 # Fields of kazoo's protocol records the lease reads.
 _FIELDS = ((Connect, ("time_out", "session_id")), (ReplyHeader, ("xid", "zxid", "err")))
 # Request records zklocks builds by position (recipes/kazoo_calls.py, recipes/node.py): their exact fields.
-_RECORDS = (
+_RECORDS: tuple[tuple[type, tuple[str, ...]], ...] = (
     (Sync, ("path",)),
     (Exists, ("path", "watcher")),
     (GetChildren, ("path", "watcher")),
@@ -155,9 +155,9 @@ def _problems(conn_cls: type, client_cls: type) -> list[str]:
         missing = [f for f in fields if f not in getattr(record, "_fields", ())]
         if missing:
             out.append(f"{record.__name__} has no field {', '.join(missing)} (the lease reads it)")
-    for record, fields in _RECORDS:
-        if tuple(getattr(record, "_fields", ())) != fields:
-            out.append(f"{record.__name__} is not a record of ({', '.join(fields)}) (zklocks builds it so)")
+    for record, names in _RECORDS:
+        if tuple(getattr(record, "_fields", ())) != names:
+            out.append(f"{record.__name__} is not a record of ({', '.join(names)}) (zklocks builds it so)")
     return list(dict.fromkeys(out))
 
 

@@ -113,6 +113,8 @@ class Hold:
             return
         client = self.session.client
         node = self.contender.node
+        if node is None:
+            return  # never granted: a hold always has its node
         try:
             # A server that cannot reach its leader never answers the sync: wait no longer than the lease lasts,
             # so that ensure_held() raises LockLost on time instead of after CONNECT_TIMEOUT.
