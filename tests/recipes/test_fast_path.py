@@ -22,6 +22,21 @@ def quiet_zk():
     server.cleanup()
 
 
+def quiet_alias(server, namespace: str, auth: list):
+    """The default alias on ``server``: long sessions, no reaper, ``auth`` (an open alias when empty)."""
+    return override_settings(
+        ZKLOCKS={
+            "default": {
+                "HOSTS": server.hosts,
+                "NAMESPACE": namespace,
+                "SESSION_TIMEOUT": 30.0,
+                "REAP_INTERVAL": 0,
+                "AUTH": auth,
+            }
+        }
+    )
+
+
 def packets(server):
     return int(mntr(server.port)["zk_packets_received"])
 
@@ -47,17 +62,7 @@ def per_call(server, fn, n=200):
     ids=["auth", "open"],
 )
 def test_uncontended_cycle_costs_three_requests_or_four_without_auth(quiet_zk, auth, budget):
-    with override_settings(
-        ZKLOCKS={
-            "default": {
-                "HOSTS": quiet_zk.hosts,
-                "NAMESPACE": f"/fast-{len(auth)}",
-                "SESSION_TIMEOUT": 30.0,
-                "REAP_INTERVAL": 0,
-                "AUTH": auth,
-            }
-        }
-    ):
+    with quiet_alias(quiet_zk, f"/fast-{len(auth)}", auth):
         lock = zk_lock("hot")
 
         def cycle():
@@ -73,17 +78,7 @@ def test_uncontended_cycle_leaves_kazoo_callback_threads_idle(quiet_zk, auth):
     kazoo's callback threads get no work from a cycle (each hop there is a thread wake-up per cycle)."""
     from zklocks.client.pools import connections
 
-    with override_settings(
-        ZKLOCKS={
-            "default": {
-                "HOSTS": quiet_zk.hosts,
-                "NAMESPACE": f"/idle-{len(auth)}",
-                "SESSION_TIMEOUT": 30.0,
-                "REAP_INTERVAL": 0,
-                "AUTH": auth,
-            }
-        }
-    ):
+    with quiet_alias(quiet_zk, f"/idle-{len(auth)}", auth):
 
         def cycle():
             with zk_lock("quiet") as lock:
