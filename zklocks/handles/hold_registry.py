@@ -7,6 +7,7 @@ A :class:`Grant` records what an acquire has taken so far, so that an exception 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +24,8 @@ from ..recipes import layout, lock_delay, node_data
 from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call, synced_exists
 from ..recipes.queue import Contender, gone_again
 from ..recipes.step_runner import Steps
+
+log = logging.getLogger("zklocks")
 
 
 class Hold:
@@ -301,14 +304,21 @@ class _OwnNodeRead:
     def __init__(self, hold: Hold, judge: Callable, failed: Callable) -> None:
         self.hold, self.judge, self.failed = hold, judge, failed
 
+    # Both run on kazoo's connection thread, where an exception would end its loop and close the client.
     def set(self, stat=None) -> None:
         if stat is not None and stat.version <= self.hold.own_writes:
             return
         judge = self.judge
-        worker_threads.get().call_soon(lambda: judge(stat))
+        try:
+            worker_threads.get().call_soon(lambda: judge(stat))
+        except Exception:  # noqa: BLE001 see above
+            log.exception("zklocks: could not judge the watch read of %s", self.hold.name)
 
     def set_exception(self, exc: BaseException) -> None:
-        worker_threads.get().call_soon(self.failed)
+        try:
+            worker_threads.get().call_soon(self.failed)
+        except Exception:  # noqa: BLE001 see above
+            log.exception("zklocks: could not retry the watch read of %s", self.hold.name)
 
 
 def forget_own_watch(hold: Hold) -> None:
@@ -321,7 +331,10 @@ def forget_own_watch(hold: Hold) -> None:
     hold.own_watch = None
     # Only our watcher goes: a waiter of this process may have added its own to the same set (kazoo's connection
     # thread pops the whole entry when the notification comes, and a pop here could drop that waiter's).
-    watchers = hold.session.client._data_watchers.get(hold.contender.node)
+    client = hold.session.client
+    # kazoo keys its table by the path it sent (with the chroot, if any). A watch read not answered yet (a body
+    # shorter than a round trip) registers after this: its notification then wakes a watcher that does nothing.
+    watchers = client._data_watchers.get((client.chroot or "") + (hold.contender.node or ""))
     if watchers is not None:
         watchers.discard(watcher)
 

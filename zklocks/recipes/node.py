@@ -178,6 +178,7 @@ class _DeleteOutcome:
     def __init__(self, contender: OwnNode) -> None:
         self.contender = contender
 
+    # Both run on kazoo's connection thread, where an exception would end its loop and close the client.
     def set(self, value: Any = None) -> None:
         if isinstance(value, list):  # a release transaction's answers: a refused operation is in the list
             for answer in value:
@@ -189,10 +190,13 @@ class _DeleteOutcome:
         contender = self.contender
         if isinstance(exc, (NoNodeError, SessionExpiredError, ConnectionClosedError)):
             return  # the node is gone either way (delete_failed's rule, without the hop)
-        if isinstance(exc, (ConnectionLoss, OperationTimeoutError)):
-            worker_threads.get().call_soon(GuaranteedDelete(contender).start_later)
-        elif isinstance(exc, Exception):
-            worker_threads.get().call_soon(lambda: delete_failed(contender, exc))
+        try:
+            if isinstance(exc, (ConnectionLoss, OperationTimeoutError)):
+                worker_threads.get().call_soon(GuaranteedDelete(contender).start_later)
+            elif isinstance(exc, Exception):
+                worker_threads.get().call_soon(lambda: delete_failed(contender, exc))
+        except Exception:  # noqa: BLE001 see above
+            log.exception("zklocks: could not hand on the failed delete of %s", contender.node)
 
 
 class _TransactionResult:
