@@ -39,9 +39,10 @@ class Tracing(observe.Observer):
         )
 
     def acquire_ended(self, attempt: observe.Attempt, span: Any) -> None:
-        if span is None or not span.is_recording():
-            if span is not None:
-                span.end()  # a non-recording span (no tracer provider): its attributes would go nowhere
+        if span is None:
+            return
+        if not span.is_recording():
+            span.end()  # a non-recording span (no tracer provider): its attributes would go nowhere
             return
         span.set_attribute("zklocks.result", attempt.result or "")
         span.set_attribute("zklocks.wait_seconds", attempt.wait)

@@ -106,6 +106,15 @@ class Hold:
             task_id=self.task_id,
         )
 
+    def verdict(self, stat) -> str | None:
+        """What a read of our node (its stat, or None) says of this hold: "deleted", "changed" (written by someone
+        else: the node no longer says what we wrote), or None (ours, as we left it)."""
+        if stat is None:
+            return "deleted"
+        if stat.version > self.own_writes:
+            return "changed"
+        return None
+
     def check_node(self) -> None:
         """Is our node still there? (A force-release or a lost session removes it.)
 
@@ -134,10 +143,9 @@ class Hold:
             raise self.session.unavailable(
                 f"no answer to the check within CONNECT_TIMEOUT={self.session.cfg.connect_timeout:g}s"
             ) from None
-        if stat is None:
-            self.mark_lost("deleted")
-        elif stat.version > self.own_writes:
-            self.mark_lost("changed")
+        reason = self.verdict(stat)
+        if reason is not None:
+            self.mark_lost(reason)
 
 
 registry: dict[tuple, Hold] = {}
@@ -253,10 +261,9 @@ def watch_own_node(hold: Hold) -> None:
     def judge(stat) -> None:
         if hold.count <= 0 or hold.lost:
             return
-        if stat is None:
-            hold.mark_lost("deleted")
-        elif stat.version > hold.own_writes:
-            hold.mark_lost("changed")  # written by someone else: this node no longer says what we wrote
+        reason = hold.verdict(stat)
+        if reason is not None:
+            hold.mark_lost(reason)
 
     def on_own_node(event) -> None:
         if hold.count <= 0 or hold.lost:
@@ -306,7 +313,7 @@ class _OwnNodeRead:
 
     # Both run on kazoo's connection thread, where an exception would end its loop and close the client.
     def set(self, stat=None) -> None:
-        if stat is not None and stat.version <= self.hold.own_writes:
+        if self.hold.verdict(stat) is None:
             return
         judge = self.judge
         try:

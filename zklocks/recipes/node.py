@@ -24,7 +24,7 @@ from ..client import worker_threads
 from ..client.session import Session
 from ..exceptions import ZkAuthError, ZkLocksError
 from . import layout, step_runner
-from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, wait_result
+from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, send_request, wait_result
 from .step_runner import Request, Steps
 
 log = logging.getLogger("zklocks")
@@ -123,9 +123,8 @@ class OwnNode:
         if client.chroot:  # kazoo's requests strip it from their answers
             self._send_delete(node, held).rawlink(self._on_deleted)
             return
-        # The same requests as _send_delete's, answered to an outcome that the connection thread settles itself.
-        request = Transaction([SetData(node, RELEASED, -1), Delete(node, -1)]) if held else Delete(node, -1)
-        client._call(request, _DeleteOutcome(self))
+        # _send_delete's request, answered to an outcome that the connection thread settles itself.
+        client._call(_delete_request(node, held), _DeleteOutcome(self))
 
     def _send_delete(self, node: str, held: bool):
         """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it.
@@ -137,12 +136,15 @@ class OwnNode:
         writes its node.
         """
         client = self.session.client
-        if not held:
-            return client.delete_async(node)
-        transaction = client.transaction()
-        transaction.set_data(node, RELEASED)
-        transaction.delete(node)
-        return _TransactionResult(transaction.commit_async())
+        if client.chroot:  # kazoo's methods add it to the paths and strip it from the answers
+            if not held:
+                return client.delete_async(node)
+            transaction = client.transaction()
+            transaction.set_data(node, RELEASED)
+            transaction.delete(node)
+            return _TransactionResult(transaction.commit_async())
+        result = send_request(client, _delete_request(node, held))
+        return _TransactionResult(result) if held else result
 
     def _on_deleted(self, result) -> None:
         try:
@@ -167,6 +169,11 @@ RELEASED = b"released"
 SENDING = object()
 
 
+def _delete_request(node: str, held: bool):
+    """The release's request (see OwnNode._send_delete), as kazoo's record."""
+    return Transaction([SetData(node, RELEASED, -1), Delete(node, -1)]) if held else Delete(node, -1)
+
+
 class _DeleteOutcome:
     """Where the answer of a delete that nobody waits for goes (``delete_nowait``). kazoo's connection thread calls
     ``set`` or ``set_exception`` on it: a success ends there, with no hop to kazoo's callback thread (which a
@@ -180,16 +187,12 @@ class _DeleteOutcome:
 
     # Both run on kazoo's connection thread, where an exception would end its loop and close the client.
     def set(self, value: Any = None) -> None:
-        if isinstance(value, list):  # a release transaction's answers: a refused operation is in the list
-            for answer in value:
-                if isinstance(answer, Exception) and not isinstance(answer, RolledBackError):
-                    self.set_exception(answer)
-                    return
+        refused = _refused(value) if isinstance(value, list) else None  # a release transaction's answers
+        if refused is not None:
+            self.set_exception(refused)
 
     def set_exception(self, exc: BaseException) -> None:
         contender = self.contender
-        if isinstance(exc, (NoNodeError, SessionExpiredError, ConnectionClosedError)):
-            return  # the node is gone either way (delete_failed's rule, without the hop)
         try:
             if isinstance(exc, (ConnectionLoss, OperationTimeoutError)):
                 worker_threads.get().call_soon(GuaranteedDelete(contender).start_later)
@@ -197,6 +200,14 @@ class _DeleteOutcome:
                 worker_threads.get().call_soon(lambda: delete_failed(contender, exc))
         except Exception:  # noqa: BLE001 see above
             log.exception("zklocks: could not hand on the failed delete of %s", contender.node)
+
+
+def _refused(answers: list) -> Exception | None:
+    """The refusal in a transaction's answers (kazoo lists it, and RolledBackError for the operations it undid)."""
+    for answer in answers:
+        if isinstance(answer, Exception) and not isinstance(answer, RolledBackError):
+            return answer
+    return None
 
 
 class _TransactionResult:
@@ -207,10 +218,9 @@ class _TransactionResult:
         self._result = result
 
     def _unwrap(self):
-        values = self._result.get_nowait()
-        for value in values:
-            if isinstance(value, Exception) and not isinstance(value, RolledBackError):
-                raise value
+        refused = _refused(self._result.get_nowait())
+        if refused is not None:
+            raise refused
         return True
 
     def get(self, block: bool = True, timeout: float | None = None):
