@@ -265,3 +265,55 @@ def test_no_orphans_after_timeouts_and_cancellations(own_zk):
             assert [p for p in tree(client, "/faults") if "__" in p] == []
         finally:
             client.stop()
+
+
+def test_release_whose_delete_is_lost_with_the_link_deletes_on_reconnect(own_zk):
+    """The release's delete is in flight (sent, unanswered) when the link drops: it must be sent again on the same
+    session once it reconnects, not left to the session's end."""
+    proxy = TcpProxy("127.0.0.1", own_zk.port).start()
+    try:
+        with use(proxy.hosts, SESSION_TIMEOUT=3.0):
+            lock = zk_lock("lost-delete")
+            lock.acquire()
+            session = connections["default"].session()
+            session_id = session.client.client_id[0]
+            proxy.latency = 1.0  # the delete reaches the proxy and waits there
+            lock.release()
+            time.sleep(0.2)
+            proxy.reset()  # ... and is lost with the link: kazoo fails it with ConnectionLoss
+            proxy.latency = 0.0
+            assert len(raw_children(own_zk, "lost-delete")) == 1  # the server never saw it
+            wait_until(lambda: raw_children(own_zk, "lost-delete") == [], timeout=5)
+            assert session.client.client_id[0] == session_id  # deleted again by us, not by an expiry
+            assert not session.dead
+    finally:
+        proxy.stop()
+
+
+def test_watch_read_lost_with_the_link_is_set_again(own_zk):
+    """Open alias: the read that sets a holder's watch on its own node is lost with the link; it is sent again,
+    and a delete by another client is still heard."""
+    proxy = TcpProxy("127.0.0.1", own_zk.port).start()
+    try:
+        with use(proxy.hosts, SESSION_TIMEOUT=3.0):
+            lock = zk_lock("lost-watch")
+            with lock:
+                pass  # the session and the lock node exist
+            proxy.latency = 0.4
+            lock.acquire()  # the watch read follows the grant, and waits in the proxy
+            time.sleep(0.1)
+            proxy.reset()
+            proxy.latency = 0.0
+            session = connections["default"].session()
+            wait_until(lambda: session.connected, timeout=5)
+            time.sleep(0.5)  # the read is sent again
+            client = raw_client(own_zk.hosts)
+            try:
+                (child,) = client.get_children(lock.path)
+                client.delete(f"{lock.path}/{child}")
+                wait_until(lambda: not lock.is_held, timeout=3)
+            finally:
+                client.stop()
+            lock.release()
+    finally:
+        proxy.stop()
