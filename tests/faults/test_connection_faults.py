@@ -126,6 +126,18 @@ def raw_children(server, name):
         client.stop()
 
 
+def deleted_by_another_client_is_heard(server, lock):
+    """Another client deletes the holder's node: the hold must hear it (its watch), then release quietly."""
+    client = raw_client(server.hosts)
+    try:
+        (child,) = client.get_children(lock.path)
+        client.delete(f"{lock.path}/{child}")
+        wait_until(lambda: not lock.is_held, timeout=3)
+    finally:
+        client.stop()
+    lock.release()
+
+
 def test_short_blip_on_the_same_session_loses_nothing(own_zk, lost_events):
     proxy = TcpProxy("127.0.0.1", own_zk.port).start()
     try:
@@ -157,14 +169,7 @@ def test_long_hold_watch_survives_a_connection_blip(own_zk):
             proxy.reset()
             wait_until(lambda: session.connected, timeout=5)
             time.sleep(0.3)
-            client = raw_client(own_zk.hosts)
-            try:
-                (child,) = client.get_children(lock.path)
-                client.delete(f"{lock.path}/{child}")
-                wait_until(lambda: not lock.is_held, timeout=3)
-            finally:
-                client.stop()
-            lock.release()
+            deleted_by_another_client_is_heard(own_zk, lock)
     finally:
         proxy.stop()
 
@@ -307,13 +312,6 @@ def test_watch_read_lost_with_the_link_is_set_again(own_zk):
             session = connections["default"].session()
             wait_until(lambda: session.connected, timeout=5)
             time.sleep(0.5)  # the read is sent again
-            client = raw_client(own_zk.hosts)
-            try:
-                (child,) = client.get_children(lock.path)
-                client.delete(f"{lock.path}/{child}")
-                wait_until(lambda: not lock.is_held, timeout=3)
-            finally:
-                client.stop()
-            lock.release()
+            deleted_by_another_client_is_heard(own_zk, lock)
     finally:
         proxy.stop()
