@@ -92,7 +92,12 @@ def note_async_holder() -> None:
 
 
 def releasing_for() -> object | None:
-    """The owner whose release the caller may run: the holder task this context was copied from, if any."""
+    """The owner whose release the caller may run: the holder task this context was copied from, for a thread
+    started from it (``asyncio.to_thread``). Never for an asyncio task: a child or sibling task copies the holder's
+    context too, and a try-lock of its own that failed must not release the holder's hold. A task releases for
+    the holder only through a coroutine the holder created (``__aexit__``, ``release_async``)."""
+    if asyncio._get_running_loop() is not None:
+        return None
     return _acquired_by.get()
 
 

@@ -100,3 +100,62 @@ def test_a_release_of_a_handle_nobody_holds_is_a_no_op():
     handle = zk_lock("own-nobody")
     handle.release()
     in_thread(handle.release)
+
+
+# -- found by the stateful model (tests/model): tasks that copy the holder's context --
+
+
+def test_a_child_task_whose_try_lock_failed_cannot_release_the_parents_hold():
+    async def main():
+        lock = zk_lock("own-child", timeout=5)
+        async with lock:
+
+            async def child():
+                got = None
+                try:
+                    got = await lock.acquire_async(blocking=False)
+                finally:
+                    with pytest.raises(LockOwnershipError, match="own-child"):
+                        lock.release()
+                return got
+
+            assert await asyncio.create_task(child()) is False
+            lock.ensure_held()
+            assert lock.is_held and not await asyncio.to_thread(free_elsewhere, "own-child")
+        assert await asyncio.to_thread(wait_until, lambda: free_elsewhere("own-child"), 5)
+
+    asyncio.run(main())
+
+
+def test_a_task_created_after_the_hold_ended_cannot_release_the_next_hold():
+    async def main():
+        lock = zk_lock("own-late", timeout=5)
+        await lock.__aenter__()
+        await lock.__aexit__(None, None, None)
+        go = asyncio.Event()
+
+        async def late():
+            await go.wait()
+            with pytest.raises(LockOwnershipError, match="own-late"):
+                lock.release()
+
+        task = asyncio.create_task(late())  # created between the two holds: its context is a copy of the parent's
+        await lock.__aenter__()
+        go.set()
+        await task
+        lock.ensure_held()
+        assert not await asyncio.to_thread(free_elsewhere, "own-late")
+        await lock.__aexit__(None, None, None)
+
+    asyncio.run(main())
+
+
+def test_a_coroutine_the_holder_created_releases_for_it_in_another_task():
+    async def main():
+        lock = zk_lock("own-made", timeout=5)
+        await lock.__aenter__()
+        await asyncio.create_task(lock.release_async(wait=True))  # created by the holder, run by a new task
+        assert not lock.is_held
+
+    asyncio.run(main())
+    assert free_elsewhere("own-made")

@@ -11,7 +11,8 @@ import contextlib
 import copy
 import threading
 import time
-from typing import Self
+from collections.abc import Coroutine
+from typing import Any, Self
 
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
@@ -249,8 +250,8 @@ class BaseHandle(Enforcing, Acquirable):
                         raise LockOwnershipError(
                             f"{self.kind} lock {self.name!r} (alias {self.using!r}) was released by a thread or "
                             "task that does not hold it, so it stays held by its owner. Release from the owner "
-                            "that acquired, from work started in its context (asyncio.to_thread, a task it "
-                            "creates), or with `await lock.release_async()`",
+                            "that acquired, from a thread it starts (asyncio.to_thread), or through a coroutine "
+                            "the owner created (`lock.__aexit__(...)`, `lock.release_async()`)",
                             name=self.name,
                         )
                 # The bookkeeping is one stretch without a call or a backward jump, where CPython never runs a
@@ -398,21 +399,32 @@ class BaseHandle(Enforcing, Acquirable):
         await self._acquire_async(None, None)
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
-        lost = self._leave_async(exc_type) if self._stops else None
-        if self.waits_on_loop and not self.release_on_commit:
-            self.release()  # sends the delete without waiting: nothing here blocks the loop
-        else:
-            await run_off_loop(self.__exit__, exc_type, exc, tb)
+    def __aexit__(self, exc_type, exc, tb) -> Coroutine[Any, Any, None]:
+        # The owner is the task that calls __aexit__ (``async with``, or the owner handing the coroutine to
+        # asyncio.shield or wait_for), taken now: the task that later runs the coroutine may be another.
+        return self._aexit(owners.current_owner(), exc_type, exc, tb)
+
+    async def _aexit(self, owner: object, exc_type, exc, tb) -> None:
+        with owners.acting_as(owner):
+            lost = self._leave_async(exc_type) if self._stops else None
+            if self.waits_on_loop and not self.release_on_commit:
+                self.release()  # sends the delete without waiting: nothing here blocks the loop
+            else:
+                await run_off_loop(self.__exit__, exc_type, exc, tb)
         if lost is not None:
             raise lost from exc  # on_lost="cancel" cancelled the body: the caller sees why
 
-    async def release_async(self, wait: bool = False) -> None:
-        """``release`` for coroutines: the same ``wait``, without blocking the event loop."""
-        if self.waits_on_loop and not wait:
-            self.release()
-            return
-        await run_off_loop(self.release, wait)
+    def release_async(self, wait: bool = False) -> Coroutine[Any, Any, None]:
+        """``release`` for coroutines: the same ``wait``, without blocking the event loop. It releases for the
+        task that calls it, wherever the coroutine is awaited."""
+        return self._release_async(owners.current_owner(), wait)
+
+    async def _release_async(self, owner: object, wait: bool) -> None:
+        with owners.acting_as(owner):
+            if self.waits_on_loop and not wait:
+                self.release()
+                return
+            await run_off_loop(self.release, wait)
 
     # -- decorator --
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
+from collections.abc import Coroutine
+from typing import Any
 
 from .. import owners
 from ..exceptions import LockOwnershipError
@@ -171,12 +173,17 @@ class ZkMultiLock(Acquirable):
             lock._arm()  # the thread acquired for this task: the task is what a loss cancels
         return self
 
-    async def __aexit__(self, exc_type, exc, tb) -> None:
+    def __aexit__(self, exc_type, exc, tb) -> Coroutine[Any, Any, None]:
+        # As BaseHandle.__aexit__: the owner is the task that calls it, taken now.
+        return self._aexit(owners.current_owner(), exc_type, exc, tb)
+
+    async def _aexit(self, owner: object, exc_type, exc, tb) -> None:
         lost = None
-        for lock in self.locks:
-            if lock._stops:
-                lost = lock._leave_async(exc_type) or lost
-        await run_off_loop(self.__exit__, exc_type, exc, tb)
+        with owners.acting_as(owner):
+            for lock in self.locks:
+                if lock._stops:
+                    lost = lock._leave_async(exc_type) or lost
+            await run_off_loop(self.__exit__, exc_type, exc, tb)
         if lost is not None:
             raise lost from exc
 
