@@ -1,5 +1,6 @@
 # make lint   — ruff (lint and format check) and mypy with django-stubs over zklocks/
-# make test   — make lint, then installs what is missing (Debian: zookeeper, redis-server, chromium, openssl for the TLS test
+# make test   — the fast tier (at most 8 minutes on 2 cores, installs aside); make test-all: everything (about 35 minutes)
+#               make lint, then installs what is missing (Debian: zookeeper, redis-server, chromium, openssl for the TLS test
 #               certificates, default-jdk-headless for javac, which compiles the snapshot writer and the Curator
 #               contenders of zklocks/testing/java and tests/support/java, libcurator-recipes-java (Apache Curator 5.4 with guava,
 #               slf4j and jackson) for the Curator interop tests; a venv with requirements.txt)
@@ -30,7 +31,7 @@ STAMP := $(VENV)/.requirements-stamp
 DOCS_STAMP := $(VENV)/.docs-requirements-stamp
 COMPARE_STAMP := $(VENV)/.compare-requirements-stamp
 
-.PHONY: test lint docs chaos test-matrix demo bench bench-view compare system-deps demo-deps bench-deps compare-deps \
+.PHONY: test test-all lint docs chaos test-matrix demo bench bench-view compare system-deps demo-deps bench-deps compare-deps \
 	venv compare-venv clean
 
 # What the demo needs: ZooKeeper (with the JRE it depends on) and Redis.
@@ -128,8 +129,16 @@ lint: venv
 	$(BIN)/ruff format --check $(LINTED)
 	timeout 600 $(BIN)/mypy
 
+# The fast tier (pyproject.toml's addopts, tests/tiers.py): unit tests, the shared server's tests and one smoke test
+# of each real component. test-all: everything (-m ""), the full tier, the slow runs and the stateful model included.
+# The model's rules for findings whose fix is still open are listed in MODEL_SKIP (tests/model/findings.py).
 test: system-deps compare-deps venv compare-venv lint docs
-	timeout 3600 $(BIN)/python -m pytest -q -p no:randomly
+	timeout 900 $(BIN)/python -m pytest -q -p no:randomly --durations=25
+
+MODEL_SKIP ?= $(shell $(BIN)/python -c 'from tests.model.findings import OPEN; print(",".join(OPEN))' 2>/dev/null)
+
+test-all: system-deps compare-deps venv compare-venv
+	ZKLOCKS_MODEL_SKIP="$(MODEL_SKIP)" timeout 4800 $(BIN)/python -m pytest -q -p no:randomly -m "" --durations=25
 
 # Only the site needs these (make demo does not).
 $(DOCS_STAMP): requirements-docs.txt | $(BIN)/python

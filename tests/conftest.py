@@ -46,3 +46,47 @@ def own_zk():
     server.start()
     yield server
     server.cleanup()
+
+
+# -- markers by what a test starts, and the two tiers (CONTRIBUTING.md, "Two tiers") --
+
+# A test gets a marker for each real component it starts beyond the suite's shared server, so that a contributor
+# can choose (``-m 'not ensemble'``): through a fixture it asks for, or a constructor its own code calls.
+_FIXTURE_MARKS = {
+    "zk_ensemble": "ensemble",
+    "own_zk": "ensemble",
+    "ensemble": "ensemble",
+    "ens": "ensemble",
+    "cut_off": "ensemble",
+    "redis_server": "celery",
+    "celery_app": "celery",
+}
+_SOURCE_MARKS = {
+    "ZkEnsemble(": "ensemble",
+    "ZkServer(": "ensemble",
+    "running_workers(": "celery",
+    "chromium_page(": "browser",
+}
+
+
+def _starts(item) -> set[str]:
+    import inspect
+
+    marks = {mark for name, mark in _FIXTURE_MARKS.items() if name in getattr(item, "fixturenames", ())}
+    function = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        source = ""
+    marks.update(mark for text, mark in _SOURCE_MARKS.items() if text in source)
+    return marks
+
+
+def pytest_collection_modifyitems(config, items):
+    from tests.tiers import in_full_tier_only
+
+    for item in items:
+        for mark in _starts(item):
+            item.add_marker(mark)
+        if in_full_tier_only(item.nodeid):
+            item.add_marker("full")

@@ -133,7 +133,15 @@ def test_readers_share_across_processes_and_writers_exclude(zk_server, tmp_path)
     # (its record says so), and a reader here gets in at once while a writer here cannot.
     held_out = tmp_path / "reader.jsonl"
     reader = spawn_worker(
-        "hold-forever", "--hosts", zk_server.hosts, "--namespace", ns, "--name", "doc", "--shared", "--out",
+        "hold-forever",
+        "--hosts",
+        zk_server.hosts,
+        "--namespace",
+        ns,
+        "--name",
+        "doc",
+        "--shared",
+        "--out",
         str(held_out),
     )
     try:

@@ -31,9 +31,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tests.model.actors import ProcessActor, TaskActor, ThreadActor, outcome, wait_for
 from tests.support.helpers import zk_settings
-from zklocks import LockOwnershipError, zk_lock
+from zklocks import LockOwnershipError, lock_path, zk_lock
 from zklocks.client.pools import close_all, connections
-from zklocks import lock_path
 from zklocks.testing import expire_session
 
 SESSION_TIMEOUT = 4.0
@@ -176,7 +175,10 @@ class LockModel(RuleBasedStateMachine):
         if actor == "p":
             sid, password = self.actors["p"].ask(op="session")["result"]
             return int(sid), bytes.fromhex(password)
-        return connections["default"].session().client.client_id
+        client = connections["default"].session().client
+        took = wait_for(lambda: client.connected and client.client_id is not None, 20)
+        assert took is not None, "this process's session did not connect within 20 s"
+        return client.client_id
 
     def expire(self, actor: str) -> None:
         expire_session(self.world.server.hosts, self.session_id(actor))
@@ -341,12 +343,16 @@ class LockModel(RuleBasedStateMachine):
         """The link from this process is silent for a while; ZooKeeper keeps sessions shorter than a timeout."""
         if "silent_blip" in SKIP:
             return
-        held = [(a, n) for a in LOCAL for n in NAMES if self.count.get((a, n)) and self.call(a, "ensure_held", n) == "ok"]
+        held = [
+            (a, n) for a in LOCAL for n in NAMES if self.count.get((a, n)) and self.call(a, "ensure_held", n) == "ok"
+        ]
         self.world.proxy.partition(refuse_new=False)
         time.sleep(seconds)
         self.world.proxy.heal()
         for actor, name in held:
-            took = wait_for(lambda actor=actor, name=name: self.call(actor, "ensure_held", name) == "ok", SESSION_TIMEOUT)
+            took = wait_for(
+                lambda actor=actor, name=name: self.call(actor, "ensure_held", name) == "ok", SESSION_TIMEOUT
+            )
             assert took is not None, (
                 f"{actor} lost {name!r} on a silent blip of {seconds} s (session timeout {SESSION_TIMEOUT} s)"
             )
@@ -443,4 +449,3 @@ class LockModel(RuleBasedStateMachine):
         for name in NAMES:
             passing = [a for a in self.holders(name) if self.call(a, "ensure_held", name) == "ok"]
             assert len(passing) <= 1, f"{passing} all pass ensure_held({name!r})"
-

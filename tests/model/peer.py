@@ -33,7 +33,11 @@ def main() -> int:
                 result = [session_id, password.hex()]
             else:
                 result = f"unknown op {op}"
-            answer = {"at": time.monotonic(), "ok": True, "result": result if result is None or isinstance(result, (bool, str, list)) else str(result)}
+            answer = {
+                "at": time.monotonic(),
+                "ok": True,
+                "result": result if result is None or isinstance(result, (bool, str, list)) else str(result),
+            }
         except Exception as exc:
             answer = {"ok": False, "error": type(exc).__name__, "message": str(exc)[:300]}
         sys.stdout.write(json.dumps(answer) + "\n")

@@ -46,7 +46,9 @@ def test_lock_model(world):
             deadline=None,
             database=None,
             suppress_health_check=list(HealthCheck),
-            phases=[Phase.generate, Phase.shrink] if os.environ.get("ZKLOCKS_MODEL_SHRINK", "1") == "1" else [Phase.generate],
+            phases=[Phase.generate, Phase.shrink]
+            if os.environ.get("ZKLOCKS_MODEL_SHRINK", "1") == "1"
+            else [Phase.generate],
             print_blob=True,
             report_multiple_bugs=False,
         ),

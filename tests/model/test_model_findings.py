@@ -1,0 +1,119 @@
+"""The stateful model's findings as plain tests (tests/model/findings.py has the shrunk programs).
+
+Each runs the finding's program in a process that held its lock on a live session before the fault. The ones
+still open (findings.OPEN) are expected failures naming the issue that owns the fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import pytest
+from kazoo.recipe.lock import Lock as KazooLock
+
+from tests.model.findings import OPEN
+from tests.support.helpers import raw_client, wait_until, zk_settings
+from tests.support.threads import HeldInThread
+from zklocks import lock_path, zk_lock
+from zklocks.client.pools import close_all
+from zklocks.testing import ZkServer
+from zklocks.testing.proxy import TcpProxy
+
+SESSION_TIMEOUT = 4.0
+
+pytestmark = [pytest.mark.timeout(120)]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with ZkServer(tick_time=200) as zk:
+        yield zk
+
+
+@pytest.fixture
+def linked(server):
+    """This process reaches the server through a proxy (the link a blip cuts); others reach it directly."""
+    proxy = TcpProxy("127.0.0.1", server.port).start()
+    override = zk_settings(proxy.hosts, f"/findings/{uuid.uuid4().hex[:8]}", SESSION_TIMEOUT=SESSION_TIMEOUT)
+    override.enable()
+    observer = raw_client(server.hosts)
+    try:
+        yield proxy, observer
+    finally:
+        close_all(wait=False)
+        override.disable()
+        proxy.stop()
+        observer.stop()
+        observer.close()
+
+
+@pytest.mark.xfail(reason=OPEN["silent_blip"], strict=False)
+def test_an_idle_holder_keeps_its_hold_through_a_silent_blip_of_half_the_session_timeout(linked):
+    # Model: acquire(t1, x); restart_with_data(); silent_blip(1.5); silent_blip(1.5) -> t1 lost 'x'.
+    proxy, _ = linked
+    holder = HeldInThread(zk_lock("idle"))
+    assert holder.acquired is True
+    try:
+        for _ in range(3):
+            proxy.partition(refuse_new=False)
+            time.sleep(SESSION_TIMEOUT / 2)
+            proxy.heal()
+            time.sleep(1)  # reconnected, idle again
+    finally:
+        holder.release()  # checks ensure_held() in the holder's thread first
+    assert holder.lost is None, f"the idle holder lost its hold: {holder.lost!r}"
+
+
+@pytest.mark.xfail(reason=OPEN["release_during_outage"], strict=True)
+def test_a_lock_released_during_an_outage_is_free_within_a_second_of_the_server_coming_back(server, linked):
+    # Model: acquire(t1, x); release_during_outage(t1, x) -> x still held ~ a session timeout after the restart.
+    _, observer = linked
+    lock = zk_lock("outage")
+    assert lock.acquire(timeout=5)
+    server.stop()
+    try:
+        lock.release()
+        time.sleep(SESSION_TIMEOUT + 1)
+    finally:
+        server.start()
+    path = lock_path("outage")
+    assert wait_until(lambda: not observer.exists(path) or not observer.get_children(path), timeout=1.0), (
+        f"contenders left: {observer.get_children(path)}"
+    )
+
+
+@pytest.mark.xfail(reason=OPEN["cancel_work_in_a_thread"], strict=False)
+def test_work_in_to_thread_under_cancel_stops_before_the_next_holder_is_granted(server, linked):
+    # Model: cancel_work_in_a_thread() -> the thread's work wrote after the next holder's grant.
+    proxy, observer = linked
+    marks: list[float] = []
+    started = threading.Event()
+    until = time.monotonic() + 3 * SESSION_TIMEOUT
+
+    def work():
+        started.set()
+        while time.monotonic() < until:
+            marks.append(time.monotonic())
+            time.sleep(0.02)
+
+    async def body():
+        async with zk_lock("work", on_lost="cancel"):
+            await asyncio.to_thread(work)
+
+    runner = threading.Thread(target=lambda: asyncio.run(body()), daemon=True)
+    runner.start()
+    assert started.wait(10)
+    proxy.partition(refuse_new=False)
+    try:
+        nxt = KazooLock(observer, lock_path("work"))
+        assert nxt.acquire(timeout=3 * SESSION_TIMEOUT)
+        granted = time.monotonic()
+    finally:
+        proxy.heal()
+    nxt.release()
+    runner.join(4 * SESSION_TIMEOUT)
+    late = [m for m in marks if m > granted]
+    assert not late, f"the work ran {late[-1] - granted:.2f} s past the next holder's grant"
