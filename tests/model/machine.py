@@ -181,7 +181,12 @@ class LockModel(RuleBasedStateMachine):
         return client.client_id
 
     def expire(self, actor: str) -> None:
-        expire_session(self.world.server.hosts, self.session_id(actor))
+        """Expire the actor's session for real, then wait for its process to open the next one (so that a
+        second expiry in a row expires that one, not the first again)."""
+        old = self.session_id(actor)
+        expire_session(self.world.server.hosts, old)
+        took = wait_for(lambda: self.session_id(actor)[0] != old[0], 20, step=0.1)
+        assert took is not None, f"{actor}'s process opened no new session within 20 s of the expiry"
 
     def after_release(self, name: str) -> None:
         """A release is never lost: with nobody holding, the node is free within RELEASE_BOUND."""
