@@ -175,10 +175,14 @@ class LockModel(RuleBasedStateMachine):
         if actor == "p":
             sid, password = self.actors["p"].ask(op="session")["result"]
             return int(sid), bytes.fromhex(password)
-        client = connections["default"].session().client
-        took = wait_for(lambda: client.connected and client.client_id is not None, 20)
+
+        def connected():  # the pool may open a new session meanwhile: ask it again each time
+            client = connections["default"].session().client
+            return client.connected and client.client_id is not None
+
+        took = wait_for(connected, 20, step=0.1)
         assert took is not None, "this process's session did not connect within 20 s"
-        return client.client_id
+        return connections["default"].session().client.client_id
 
     def expire(self, actor: str) -> None:
         """Expire the actor's session for real, then wait for its process to open the next one (so that a
