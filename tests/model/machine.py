@@ -250,7 +250,7 @@ class LockModel(RuleBasedStateMachine):
             async def child():
                 got = False
                 try:
-                    got = handle.acquire(blocking=False)
+                    got = await handle.acquire_async(blocking=False)
                 finally:
                     with contextlib.suppress(LockOwnershipError):
                         handle.release()

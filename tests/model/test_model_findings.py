@@ -67,7 +67,7 @@ def test_an_idle_holder_keeps_its_hold_through_a_silent_blip_of_half_the_session
     assert holder.lost is None, f"the idle holder lost its hold: {holder.lost!r}"
 
 
-@pytest.mark.xfail(reason=OPEN["release_during_outage"], strict=True)
+@pytest.mark.xfail(reason=OPEN["release_during_outage"], strict=False)
 def test_a_lock_released_during_an_outage_is_free_within_a_second_of_the_server_coming_back(server, linked):
     # Model: acquire(t1, x); release_during_outage(t1, x) -> x still held ~ a session timeout after the restart.
     _, observer = linked
