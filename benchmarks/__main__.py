@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from benchmarks import workloads
-from benchmarks.servers import RedisServer, exit_on_sigterm, start_zookeeper
+from benchmarks.servers import RedisServer, zookeeper
+from zklocks.testing.runtime import start_on, stopped_on_exit
 
 
 class Progress:
@@ -67,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.auth:
         os.environ["ZKLOCKS_BENCH_AUTH"] = "1"  # the contender processes configure Django from it too
-    exit_on_sigterm()
     if args.quick:
         args.rounds, args.seconds, args.handoff_seconds, args.handoff_rounds = 2, 0.3, 1.0, 1
         args.contenders, args.waiters = "1,2,8", "1,10,50"
@@ -77,14 +77,19 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
 
     progress = Progress(args.rounds * 2 + 1 + 3 * len(contenders) + len(waiters) + 1)
-    zk = start_zookeeper()
-    redis_server = None if args.no_redis else RedisServer().start()
-    results: dict = {
-        "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
-        "server": {"zookeeper": "standalone, forceSync=yes (default)", "tickTime_ms": zk.tick_time},
-        "args": vars(args),
-    }
-    try:
+    # Unwound in reverse, however the run ends: the sessions, then Redis and ZooKeeper, then the progress bar.
+    with stopped_on_exit() as stack:
+        stack.callback(progress.close)
+        zk = start_on(stack, zookeeper())
+        redis_server = None if args.no_redis else start_on(stack, RedisServer())
+        from zklocks.client.pools import close_all
+
+        stack.callback(close_all)
+        results: dict = {
+            "machine": {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()},
+            "server": {"zookeeper": "standalone, forceSync=yes (default)", "tickTime_ms": zk.tick_time},
+            "args": vars(args),
+        }
         workloads.configure_django(zk.hosts)
         redis_port = None if redis_server is None else redis_server.port
         progress.set("uncontended cycles")
@@ -117,14 +122,6 @@ def main(argv: list[str] | None = None) -> int:
         progress.set("inspect snapshot")
         results["extras"] = _extras(zk)
         progress.step("done")
-    finally:
-        progress.close()
-        from zklocks.client.pools import close_all
-
-        close_all()
-        zk.cleanup()
-        if redis_server is not None:
-            redis_server.cleanup()
 
     (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
     (out_dir / "bench.md").write_text(markdown(results))

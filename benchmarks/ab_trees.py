@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from zklocks.testing.runtime import stop_on_signals
+
 from .servers import start_zookeeper
 
 CODE = """
@@ -55,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--figures", default="handoffs4,handoffs8,cpu,requests,waiters")
     args = p.parse_args(argv)
+    stop_on_signals()  # SIGTERM too runs the clean-up that stops the servers
     trees = {"base": args.base.resolve(), "other": args.other.resolve()}
     for tree in trees.values():
         if not (tree / "zklocks" / "__init__.py").exists():

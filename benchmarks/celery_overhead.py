@@ -12,6 +12,7 @@ median round trips, measured in one run. ``run()`` returns the figures for other
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from zklocks.testing.runtime import stop_group
+from zklocks.testing.runtime import start_on, stop_group, stop_on_signals
 
 WORKER_APP = "benchmarks.celery_overhead:worker_app"
 _worker_app = None
@@ -179,12 +180,13 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
     from zklocks.testing import ZkServer
 
     workdir = Path(tempfile.mkdtemp(prefix="zklocks-bench-celery-"))
-    zk, redis, proc = ZkServer(tick_time=2000, force_sync=True, jvm_options=()), RedisServer(), None  # as in production
-    try:
-        zk.start()
-        redis.start()
+    # An ExitStack, not a finally: a stop cut short by a signal does not skip the ones after it.
+    with contextlib.ExitStack() as stack:
+        zk = start_on(stack, ZkServer(tick_time=2000, force_sync=True, jvm_options=()))  # as in production
+        redis = start_on(stack, RedisServer())
         _configure_django(zk.hosts)
         proc = _start_worker(zk.hosts, redis.url, pool, workdir)
+        stack.callback(_stop, proc)
         app = build_app(redis.url)
         plain, single = app.tasks["zklocks_bench.plain"], app.tasks["zklocks_bench.single"]
         deadline = time.monotonic() + 60
@@ -206,11 +208,6 @@ def run(n: int = 300, pool: str = "prefork", warmup: int = 30) -> dict[str, Any]
             times["floor"].append(floor.once())
         floor.close()
         app.close()
-    finally:
-        if proc is not None:
-            _stop(proc)
-        redis.cleanup()
-        zk.cleanup()
     shutil.rmtree(workdir, ignore_errors=True)  # kept when the run failed: its worker.log says why
     plain_ms = statistics.median(times["plain"]) * 1000
     single_ms = statistics.median(times["single"]) * 1000
@@ -236,13 +233,13 @@ def policy_costs(n: int = 200, pool: str = "prefork", warmup: int = 20) -> dict[
     from zklocks.testing import ZkServer
 
     workdir = Path(tempfile.mkdtemp(prefix="zklocks-bench-policies-"))
-    zk, redis, proc = ZkServer(tick_time=2000, force_sync=True, jvm_options=()), RedisServer(), None
     names = ["single", *POLICIES]
-    try:
-        zk.start()
-        redis.start()
+    with contextlib.ExitStack() as stack:
+        zk = start_on(stack, ZkServer(tick_time=2000, force_sync=True, jvm_options=()))
+        redis = start_on(stack, RedisServer())
         _configure_django(zk.hosts)
         proc = _start_worker(zk.hosts, redis.url, pool, workdir)
+        stack.callback(_stop, proc)
         app = build_app(redis.url)
         tasks = {name: app.tasks[f"zklocks_bench.{name}"] for name in names}
         deadline = time.monotonic() + 60
@@ -260,11 +257,6 @@ def policy_costs(n: int = 200, pool: str = "prefork", warmup: int = 20) -> dict[
                 if i >= warmup:
                     times[name].append(elapsed)
         app.close()
-    finally:
-        if proc is not None:
-            _stop(proc)
-        redis.cleanup()
-        zk.cleanup()
     shutil.rmtree(workdir, ignore_errors=True)
     base = statistics.median(times["single"])
     return {
@@ -282,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--policies", action="store_true", help="each de-duplication policy against the plain lock")
     args = parser.parse_args(argv)
+    stop_on_signals()  # SIGTERM too runs the clean-up that stops the servers
     if args.policies:
         costs = policy_costs(n=args.n, pool=args.pool)
         if args.json:

@@ -21,6 +21,7 @@ from kazoo.client import KazooClient
 
 from zklocks.ops.read_model import read_namespace
 from zklocks.recipes import node_data
+from zklocks.testing.runtime import stop_on_signals
 
 
 def populate(client: KazooClient, namespace: str, locks: int) -> int:
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--no-multiread", action="store_true", help="one request per read (servers < 3.6)")
     args = parser.parse_args(argv)
+    stop_on_signals()  # SIGTERM too runs the clean-up that stops the servers
     server = None
     hosts = args.hosts
     if hosts is None:

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from benchmarks import workloads
+from zklocks.testing.runtime import stop_on_signals
 
 
 def _variants() -> dict[str, tuple]:
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--seconds", type=float, default=1.0)
     args = p.parse_args(argv)
+    stop_on_signals()  # SIGTERM too runs the clean-up that stops the servers
     from benchmarks.servers import start_zookeeper
 
     zk = start_zookeeper()

@@ -18,6 +18,8 @@ import sys
 import time
 from typing import Any
 
+from zklocks.testing.runtime import stop_on_signals
+
 IMMEDIATE = "django.tasks.backends.immediate.ImmediateBackend"
 
 
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=300)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    stop_on_signals()  # SIGTERM too runs the clean-up that stops the servers
     figures = run(args.n)
     if args.json:
         sys.stdout.write(json.dumps(figures) + "\n")

@@ -1,9 +1,10 @@
 """python -m benchmarks.compare — zklocks against the locks users pick instead: speed and safety in one run.
 
 Starts every store itself (Debian's zookeeper, redis-server, postgresql, pgbouncer, etcd-server) on free ports, in
-its own process group, and stops it. For each system: uncontended acquire p50/p99, handoffs per second at 8
-processes, then the same 8-process workload under one fault schedule (the holder paused past its TTL, paused between
-its check and its write, cut off from its store by a TCP proxy, the store killed with -9 and restarted). Writes
+its own process group, and stops it, also when a system fails (the others stop at once) and on Ctrl-C or SIGTERM.
+For each system: uncontended acquire p50/p99, handoffs per second at 8 processes, then the same 8-process workload
+under one fault schedule (the holder paused past its TTL, paused between its check and its write, cut off from its
+store by a TCP proxy, the store killed with -9 and restarted). Writes
 ``bench-results/compare.json`` (one object per system), ``compare.md`` (the table) and ``compare.png`` (the plot).
 """
 
@@ -17,38 +18,33 @@ import shutil
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import ExitStack
 from pathlib import Path
 
 from benchmarks.compare import stores, workload
 from benchmarks.compare.locks import FEATURES
-from benchmarks.servers import exit_on_sigterm
 from zklocks.testing.proxy import TcpProxy
+from zklocks.testing.runtime import start_on, stopped_on_exit
 
 SYSTEMS = ["zklocks", "kazoo", "redis-lock", "redlock", "pglock", "pglock-pgbouncer", "etcd"]
 
 
-def start_stores(system: str) -> tuple[list, dict, object, dict]:
-    """(every store started, the direct addresses, the store the kill fault hits, the ports to proxy)."""
+def start_stores(system: str, stack: ExitStack) -> tuple[dict, object, dict]:
+    """(the direct addresses, the store the kill fault hits, the ports to proxy); every store it starts is stopped
+    by ``stack``, also one whose start failed half-way."""
     if system in ("zklocks", "kazoo"):
-        zk = stores.ZooKeeper()
-        return [zk], {"zk": zk.server.hosts}, zk, {"zk": zk.port}
+        zk = start_on(stack, stores.ZooKeeper())
+        return {"zk": zk.server.hosts}, zk, {"zk": zk.port}
     if system in ("redis-lock", "redlock"):
-        servers = [stores.Redis().start() for _ in range(1 if system == "redis-lock" else 3)]
-        return servers, {"redis": [s.port for s in servers]}, servers[0], {"redis": [s.port for s in servers]}
+        servers = [start_on(stack, stores.Redis()) for _ in range(1 if system == "redis-lock" else 3)]
+        return {"redis": [s.port for s in servers]}, servers[0], {"redis": [s.port for s in servers]}
     if system in ("pglock", "pglock-pgbouncer"):
-        pg = stores.Postgres().start()
-        started: list = [pg]
-        try:
-            front = pg if system == "pglock" else stores.PgBouncer(pg).start()
-        except BaseException:
-            pg.cleanup()
-            raise
-        if front is not pg:
-            started.insert(0, front)
-        return started, {"pg": front.port}, pg, {"pg": front.port}
-    etcd = stores.Etcd().start()
-    return [etcd], {"etcd": etcd.port}, etcd, {"etcd": etcd.port}
+        pg = start_on(stack, stores.Postgres())
+        front = pg if system == "pglock" else start_on(stack, stores.PgBouncer(pg))
+        return {"pg": front.port}, pg, {"pg": front.port}
+    etcd = start_on(stack, stores.Etcd())
+    return {"etcd": etcd.port}, etcd, {"etcd": etcd.port}
 
 
 def proxied(ports: dict) -> tuple[dict, list]:
@@ -67,31 +63,29 @@ def proxied(ports: dict) -> tuple[dict, list]:
 
 
 def run_system(system: str, args, log) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix=f"zklocks-compare-{system}-"))
-    cfg = workload.Config(ttl=args.ttl, margin=args.margin, settle=args.settle)
-    started, direct, kill_target, ports = start_stores(system)
-    all_proxies: list = []
-    try:
+    with ExitStack() as stack:  # unwound in reverse: the proxies, the stores, then their directory
+        tmp = Path(tempfile.mkdtemp(prefix=f"zklocks-compare-{system}-"))
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+        cfg = workload.Config(ttl=args.ttl, margin=args.margin, settle=args.settle)
+        workload.check_stopping()
+        direct, kill_target, ports = start_stores(system, stack)
+        workload.check_stopping()  # the run may have stopped while the stores started
         log(f"{system}: uncontended")
         p50, p99 = workload.uncontended(system, direct, cfg, args.uncontended, tmp)
         log(f"{system}: handoffs at {args.processes} processes")
         rate = workload.handoffs(system, direct, cfg, args.processes, args.handoff_seconds, tmp)
-        worker_addrs = []
+        worker_addrs: list = []
+        all_proxies: list = []
         for _ in range(args.processes):
             addrs, proxies = proxied(ports)
+            for proxy in proxies:
+                stack.callback(proxy.stop)
             worker_addrs.append(addrs)
             all_proxies.append(proxies)
         log(f"{system}: faults ({args.rounds} rounds of {', '.join(workload.FAULTS)})")
         holds, faults, ended = workload.run_faults(
             system, worker_addrs, cfg, args.rounds, args.fault_seconds, kill_target, all_proxies, tmp
         )
-    finally:
-        for proxies in all_proxies:
-            for proxy in proxies:
-                proxy.stop()
-        for store in started:
-            store.cleanup()
-        shutil.rmtree(tmp, ignore_errors=True)
     has_check, has_token = FEATURES[system]
     doubles = workload.double_holders(holds, fenced=False)
     fenced = workload.double_holders(holds, fenced=True) if has_token else None
@@ -175,6 +169,27 @@ def plot(results: list, path: Path) -> bool:
     return True
 
 
+def run_all(one, systems: list[str], jobs: int, log) -> list[dict]:
+    """``one(system)`` for each system, ``jobs`` at a time. The first failure, Ctrl-C or SIGTERM stops the run: the
+    systems running stop their workers and stores at their next wait, those not begun never begin."""
+    with stopped_on_exit() as stack:
+        pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+        stack.callback(pool.shutdown, wait=True, cancel_futures=True)
+
+        def stop_the_rest(kind, exc, tb) -> None:
+            if kind is not None:
+                log(f"stopping ({kind.__name__}): the systems still running stop their workers and stores")
+                workload.stopping.set()
+
+        stack.push(stop_the_rest)
+        futures = [pool.submit(one, system) for system in systems]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            if future.done() and future.exception() is not None:
+                future.result()  # raises the first failure; the stack stops the others
+        return [future.result() for future in futures]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.compare", description=__doc__)
     p.add_argument("--systems", default=",".join(SYSTEMS))
@@ -193,7 +208,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.ttl, args.fault_seconds, args.rounds, args.uncontended, args.handoff_seconds = 1.0, 1.5, 1, 50, 1.0
         args.margin, args.settle, args.jobs = 0.5, 0.3, 4
-    exit_on_sigterm()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -202,12 +216,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.monotonic() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
 
     def one(system: str) -> dict:
-        result = run_system(system, args, log)
+        try:
+            result = run_system(system, args, log)
+        except workload.Stopped:
+            raise
+        except Exception as exc:
+            log(f"{system}: failed ({type(exc).__name__}: {exc}); stopping the others")
+            raise
         log(json.dumps(result))
         return result
 
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(one, args.systems.split(",")))
+    results = run_all(one, args.systems.split(","), args.jobs, log)
     (out / "compare.json").write_text(json.dumps(results, indent=2) + "\n")
     run = {
         "command": "python -m benchmarks.compare " + " ".join(argv if argv is not None else sys.argv[1:]),

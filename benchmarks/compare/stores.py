@@ -1,7 +1,8 @@
 """The stores the comparison starts for itself, from Debian's packages, on free ports, each in its own process group.
 
 Every store offers ``start()``, ``kill()`` (kill -9 of its whole process group) and ``restart()`` (start again on the
-same ports and data directory) and ``cleanup()``. PostgreSQL and PgBouncer refuse to run as root: as root they run
+same ports and data directory) and ``cleanup()``; a start that fails kills what it spawned, and ``cleanup()`` stops
+a store in any state (not started, starting, killed). PostgreSQL and PgBouncer refuse to run as root: as root they run
 as ``nobody`` (``setpriv``), in a directory ``nobody`` owns.
 """
 
@@ -16,7 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchmarks.servers import RedisServer, start_zookeeper
+from benchmarks.servers import RedisServer, zookeeper
 from zklocks.testing import free_port
 from zklocks.testing.startup import poll_until
 
@@ -85,7 +86,10 @@ class Process:
                 cwd=self.dir,
             )
         message = f"{self.name} did not answer on {self.port} within {timeout}s"
-        poll_until(lambda: _listens(self.port) and self.ready(), log_path, message, timeout, proc=self.proc)
+        # stop: a readiness check that raises (its client library missing, say) must not leave the server running
+        poll_until(
+            lambda: _listens(self.port) and self.ready(), log_path, message, timeout, proc=self.proc, stop=self.kill
+        )
         return self
 
     def ready(self) -> bool:
@@ -251,10 +255,12 @@ class ZooKeeper:
     """zklocks.testing's ZkServer (forceSync on, tickTime 500 ms, as benchmarks/servers.py starts it)."""
 
     def __init__(self) -> None:
-        self.server = start_zookeeper()
+        self.server = zookeeper()
         self.port = self.server.port
 
     def start(self) -> ZooKeeper:
+        self.server.start()
+        self.port = self.server.port  # a first start that failed may have moved it
         return self
 
     def kill(self) -> None:

@@ -17,6 +17,7 @@ import os
 import random
 import signal
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,24 @@ from benchmarks.compare.locks import FEATURES, open_lock
 # and its proxies in more, and a child forked while one of them held a lock (stderr's, a module's import lock)
 # waited on it for ever before it ever reached its store.
 CTX = multiprocessing.get_context("forkserver")
+
+# Set when the run stops early (Ctrl-C, SIGTERM, another system failed): each wait below then raises Stopped, so
+# that the system's thread stops its workers and its stores at once instead of finishing its schedule.
+stopping = threading.Event()
+
+
+class Stopped(Exception):
+    """The run is stopping early."""
+
+
+def check_stopping() -> None:
+    if stopping.is_set():
+        raise Stopped
+
+
+def _sleep(seconds: float) -> None:
+    if stopping.wait(seconds):
+        raise Stopped
 
 
 @dataclass
@@ -161,12 +180,24 @@ def _uncontended_worker(system, addrs, cfg, n, out_path) -> None:
 
 
 def _start(target, args) -> multiprocessing.Process:
+    check_stopping()
     proc = CTX.Process(target=target, args=args, daemon=True)
     proc.start()
     return proc
 
 
+def _kill(procs) -> None:
+    """kill -9 the workers (a paused one too) when a run stops early. Their events are left alone: setting one that a
+    worker killed by a signal was waiting on blocks for ever (multiprocessing's Condition waits for every sleeper)."""
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.join(5)
+
+
 def _reap(procs, timeout: float = 10.0) -> None:
+    if stopping.is_set():
+        timeout = min(timeout, 1.0)  # no figures wanted from them any more
     deadline = time.monotonic() + timeout
     for p in procs:
         try:
@@ -179,17 +210,29 @@ def _reap(procs, timeout: float = 10.0) -> None:
             p.join(5)
 
 
-def _wait_ready(shared: Shared, n: int, timeout: float = 60.0) -> None:
-    for _ in range(n):
-        if not shared.ready.acquire(timeout=timeout):
-            raise RuntimeError("a worker did not connect to its store")
+def _wait_ready(shared: Shared, procs, timeout: float = 60.0) -> None:
+    for _ in procs:
+        deadline = time.monotonic() + timeout
+        while not shared.ready.acquire(timeout=0.2):
+            check_stopping()
+            if any(p.exitcode is not None for p in procs):
+                raise RuntimeError("a worker exited before it connected to its store (its error is above)")
+            if time.monotonic() > deadline:
+                raise RuntimeError("a worker did not connect to its store")
 
 
 def uncontended(system: str, addrs: dict, cfg: Config, n: int, tmp: Path) -> tuple[float, float]:
     out = tmp / "uncontended.json"
     p = _start(_uncontended_worker, (system, addrs, cfg, n, out))
-    p.join(120)
-    _reap([p])
+    try:
+        deadline = time.monotonic() + 120
+        while p.is_alive() and time.monotonic() < deadline:
+            p.join(0.2)
+            check_stopping()
+    finally:
+        _reap([p])
+    if not out.exists():
+        raise RuntimeError(f"the {system} worker wrote no timings (exit code {p.exitcode}; its error is above)")
     times = sorted(json.loads(out.read_text()))
     return statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
 
@@ -197,18 +240,20 @@ def uncontended(system: str, addrs: dict, cfg: Config, n: int, tmp: Path) -> tup
 def handoffs(system: str, addrs: dict, cfg: Config, n: int, seconds: float, tmp: Path) -> float:
     shared = Shared(n)
     outs = [tmp / f"handoffs-{i}.txt" for i in range(n)]
-    procs = [_start(_handoff_worker, (system, addrs, cfg, i, shared, outs[i])) for i in range(n)]
+    procs: list = []
     try:
-        _wait_ready(shared, n)
+        for i in range(n):
+            procs.append(_start(_handoff_worker, (system, addrs, cfg, i, shared, outs[i])))
+        _wait_ready(shared, procs)
         started = time.monotonic()
         shared.go.set()
-        time.sleep(seconds)
+        _sleep(seconds)
         shared.stop.set()
         elapsed = time.monotonic() - started
-    finally:
-        shared.go.set()
-        shared.stop.set()
-        _reap(procs, 15)
+    except BaseException:
+        _kill(procs)
+        raise
+    _reap(procs, 15)
     return sum(int(o.read_text()) for o in outs if o.exists()) / elapsed
 
 
@@ -223,24 +268,27 @@ def run_faults(system: str, worker_addrs: list, cfg: Config, rounds: int, fault_
     fence_path.write_bytes(b"")
     outs = [tmp / f"holds-{i}.jsonl" for i in range(n)]
     cfg.long_job = fault_s + cfg.ttl + cfg.margin  # the job outlasts the fault and one TTL: the lock can pass meanwhile
-    procs = [_start(_faults_worker, (system, worker_addrs[i], cfg, i, shared, fence_path, outs[i])) for i in range(n)]
+    procs: list = []
     faults = []
     try:
-        _wait_ready(shared, n)
+        for i in range(n):
+            procs.append(_start(_faults_worker, (system, worker_addrs[i], cfg, i, shared, fence_path, outs[i])))
+        _wait_ready(shared, procs)
         shared.go.set()
-        time.sleep(cfg.settle)
+        _sleep(cfg.settle)
         for _ in range(rounds):
             for kind in FAULTS:
                 faults.append(_inject(kind, shared, procs, cfg, fault_s, store, proxies))
-                time.sleep(cfg.settle)
-        time.sleep(cfg.settle)
-    finally:
-        shared.go.set()
+                _sleep(cfg.settle)
+        _sleep(cfg.settle)
         shared.stop.set()
         for proxy_set in proxies:
             for proxy in proxy_set:
                 proxy.heal()
         _reap(procs, 3 * cfg.ttl + 10)
+    except BaseException:
+        _kill(procs)
+        raise
     holds = []
     for o in outs:
         if o.exists():
@@ -254,6 +302,7 @@ def _wait_for(predicate, timeout: float):
         found = predicate()
         if found is not None:
             return found
+        check_stopping()
         time.sleep(0.0005)
     return None
 
@@ -274,17 +323,17 @@ def _inject(kind, shared: Shared, procs, cfg: Config, fault_s: float, store, pro
     at = time.monotonic()
     if kind in ("pause", "pause-after-check"):
         os.kill(procs[target].pid, signal.SIGSTOP)
-        time.sleep(fault_s)
+        _sleep(fault_s)  # stopping early, _kill ends the paused worker
         os.kill(procs[target].pid, signal.SIGCONT)
     elif kind == "partition":
         for proxy in proxies[target]:
             proxy.partition()
-        time.sleep(fault_s)
+        _sleep(fault_s)
         for proxy in proxies[target]:
             proxy.heal()
     else:
         store.kill()
-        time.sleep(min(1.0, fault_s / 2))
+        _sleep(min(1.0, fault_s / 2))  # a store left down is stopped all the same
         store.restart()
     if kind != "pause-after-check":  # let the long job end (or be abandoned) before the next fault
         _wait_for(lambda: True if shared.long_holder.value < 0 else None, cfg.long_job + 10)
