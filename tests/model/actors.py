@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import os
 import subprocess
@@ -90,8 +91,16 @@ class TaskActor:
 
     def close(self) -> None:
         self._owner.cancel()
+
+        async def settle():  # let the cancelled owner task finish before the loop stops
+            await asyncio.sleep(0)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(settle(), self.loop).result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self.loop.close()
 
 
 class ProcessActor:

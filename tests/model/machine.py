@@ -173,7 +173,9 @@ class LockModel(RuleBasedStateMachine):
 
     def session_id(self, actor: str) -> tuple[int, bytes]:
         if actor == "p":
-            sid, password = self.actors["p"].ask(op="session")["result"]
+            answer = self.actors["p"].ask(op="session")
+            assert answer["ok"], f"the peer process gave no session: {answer}"
+            sid, password = answer["result"]
             return int(sid), bytes.fromhex(password)
 
         def connected():  # the pool may open a new session meanwhile: ask it again each time

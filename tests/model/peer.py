@@ -29,7 +29,15 @@ def main() -> int:
             elif op == "ensure_held":
                 result = handles[name].ensure_held() if name in handles else "none"
             elif op == "session":
-                session_id, password = connections["default"].session().client.client_id
+                deadline = time.monotonic() + 20
+                while True:  # the pool may be opening a new session (after an expiry)
+                    client = connections["default"].session().client
+                    if client.connected and client.client_id is not None:
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("no connected session within 20 s")
+                    time.sleep(0.05)
+                session_id, password = client.client_id
                 result = [session_id, password.hex()]
             else:
                 result = f"unknown op {op}"
