@@ -1,9 +1,10 @@
 """The two tiers of the suite (CONTRIBUTING.md, "Two tiers").
 
 ``make test`` runs the fast tier: the unit tests, the tests on the suite's shared server, and one smoke test of each
-real component (a lock through an ensemble fault, Celery prefork workers, beat, the admin in headless Chromium,
-the comparison). ``make test-all`` runs everything: the tests listed here (marked ``full`` at collection), the
-``slow`` ones, the stateful model (``model``) and the leftover checks of the commands (``leftovers``).
+real component: a lock through an ensemble fault (test_client_partition.py), a Celery prefork worker
+(test_tasks.py), beat (two real beats behind the admin's beat page), the admin in headless Chromium, Curator, and
+the comparison of two systems. ``make test-all`` runs everything: the tests listed here (marked ``full`` at
+collection), the ``slow`` ones, the stateful model (``model``) and the leftover checks of the commands (``leftovers``).
 
 A test goes here when it repeats, at length, what a faster test of the fast tier already shows: a fault matrix,
 a chaos or scale run, the same promise through more faults, or one more worker topology. Node ids are prefixes.
@@ -27,10 +28,19 @@ FULL_TIER_ONLY = (
     "tests/celery/test_beat_claims.py",
     "tests/celery/test_beat_live_edits.py",
     "tests/celery/test_beat_catchup.py::test_each_catch_up_policy_after_a_failover",
+    # Celery workers: the fast tier keeps test_tasks.py (a prefork worker under contention, each on_locked policy)
+    # and the admin's beat page (two real beats); these run more workers through more faults
+    "tests/celery/test_policies.py",
+    "tests/celery/test_on_lost.py",
+    "tests/celery/test_worker_faults.py",
+    "tests/celery/test_unique_queued.py",
+    "tests/celery/test_soft_time_limit.py",
+    "tests/celery/test_chain.py",
+    "tests/celery/test_pools.py",
+    "tests/celery/test_beat_fence.py",
+    # the comparison of all seven systems (the fast tier runs two: tests/packaging/test_compare_smoke.py)
+    "tests/packaging/test_compare_smoke.py::test_compare_quick_of_every_system",
     # more worker topologies of promises the fast tier shows once
-    "tests/celery/test_chain.py::test_the_second_of_a_chain_never_skips_when_it_runs_on_a_faster_session",
-    "tests/celery/test_policies.py::test_admin_lists_running_and_queued_tasks_by_key",
-    "tests/celery/test_pools.py::test_gevent_pool_handles_and_exclusion",
     "tests/tasks/test_db_worker.py::test_retry_enqueues_again_and_runs_after_the_holder",
     "tests/tasks/test_db_worker.py::test_unique_queued_keeps_one_row_per_key_across_producers",
     "tests/tasks/test_db_worker.py::test_a_dead_worker_does_not_block_the_key",

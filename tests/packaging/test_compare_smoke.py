@@ -27,10 +27,10 @@ KEYS = {
 }
 
 
-@pytest.mark.timeout(150)
-def test_compare_quick(tmp_path):
+def compare_quick(tmp_path, systems: set[str]) -> list[dict]:
     run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.compare", "--quick", "--out", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.compare", "--quick", "--systems", ",".join(sorted(systems))]
+        + ["--out", str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -38,19 +38,35 @@ def test_compare_quick(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-4000:]
     results = json.loads((tmp_path / "compare.json").read_text())
-    assert {r["system"] for r in results} == SYSTEMS
+    assert {r["system"] for r in results} == systems
     for r in results:
-        assert KEYS <= r.keys(), r
-        assert 0 < r["p50_ms"] <= r["p99_ms"] < 10_000, r
-        assert r["handoffs_per_s"] > 0, r
-        assert r["holds"] > 0, r
-        assert r["faults_injected"] == 4, r  # one round: pause, pause after the check, partition, kill
-        assert 0 <= r["double_holders"] <= r["holds"], r
-        assert 0 < r["max_stall_s"] < 60, r
-        if r["system"] in ("zklocks", "etcd"):  # the systems with a fencing token
-            assert r["double_holders_fenced"] is not None and r["double_holders_fenced"] <= r["double_holders"], r
-        else:
-            assert r["double_holders_fenced"] is None, r
+        check_row(r)
+    assert "| zklocks |" in (tmp_path / "compare.md").read_text()
+    return results
+
+
+@pytest.mark.timeout(150)
+def test_compare_quick_of_two_systems(tmp_path):
+    """make test's smoke: zklocks (fenced) and a Redis lock (not), with every part of the run."""
+    compare_quick(tmp_path, {"zklocks", "redis-lock"})
+
+
+@pytest.mark.timeout(150)
+def test_compare_quick_of_every_system(tmp_path):
+    results = compare_quick(tmp_path, SYSTEMS)
     # The schedule is strong enough to break a lock without fencing: some system shows a double holder.
     assert any(r["double_holders"] > 0 for r in results), results
-    assert "| zklocks |" in (tmp_path / "compare.md").read_text()
+
+
+def check_row(r: dict) -> None:
+    assert KEYS <= r.keys(), r
+    assert 0 < r["p50_ms"] <= r["p99_ms"] < 10_000, r
+    assert r["handoffs_per_s"] > 0, r
+    assert r["holds"] > 0, r
+    assert r["faults_injected"] == 4, r  # one round: pause, pause after the check, partition, kill
+    assert 0 <= r["double_holders"] <= r["holds"], r
+    assert 0 < r["max_stall_s"] < 60, r
+    if r["system"] in ("zklocks", "etcd"):  # the systems with a fencing token
+        assert r["double_holders_fenced"] is not None and r["double_holders_fenced"] <= r["double_holders"], r
+    else:
+        assert r["double_holders_fenced"] is None, r
