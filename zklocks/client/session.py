@@ -31,7 +31,7 @@ from kazoo.protocol.states import KazooState, KeeperState
 
 from .. import conf
 from ..exceptions import ZkAuthError, ZkUnavailable
-from . import clock, kazoo_compat, lease, observe, worker_threads
+from . import abandoned, clock, kazoo_compat, lease, observe, worker_threads
 from .interrupts import new_event, raised_by_signal_handler, unmasked
 from .iohandler import DEFAULT_HANDLER, read_without_select
 from .kazoo_hooks import raise_through_wakeup, send_close
@@ -92,6 +92,10 @@ class Session(LeaseKeeping, OutageWatch):
             "backoff": 1.5,
             "max_delay": max(0.1, min(1.0, cfg.session_timeout / 4)),
         }
+        # What a client joining this session needs to close it later (abandoned.py): the connection's own options.
+        self._join_options = {key: value for key, value in options.items() if key not in ("handler", "logger")}
+        self._join_options["auth_data"] = list(cfg.auth) or None
+        self._client_id: tuple[int, bytes] | None = None  # the session's id and password once connected
         # kazoo's per-retry warnings at DEBUG, with the secrets taken out; the causes for ZkUnavailable
         self.kazoo_log = KazooLog(secrets=[cred for _, cred in cfg.auth])
         options.setdefault("logger", self.kazoo_log)
@@ -187,6 +191,7 @@ class Session(LeaseKeeping, OutageWatch):
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
             self._down_since = None
+            self._client_id = self.client.client_id  # kazoo forgets it when it gives up: kept for abandoned.py
             self._connected.set()
         else:
             self._connected.clear()
@@ -252,6 +257,14 @@ class Session(LeaseKeeping, OutageWatch):
             hold.mark_lost(reason)
         self._wake_waiters()
         self.close(wait=False)
+
+    def _close_later_if_unsent(self) -> None:
+        """Closed while disconnected: the close cannot reach the server, which may restore the session and keep its
+        nodes; it is closed from here once a server answers (abandoned.py). Not for a session the server expired."""
+        client_id, self._client_id = self._client_id, None  # once: close() may run again (at exit)
+        if client_id is None or self.client.connected or self.dead_reason == "expired":
+            return
+        abandoned.close_when_reachable(self.alias, self.cfg.hosts, client_id, self.timeout, self._join_options)
 
     def forget_after_fork(self) -> None:
         """In a forked child: no I/O, no locks (another thread of the parent may have held them)."""
@@ -418,6 +431,7 @@ class Session(LeaseKeeping, OutageWatch):
                 holds, self._holds = list(self._holds), set()
             for hold in holds:
                 hold.mark_lost("closed")
+        self._close_later_if_unsent()
 
         def _stop() -> None:
             try:

@@ -1,0 +1,75 @@
+"""Sessions given up while ZooKeeper could not be reached, closed on the server as soon as one can be reached.
+
+A session dropped after a whole session timeout without a connection (outage_watch.py), or closed while
+disconnected, may still live on a server that comes back with its data: the server restores it with a fresh
+timeout and keeps its ephemeral nodes (holds, queue places, and the nodes of releases that could not be sent)
+for another whole session timeout, so that locks this process released read "held elsewhere". Its id and
+password are kept here instead of forgotten: a client that joins the session from this process at the first
+server reached and closes it ends it on the server, which deletes its ephemeral nodes at once
+(docs/reliability.md, "Releases during an outage").
+
+A server that no longer knows the session (it expired, or the data was wiped) starts a new one for the joining
+client instead; closing that one is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
+
+from .kazoolog import KazooLog
+
+log = logging.getLogger("zklocks")
+
+# How often a closer tries the servers while none answers: the bound on how long a released lock stays held once
+# ZooKeeper is reachable again.
+_RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.2}
+
+
+def close_when_reachable(
+    alias: str, hosts: str, client_id: tuple[int, bytes], timeout: float, options: dict[str, Any]
+) -> threading.Thread:
+    """Close session ``client_id`` on the first of ``hosts`` that answers, in a daemon thread of its own.
+
+    ``options`` are the alias's kazoo options for the connection (TLS, auth), without a handler or a logger.
+    It gives up after max(5 min, 30 session timeouts); a server restarted later with its data expires the session
+    by itself a session timeout after its start, as before. The password never reaches a log.
+    """
+    give_up = time.monotonic() + max(300.0, 30 * timeout)
+
+    def close() -> None:
+        while time.monotonic() < give_up:
+            twin = KazooClient(
+                hosts=hosts,
+                client_id=client_id,
+                timeout=timeout,
+                connection_retry=_RETRY,
+                logger=KazooLog(secrets=[cred for _, cred in options.get("auth_data") or ()]),
+                **options,
+            )
+            try:
+                twin.start(timeout=min(30.0, max(1.0, give_up - time.monotonic())))
+            except KazooTimeoutError:
+                continue  # kazoo stopped the attempt; try again
+            except Exception:  # noqa: BLE001 - a bad option or a refused auth: nothing more to do from here
+                log.debug("zklocks: closing an abandoned session of alias %r failed", alias, exc_info=True)
+                return
+            try:
+                twin.stop()
+            finally:
+                twin.close()
+            log.info("zklocks: an abandoned session of alias %r is closed on the server", alias)
+            return
+        log.info("zklocks: gave up closing an abandoned session of alias %r (it has expired by now)", alias)
+
+    thread = threading.Thread(target=close, name="zklocks-close-abandoned", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # at interpreter shutdown no thread starts: the server expires the session by itself
+        log.debug("zklocks: an abandoned session of alias %r is left to expire (interpreter exit)", alias)
+    return thread
