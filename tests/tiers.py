@@ -4,7 +4,8 @@
 real component: a lock through an ensemble fault (test_client_partition.py), a Celery prefork worker
 (test_tasks.py), beat (two real beats behind the admin's beat page), the admin in headless Chromium, Curator, and
 the comparison of two systems. ``make test-all`` runs everything: the tests listed here (marked ``full`` at
-collection), the ``slow`` ones, the stateful model (``model``) and the leftover checks of the commands (``leftovers``).
+collection), the stateful model (``model``) and the leftover checks of the commands (``leftovers``);
+``make test-all SLOW=1`` adds the ``slow`` figure runs.
 
 A test goes here when it repeats, at length, what a faster test of the fast tier already shows: a fault matrix,
 a chaos or scale run, the same promise through more faults, or one more worker topology. Node ids are prefixes.
