@@ -137,6 +137,25 @@ class ProcessActor:
         self.proc.wait(10)
 
 
+class MarkingWork:
+    """Work a lock protects, handed to a thread: it notes the time every 20 ms for ``seconds`` unless stopped, so
+    that a test can see whether it ran past the next holder's grant (``after``)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.started = threading.Event()
+        self.marks: list[float] = []
+        self._until = time.monotonic() + seconds
+
+    def __call__(self) -> None:
+        self.started.set()
+        while time.monotonic() < self._until:
+            self.marks.append(time.monotonic())
+            time.sleep(0.02)
+
+    def after(self, moment: float) -> list[float]:
+        return [mark for mark in self.marks if mark > moment]
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float, step: float = 0.02) -> float | None:
     """Seconds until ``predicate()`` held, or None when it did not within ``timeout``."""
     start = time.monotonic()

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
-import threading
 import time
 import uuid
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from tests.model.actors import ProcessActor, TaskActor, ThreadActor, outcome, wait_for
+from tests.model.actors import MarkingWork, ProcessActor, TaskActor, ThreadActor, outcome, wait_for
 from tests.support.helpers import raw_client, zk_settings
 from zklocks import LockOwnershipError, lock_path, zk_lock
 from zklocks.client.pools import close_all, connections
@@ -44,6 +44,17 @@ UNAVAILABLE = {"ZkUnavailable"}
 # Rules to leave out of a run, e.g. to look for a second finding while the first is known:
 # ZKLOCKS_MODEL_SKIP=cancel_work_in_a_thread,release_during_outage
 SKIP = set(filter(None, os.environ.get("ZKLOCKS_MODEL_SKIP", "").split(",")))
+
+
+def skippable(rule_function):
+    """A rule named in SKIP does nothing (it is still drawn, so that programs stay comparable across runs)."""
+
+    @functools.wraps(rule_function)
+    def run(self, **arguments):
+        if rule_function.__name__ not in SKIP:
+            rule_function(self, **arguments)
+
+    return run
 
 
 class World:
@@ -209,9 +220,8 @@ class LockModel(RuleBasedStateMachine):
     # -- rules: the public calls --
 
     @rule(actor=st.sampled_from(ACTORS), name=st.sampled_from(NAMES), blocking=st.booleans())
+    @skippable
     def acquire(self, actor: str, name: str, blocking: bool) -> None:
-        if "acquire" in SKIP:
-            return
         got = self.call(actor, "acquire", name, blocking=blocking, timeout=1.0 if blocking else None)
         others = [a for a in self.holders(name) if a != actor]
         if got == "True":
@@ -228,9 +238,8 @@ class LockModel(RuleBasedStateMachine):
             )
 
     @rule(actor=st.sampled_from(ACTORS), name=st.sampled_from(NAMES))
+    @skippable
     def release(self, actor: str, name: str) -> None:
-        if "release" in SKIP:
-            return
         got = self.call(actor, "release", name)
         assert got in ("ok", "none"), f"{actor} release({name!r}) gave {got}"
         if self.count.get((actor, name), 0) > 0:
@@ -240,10 +249,9 @@ class LockModel(RuleBasedStateMachine):
     # -- rules: other owners on an owner's handle --
 
     @rule(name=st.sampled_from(NAMES))
+    @skippable
     def child_task_try_lock_then_release(self, name: str) -> None:
         """A child task tries the parent's lock on the parent's handle, fails, and releases in ``finally``."""
-        if "child_task_try_lock_then_release" in SKIP:
-            return
         if not self.count.get(("a1", name)):
             return
         actor: TaskActor = self.actors["a1"]
@@ -266,10 +274,9 @@ class LockModel(RuleBasedStateMachine):
         self.assert_still_held("a1", name, "a child task's try-lock and release")
 
     @rule(name=st.sampled_from(NAMES))
+    @skippable
     def task_created_between_holds_releases(self, name: str) -> None:
         """A task created after the parent's hold ended calls release() during the parent's next hold."""
-        if "task_created_between_holds_releases" in SKIP:
-            return
         if self.count.get(("a1", name)) != 1:
             return
         actor: TaskActor = self.actors["a1"]
@@ -294,10 +301,9 @@ class LockModel(RuleBasedStateMachine):
         self.assert_still_held("a1", name, "a task created between two holds")
 
     @rule(name=st.sampled_from(NAMES))
+    @skippable
     def executor_release(self, name: str) -> None:
         """``run_in_executor`` (no copied context) releases the task's handle: refused, the hold stays."""
-        if "executor_release" in SKIP:
-            return
         if not self.count.get(("a1", name)):
             return
 
@@ -309,10 +315,9 @@ class LockModel(RuleBasedStateMachine):
         self.assert_still_held("a1", name, "an executor job's release")
 
     @rule(name=st.sampled_from(NAMES))
+    @skippable
     def other_thread_releases(self, name: str) -> None:
         """Thread t2 calls release() on t1's handle: refused, the hold stays."""
-        if "other_thread_releases" in SKIP:
-            return
         if not self.count.get(("t1", name)):
             return
         handle = self.actors["t1"].handles[name]
@@ -331,10 +336,9 @@ class LockModel(RuleBasedStateMachine):
     # -- rules: faults --
 
     @rule(actor=st.sampled_from(["t1", "p"]))
+    @skippable
     def expire_session(self, actor: str) -> None:
         """A session expired for real (this process's sessions are shared by t1, t2 and a1)."""
-        if "expire_session" in SKIP:
-            return
         self.expire(actor)
         lost = LOCAL if actor != "p" else ["p"]
         for a in lost:
@@ -345,17 +349,15 @@ class LockModel(RuleBasedStateMachine):
                     assert took is not None, f"{a} still passes ensure_held({name!r}) after its session expired"
 
     @rule()
+    @skippable
     def restart_with_data(self) -> None:
         """The server is restarted with its data: sessions and holds survive (within the session timeout)."""
-        if "restart_with_data" in SKIP:
-            return
         self.world.server.restart()
 
     @rule(seconds=st.sampled_from([0.5, 1.0, 1.5, SESSION_TIMEOUT / 2]))
+    @skippable
     def silent_blip(self, seconds: float) -> None:
         """The link from this process is silent for a while; ZooKeeper keeps sessions shorter than a timeout."""
-        if "silent_blip" in SKIP:
-            return
         held = [
             (a, n) for a in LOCAL for n in NAMES if self.count.get((a, n)) and self.call(a, "ensure_held", n) == "ok"
         ]
@@ -371,10 +373,9 @@ class LockModel(RuleBasedStateMachine):
             )
 
     @rule(actor=st.sampled_from(["t1", "a1"]), name=st.sampled_from(NAMES))
+    @skippable
     def release_during_outage(self, actor: str, name: str) -> None:
         """The server stops, a holder releases, a session timeout passes, the server comes back with its data."""
-        if "release_during_outage" in SKIP:
-            return
         if self.count.get((actor, name)) != 1:
             return
         server = self.world.server
@@ -401,10 +402,9 @@ class LockModel(RuleBasedStateMachine):
         )
 
     @rule(actor=st.sampled_from(LOCAL), name=st.sampled_from(NAMES), blocking=st.booleans())
+    @skippable
     def acquire_while_down(self, actor: str, name: str, blocking: bool) -> None:
         """No contention verdict while ZooKeeper cannot be reached."""
-        if "acquire_while_down" in SKIP:
-            return
         self.world.proxy.partition()
         try:
             got = self.call(actor, "acquire", name, blocking=blocking, timeout=1.0 if blocking else None)
@@ -417,36 +417,26 @@ class LockModel(RuleBasedStateMachine):
         assert got in UNAVAILABLE, f"{actor} acquire({name!r}, blocking={blocking}) gave {got} while unreachable"
 
     @rule()
+    @skippable
     def wipe(self) -> None:
         """The server comes back empty (with nobody holding: a wipe loses holds by definition)."""
-        if "wipe" in SKIP:
-            return
         if any(self.holders(n) for n in NAMES):
             return
         self.world.server.restart(wipe=True)
 
     @rule()
+    @skippable
     def cancel_work_in_a_thread(self) -> None:
         """Under on_lost="cancel", work handed to asyncio.to_thread must not run on past the next holder's grant."""
-        if "cancel_work_in_a_thread" in SKIP:
-            return
         actor: TaskActor = self.actors["a1"]
-        marks: list[float] = []
-        started = threading.Event()
-        stop_writing = time.monotonic() + 3 * SESSION_TIMEOUT
-
-        def work():
-            started.set()
-            while time.monotonic() < stop_writing:
-                marks.append(time.monotonic())
-                time.sleep(0.02)
+        work = MarkingWork(3 * SESSION_TIMEOUT)
 
         async def body():
             async with zk_lock("w", on_lost="cancel"):
                 await asyncio.to_thread(work)
 
         future = asyncio.run_coroutine_threadsafe(body(), actor.loop)
-        assert started.wait(10)
+        assert work.started.wait(10)
         # The holder's link goes silent for longer than the session: ZooKeeper expires the session at its end,
         # and the peer (reached directly) holds. The lease must have stopped the work before that.
         self.world.proxy.partition(refuse_new=False)
@@ -459,7 +449,7 @@ class LockModel(RuleBasedStateMachine):
         self.call("p", "release", "w")
         with contextlib.suppress(BaseException):
             future.result(4 * SESSION_TIMEOUT)
-        late = [m for m in marks if m > granted]
+        late = work.after(granted)
         assert not late, f"work under on_lost='cancel' ran {late[-1] - granted:.2f} s past the next holder's grant"
 
     # -- invariants --

@@ -14,6 +14,7 @@ import uuid
 import pytest
 from kazoo.recipe.lock import Lock as KazooLock
 
+from tests.model.actors import MarkingWork
 from tests.model.findings import OPEN
 from tests.support.helpers import raw_client, wait_until, zk_settings
 from tests.support.threads import HeldInThread
@@ -94,15 +95,7 @@ def test_a_lock_released_during_an_outage_is_free_within_a_second_of_the_server_
 def test_work_in_to_thread_under_cancel_stops_before_the_next_holder_is_granted(server, linked):
     # Model: cancel_work_in_a_thread() -> the thread's work wrote after the next holder's grant.
     proxy, observer = linked
-    marks: list[float] = []
-    started = threading.Event()
-    until = time.monotonic() + 3 * SESSION_TIMEOUT
-
-    def work():
-        started.set()
-        while time.monotonic() < until:
-            marks.append(time.monotonic())
-            time.sleep(0.02)
+    work = MarkingWork(3 * SESSION_TIMEOUT)
 
     async def body():
         async with zk_lock("work", on_lost="cancel"):
@@ -110,7 +103,7 @@ def test_work_in_to_thread_under_cancel_stops_before_the_next_holder_is_granted(
 
     runner = threading.Thread(target=lambda: asyncio.run(body()), daemon=True)
     runner.start()
-    assert started.wait(10)
+    assert work.started.wait(10)
     proxy.partition(refuse_new=False)
     try:
         nxt = KazooLock(observer, lock_path("work"))
@@ -120,5 +113,5 @@ def test_work_in_to_thread_under_cancel_stops_before_the_next_holder_is_granted(
         proxy.heal()
     nxt.release()
     runner.join(4 * SESSION_TIMEOUT)
-    late = [m for m in marks if m > granted]
+    late = work.after(granted)
     assert not late, f"the work ran {late[-1] - granted:.2f} s past the next holder's grant"
