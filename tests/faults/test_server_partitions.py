@@ -27,6 +27,7 @@ import pytest
 from django.test import override_settings
 
 from tests.support.helpers import raw_client, wait_until
+from tests.support.threads import HeldInThread
 from zklocks import zk_lock
 from zklocks.client.pools import close_all
 from zklocks.exceptions import ZkLocksError, ZkUnavailable
@@ -451,3 +452,47 @@ def test_a_session_back_from_a_server_with_a_shorter_timeout_counts_on_the_short
         if proxy is not None:
             proxy.stop()
         ens.cleanup()
+
+
+def test_no_contention_verdict_from_a_follower_cut_off_from_the_quorum(ens, aliases):
+    """A follower cut off from the leader still answers reads from its stale copy for syncLimit ticks. A verdict
+    of contention drawn there from a read alone would be a lie: a try-lock that found the lock busy before (and
+    settles the next try with one read), and a waiter whose deadline comes, both read through a sync, which only
+    the leader answers. The try-lock on a lock the majority has freed, and the waiter behind a holder it can no
+    longer see, end in ZkUnavailable, never in False or LockTimeout."""
+    leader, (f, other) = leader_and_followers(ens)
+    name = f"quorum-{uuid.uuid4().hex[:8]}"
+    holder = HeldInThread(zk_lock(name, using=f"s{other}"))
+    assert holder.acquired
+    tried = zk_lock(name, using=f"s{f}", blocking=False)
+    assert tried.acquire() is False  # truly busy: the next try settles with one read
+    # Its deadline falls after the cut and before the follower stops serving (SYNC_LIMIT_S after it).
+    waiter = zk_lock(name, using=f"s{f}", timeout=1.0)
+    waited: list[BaseException | bool] = []
+    queued = threading.Thread(target=lambda: waited.append(_outcome(waiter.acquire)), daemon=True)
+    started = time.monotonic()
+    queued.start()
+    zk = raw_client(ens.servers[other].hosts)
+    try:
+        path = lock_path(name, aliases[f])
+        wait_until(lambda: len(zk.get_children(path)) == 2, timeout=5)  # the holder and the waiter
+        ens.cut(f, leader)
+        cut = time.monotonic()
+        assert cut - started < 0.8, "the waiter queued too late for its deadline to fall after the cut"
+        holder.release()  # committed by the majority: the follower never hears of it
+        wait_until(lambda: len(zk.get_children(path)) == 1, timeout=5)  # only the waiter's node is left
+    finally:
+        zk.stop()
+        zk.close()
+    assert time.monotonic() - cut < SYNC_LIMIT_S  # the follower still serves its clients from its copy
+    tried_outcome = _outcome(tried.acquire)
+    queued.join(30)
+    assert isinstance(tried_outcome, ZkUnavailable), f"try-lock on a lock the majority freed: {tried_outcome!r}"
+    assert waited and isinstance(waited[0], ZkUnavailable), f"waiter cut off at its deadline: {waited!r}"
+
+
+def _outcome(call) -> BaseException | bool:
+    try:
+        return call()
+    except Exception as exc:  # noqa: BLE001 - the test reads it
+        return exc

@@ -6,6 +6,7 @@ Run with ``-s`` to see the figures (enqueue time, cancel and release times, hand
 """
 
 import asyncio
+import collections
 import threading
 import time
 
@@ -49,10 +50,29 @@ async def until(predicate, timeout: float, what: str) -> None:
         await asyncio.sleep(0.5)
 
 
-async def reaches(count, target: int, what: str, started: float) -> None:
+def where_tasks_are(tasks) -> str:
+    """Where the waiters are, for a failure message: the innermost await of each task still running, and the
+    errors of those that ended, counted (a stalled handful reads differently from the crowd)."""
+    places: collections.Counter[str] = collections.Counter()
+    for task in tasks:
+        if task.done():
+            error = None if task.cancelled() else task.exception()
+            places[f"ended: {error!r}"[:160]] += 1
+            continue
+        coro, where = task.get_coro(), "?"
+        while coro is not None:
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is not None:
+                where = f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        places[where] += 1
+    return "; ".join(f"{n} at {where}" for where, n in places.most_common(8))
+
+
+async def reaches(count, target: int, what: str, started: float, tasks=()) -> None:
     """Wait until ``count()`` reaches ``target``; fail if it stops growing for STALL seconds or has not got there
     ENQUEUE_BOUND after ``started``, with the counts seen every 10 s (a slow machine and a stall read
-    differently)."""
+    differently) and where the ``tasks`` wait."""
     best, progressed, seen = -1, started, []
     while True:
         value = await asyncio.to_thread(count)
@@ -64,6 +84,8 @@ async def reaches(count, target: int, what: str, started: float) -> None:
         if not seen or now - seen[-1][0] >= 10:
             seen.append((now, value))
         timeline = ", ".join(f"{t - started:.0f} s: {v}" for t, v in seen)
+        if now - progressed >= STALL or now - started >= ENQUEUE_BOUND:
+            timeline += f"; tasks: {where_tasks_are(tasks)}"
         assert now - progressed < STALL, f"{what}: no progress for {STALL} s at {value} of {target} ({timeline})"
         assert now - started < ENQUEUE_BOUND, f"{what}: {value} of {target} after {ENQUEUE_BOUND} s ({timeline})"
         await asyncio.sleep(0.5)
@@ -132,11 +154,11 @@ def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_qu
         client.get_children_async = counted
         started = time.monotonic()
         tasks = [asyncio.create_task(waiter(i)) for i in range(waiters)]
-        await reaches(lambda: znodes(roomy_zk), nodes_before + waiters, "every waiter enqueued", started)
+        await reaches(lambda: znodes(roomy_zk), nodes_before + waiters, "every waiter enqueued", started, tasks)
         # Every waiter watches its predecessor's data: one watch each, as the server counts them (per session
         # and path: a holder's own watch of a long hold, if set by then, and its first waiter's count once).
         watching = watches_before + waiters - locks
-        await reaches(lambda: watches(roomy_zk), watching, "every waiter watching", started)
+        await reaches(lambda: watches(roomy_zk), watching, "every waiter watching", started, tasks)
         figures["enqueue_s"] = time.monotonic() - started
         figures["listings"] = listings[0]
         if locks == 1:

@@ -88,6 +88,19 @@ def children_of(client, parent: str):
     return send_request(client, GetChildren(parent, None))
 
 
+def synced_children(client, parent: str):
+    """A ``sync`` then a listing of ``parent``, pipelined; the result is the listing's.
+
+    For a verdict of contention drawn from a read alone: a server cut off from the quorum still answers reads
+    from its stale copy for syncLimit ticks, but never a sync, so the verdict waits for the leader or becomes
+    ZkUnavailable (as :func:`synced_exists`)."""
+    if client.chroot:
+        client.sync_async(parent)
+        return client.get_children_async(parent)
+    send_request(client, Sync(parent))
+    return send_request(client, GetChildren(parent, None))
+
+
 class SessionGone(Exception):
     """Our session is lost or closed: whatever we enqueued is gone with it."""
 

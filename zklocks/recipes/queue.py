@@ -33,7 +33,15 @@ from ..exceptions import (
     ZkUnavailable,
 )
 from . import lock_delay, node_data, step_runner
-from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, children_of, create_contender
+from .kazoo_calls import (
+    Deadline,
+    DeadlinePassed,
+    SessionGone,
+    children_of,
+    create_contender,
+    synced_children,
+    synced_exists,
+)
 from .layout import SEQUENCE_WARN, Layout, exhausted_message, sequence_trusted, warn_near_limit
 from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
@@ -245,12 +253,13 @@ class Contender(OwnNode):
         """At the deadline: ask the server once more before calling it a timeout.
 
         A timeout says the lock is held elsewhere, which only an answer can back: a server that cannot answer
-        (down, paused, cut off) turns the wait into ZkUnavailable instead. A cancelled async caller is not asked.
+        (down, paused, cut off) turns the wait into ZkUnavailable instead. The read is synced with the leader: a
+        server cut off from the quorum still answers reads, but not a sync. A cancelled async caller is not asked.
         """
         if deadline.cancelled():
             return
         client = self.session.client
-        yield Request(lambda: client.exists_async(blocker_path), self.session, deadline)
+        yield Request(lambda: synced_exists(client, blocker_path), self.session, deadline)
 
     def _woken(self, waker) -> None:
         if not waker.is_set():  # a session event may come on top of the watch's: one wake-up
@@ -303,7 +312,9 @@ def acquire_steps(
         if not blocking and parent in session.busy_hint:
             # This lock was busy at our last try: one read may settle it without a create and a delete.
             try:
-                children = yield Request(functools.partial(children_of, session.client, parent), session, deadline)
+                # Synced: the False it may give is a verdict of contention, which a server cut off from the
+                # quorum must not give from its stale copy.
+                children = yield Request(functools.partial(synced_children, session.client, parent), session, deadline)
             except NoNodeError:
                 children = []
             except SessionGone:
