@@ -86,6 +86,11 @@ def queued(name: str, count: int) -> None:
     wait_until(lambda: (info := read_model.lock_info("default", name)[0]) and len(info.waiters) >= count, 10)
 
 
+def delay_recorded(name: str) -> bool:
+    info, _ = read_model.lock_info("c", name)
+    return info is not None and info.delay_until is not None
+
+
 def holder_node(name: str) -> str:
     info, _ = read_model.lock_info("default", name)
     return info.holders[0].node
@@ -115,6 +120,27 @@ def test_expired_holder_delays_the_next_holder_by_lock_delay_on_the_servers_cloc
         holder.release()  # a lost hold left in this thread's registry would meet a later test
         waiter.stop()
         holder.release()
+
+
+def test_threads_sharing_the_expired_session_wait_the_delay_too(aliases, zk_expire):
+    """Holder and waiter are threads of one process: one session, which expires for real. The waiter's node
+    vanishes with the holder's, so nobody sees the holder vanish; the waiter still holds only after the delay,
+    and writes the record that shuts the lock for everyone else."""
+    holder = zk_lock("shared", lock_delay=DELAY)
+    assert holder.acquire()
+    waiter = Waiter(zk_lock("shared", lock_delay=DELAY), timeout=20)
+    try:
+        queued("shared", 1)
+        before, after = expire(zk_expire, aliases)
+        newcomer = zk_lock("shared", using="b", lock_delay=DELAY, blocking=False)
+        wait_until(lambda: delay_recorded("shared"), 10)
+        assert newcomer.acquire() is False  # the record stands for every contender
+        waiter.join()
+        assert waiter.result is True, waiter.error
+        assert waiter.server_after - after >= DELAY - SLACK
+    finally:
+        holder.release()  # a lost hold left in this thread's registry would meet a later test
+        waiter.stop()
 
 
 def test_force_release_is_an_unclean_loss(aliases):

@@ -16,11 +16,13 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import time
 from typing import Any
 
 from kazoo.exceptions import NoNodeError
 
+from .. import forking
 from ..exceptions import LockNotAcquired, ZkAuthError
 from ..lock_delay_option import valid
 from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
@@ -58,6 +60,49 @@ def ends_at(until: int, server_ms: int, local: float) -> float:
     return local + (until - server_ms) / 1000.0
 
 
+# Holds of this process lost uncleanly under a lock-delay, by (alias, lock node): the lost node, the delay, and
+# when we learned of the loss. Threads of one process share its session, so when it expires their waiters' nodes
+# vanish with the holder's and nobody is left to see the holder vanish: a contender of ours counts this as its
+# vanished blocker instead (hold_steps).
+_lost_here: dict[tuple[str, str], tuple[str, float, float]] = {}
+_lost_guard = threading.Lock()
+
+
+def note_lost(alias: str, parent: str, node: str, seconds: float) -> None:
+    """A hold of ours on ``parent`` under a lock-delay of ``seconds`` was lost uncleanly (its session ended, its
+    lease ran out, its node was deleted by someone else)."""
+    with _lost_guard:
+        _lost_here[(alias, parent)] = (node, seconds, time.monotonic())
+
+
+def lost_here(alias: str, parent: str) -> str | None:
+    """The node of ours lost uncleanly on ``parent`` whose delay may not be over yet, or None."""
+    with _lost_guard:
+        entry = _lost_here.get((alias, parent))
+        if entry is None:
+            return None
+        node, seconds, noted = entry
+        if time.monotonic() - noted >= seconds:
+            del _lost_here[(alias, parent)]  # over even counted from when we learned of it (the loss came before)
+            return None
+        return node
+
+
+def _recorded(alias: str, parent: str, node: str) -> None:
+    with _lost_guard:
+        if _lost_here.get((alias, parent), (None,))[0] == node:
+            del _lost_here[(alias, parent)]  # the record in the lock node tells every contender from now on
+
+
+def _reset_after_fork() -> None:
+    global _lost_guard
+    _lost_guard = threading.Lock()
+    _lost_here.clear()
+
+
+forking.register(_reset_after_fork)
+
+
 def hold_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) -> Steps:
     """Before ``contender`` (a queue.Contender, first in its queue) holds: wait out a lock-delay in force, or
     start one if the blocker it watched last vanished without its release mark (``contender.vanished``).
@@ -69,6 +114,9 @@ def hold_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) ->
     if vanished == "":
         return  # a marked release handed over: its holder held, so any delay before it was over
     session, parent = contender.session, contender.parent
+    lost = lost_here(session.alias, parent) if contender.lock_delay else None
+    if vanished is None:
+        vanished = lost  # our own holder's node went with a session of ours: nobody saw it vanish
     client = session.client
     try:
         raw, stat = yield Request(lambda: client.get_async(parent), session, deadline)
@@ -91,6 +139,8 @@ def hold_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) ->
             # still wait it out; counted from now, which is after the delete.
             log.warning("zklocks: cannot record a lock-delay in %s (NoAuth); only this contender waits it", parent)
         end = time.monotonic() + seconds  # the server stamped the write before its answer came
+        if lost is not None:
+            _recorded(session.alias, parent, lost)
         log.info("zklocks: %s lost its holder %s uncleanly: lock-delay of %gs", parent, vanished, seconds)
     if end is None or end <= time.monotonic():
         return
