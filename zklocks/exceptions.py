@@ -95,7 +95,10 @@ class StaleToken(ZkLocksError):
     """A write carried a fencing token lower than one the resource has already accepted."""
 
     def __init__(self, token: int, model: str) -> None:
-        super().__init__(f"{model}: fencing token {token} is stale; a later lock holder has written since")
+        super().__init__(
+            f"{model}: fencing token {token} is stale; a later lock holder has written since (or ZooKeeper lost its "
+            "data, and tokens started again low: docs/reliability.md, 'Tokens after data loss', resets the column)"
+        )
         self.token = token
 
 

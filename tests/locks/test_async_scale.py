@@ -84,6 +84,7 @@ async def reaches(count, target: int, what: str, started: float, tasks=()) -> No
         if not seen or now - seen[-1][0] >= 10:
             seen.append((now, value))
         timeline = ", ".join(f"{t - started:.0f} s: {v}" for t, v in seen)
+        assert not any(task.done() for task in tasks), f"{what}: a waiter ended ({where_tasks_are(tasks)})"
         if now - progressed >= STALL or now - started >= ENQUEUE_BOUND:
             timeline += f"; tasks: {where_tasks_are(tasks)}"
         assert now - progressed < STALL, f"{what}: no progress for {STALL} s at {value} of {target} ({timeline})"
@@ -122,8 +123,10 @@ def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_qu
     # (docs/security.md, "No forged handoff"): O(queue) per handoff. The 10,000 waiters wait under AUTH, where the
     # release mark alone hands over (one notification, no listing); the 2,000 without it.
     guarded = {"AUTH": [("digest", "scale:crowd-secret")]} if waiters >= WAITERS else {}
+    # One connection answers in order: a waiter's request may wait behind hundreds of others (the gate lets 500
+    # go at a time), and on 2 loaded cores that has passed 10 s, which CONNECT_TIMEOUT turns into ZkUnavailable.
     zklocks_settings(
-        HOSTS=roomy_zk.hosts, SESSION_TIMEOUT=20.0, CONNECT_TIMEOUT=10.0, TICK_TIME=1.0, POOL_SIZE=1, **guarded
+        HOSTS=roomy_zk.hosts, SESSION_TIMEOUT=20.0, CONNECT_TIMEOUT=30.0, TICK_TIME=1.0, POOL_SIZE=1, **guarded
     )
     names = [f"crowd-{locks}-{j}" for j in range(locks)]
     paths = [zk_lock(name).path for name in names]
@@ -176,7 +179,9 @@ def test_thousands_of_coroutines_wait_without_a_thread_each_and_are_served_in_qu
         results = await asyncio.gather(*doomed, return_exceptions=True)
         figures["cancel_s"] = time.monotonic() - start
         assert all(isinstance(r, asyncio.CancelledError) for r in results)
-        assert figures["cancel_s"] < 2.0
+        # "At once" against queued behind the crowd's answers (10,000 at about a thousand a second): a bound
+        # that tells the two apart on a loaded machine too, not a speed target (the figures above are that).
+        assert figures["cancel_s"] < 8.0
         await until(lambda: znodes(roomy_zk) <= nodes_before + waiters - len(doomed), 30, "cancelled nodes gone")
 
         # The holders' releases run at once (a release never waits behind waiters), and the queues drain.

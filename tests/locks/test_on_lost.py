@@ -36,18 +36,19 @@ def session_timeout() -> float:
 def test_cancel_lands_in_the_body_no_later_than_the_lease_deadline(own_zk):
     with zk_settings(own_zk.hosts, "/onlost-deadline"):
         lock = zk_lock("frozen", on_lost="cancel")
-        with lock:
-            own_zk.pause()
-            try:
-                ends = time.monotonic() + 20
-                x = 0
-                with pytest.raises(LockLost) as info:
-                    while time.monotonic() < ends:
-                        x += 1
-                stopped = clock.now()
-            finally:
-                own_zk.resume()
-            assert not lock.is_held
+        with pytest.raises(LockLost):  # the body caught the stop: the with statement says it again
+            with lock:
+                own_zk.pause()
+                try:
+                    ends = time.monotonic() + 20
+                    x = 0
+                    with pytest.raises(LockLost) as info:
+                        while time.monotonic() < ends:
+                            x += 1
+                    stopped = clock.now()
+                finally:
+                    own_zk.resume()
+                assert not lock.is_held
         exc = info.value
         print(f"stopped {1000 * (stopped - exc.lease_end):+.1f} ms from the lease's end")
         # Declared 50 ms ahead of the lease's end; the bound is the leader's earliest expiry after it (lease.py's
@@ -331,4 +332,25 @@ def test_a_body_that_swallows_the_cancellation_still_gets_lock_lost_from_async_w
 
     with zk_settings(zk_server.hosts, "/onlost-aio-swallow"):
         lock = asyncio.run(asyncio.wait_for(main(), 20))
+        assert not lock._mine
+
+
+@pytest.mark.timeout(60)
+def test_a_thread_body_that_swallows_the_stop_still_leaves_its_with_through_lock_lost(zk_server, zk_expire):
+    """A body that catches every exception per item (common in batch jobs) swallows the stop; the with statement
+    still raises LockLost when the body ends, so the caller never reads the work as done under the lock."""
+    swallowed = []
+    with zk_settings(zk_server.hosts, "/onlost-swallow"):
+        lock = zk_lock("swallow", on_lost="cancel")
+        with pytest.raises(LockLost) as info:
+            with lock:
+                zk_expire(zk_server.hosts, session_of())
+                ends = time.monotonic() + 15
+                while time.monotonic() < ends and not swallowed:
+                    try:
+                        time.sleep(0.01)
+                    except Exception as exc:  # noqa: BLE001 - the body under test swallows everything
+                        swallowed.append(exc)
+        assert swallowed and isinstance(swallowed[0], LockLost)  # the stop did reach the body
+        assert info.value.reason == "expired"
         assert not lock._mine

@@ -10,7 +10,7 @@ ZooKeeper in one transaction with a ``check`` of its own candidate node (recipes
 commits only while no other beat can lead, so a leader that lost its session (expired, frozen past its
 timeout, cut off) cannot commit, and then it does not send. A new leader reads these times when elected: it
 neither repeats a send of the old leader nor skips one beyond the failover. The message carries the header
-``zklocks_beat = {"election", "entry", "token", "sent_at", "host"}``: the token is the leader's fencing token,
+``zklocks_beat = {"election", "entry", "token", "world", "sent_at", "host"}``: the token is the leader's fencing token,
 which workers with ``ZKLOCKS_BEAT["FENCE_WORKERS"]`` check (beat_fence.py).
 
 A claim whose answer was lost (timeout, connection loss) is resolved before anything is sent: once the
@@ -123,6 +123,7 @@ class LeaderScheduler(Scheduler):
         self._sent: dict[str, float] = {}  # entry name -> epoch seconds of its last send, as ZooKeeper has it
         self._claims: dict[str, beatstate.Claim] = {}  # entry name -> its last claim (for the versioned write)
         self._inherited: dict[str, beatstate.Claim] = {}  # claims of earlier leaders, read when elected
+        self._world = 0  # the election node's ctime, read when elected (beatstate.world_of)
         self._doubt: dict[str, tuple[float, int | None]] = {}  # our claims of unknown outcome: (sent_at, token)
         self._parent: str | None = None  # the election's node, known once elected
         self._orphans_at = 0.0  # monotonic time of the next look for orphans
@@ -178,6 +179,7 @@ class LeaderScheduler(Scheduler):
                 self.leader.release()
                 return False
             self._parent = hold.contender.parent
+            self._world = beatstate.world_of(hold.session, self._parent, Deadline(hold.session.cfg.connect_timeout))
             self._refresh(hold, Deadline(hold.session.cfg.connect_timeout))
             self._inherited = {name: c for name, c in self._claims.items() if c.token != hold.token}
             self._orphans_at = 0.0
@@ -328,6 +330,8 @@ class LeaderScheduler(Scheduler):
 
     def stamp(self, name: str, token: int | None, sent_at: float, due: float | None = None) -> dict[str, Any]:
         stamp = {"election": self.election, "entry": name, "token": token, "sent_at": sent_at, "host": _HOST}
+        if self._world:
+            stamp["world"] = self._world  # the data's lifetime the token belongs to (beatstate.world_of)
         if due is not None:
             stamp["due"] = round(due, 6)
             if due < self.elected_at:

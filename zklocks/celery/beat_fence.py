@@ -9,8 +9,10 @@ records the token in the entry's node in ONE versioned write:
 
 The write is a ``set_data`` at the version just read (or a ``create``): it commits only if no other worker
 recorded a token in between. A tick whose token is older than the recorded one is not run: it raises Celery's
-``Ignore`` and is logged. So the ticks of one entry run in token order, and a deposed leader's late tick is
-dropped (docs/design.md §11).
+``Ignore`` and is logged. Tokens are compared within one lifetime of ZooKeeper's data (the stamp's "world", the
+election node's ctime): a wiped ensemble starts its zxids again low, and its leader's ticks are newer than any
+tick of the data before, whatever their tokens. So the ticks of one entry run in token order, and a deposed
+leader's late tick is dropped (docs/design.md §11).
 
 Installed by the zklocks app when the setting is on (apps.py): it wraps ``celery.app.task.Task.before_start``,
 which Celery's tracer calls before every task. A task class that overrides ``before_start`` must call
@@ -59,6 +61,12 @@ def executed_path(namespace: str, election: str, entry: str) -> str:
     return f"{beat_state_path(join_path(namespace, election))}/{EXECUTED}/{entry_node(entry)}"
 
 
+def _world(record: dict[str, Any]) -> int:
+    """The data lifetime a stamp's or a record's token belongs to (beatstate.world_of); 0 if it names none."""
+    world = record.get("world")
+    return world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else 0
+
+
 def admit(stamp: dict[str, Any], task_id: str | None = None) -> None:
     """Record ``stamp``'s token as executed for its entry, or raise StaleTick if a newer one was."""
     using = celery_conf.beat_settings()["USING"]
@@ -67,8 +75,15 @@ def admit(stamp: dict[str, Any], task_id: str | None = None) -> None:
     client = session.client
     path = executed_path(pool.cfg.namespace, stamp["election"], stamp["entry"])
     token: int = stamp["token"]
+    world = _world(stamp)
     data = json.dumps(
-        {"token": token, "task_id": task_id, "host": socket.gethostname()[:64], "at": round(time.time(), 6)},
+        {
+            "token": token,
+            "world": world,
+            "task_id": task_id,
+            "host": socket.gethostname()[:64],
+            "at": round(time.time(), 6),
+        },
         separators=(",", ":"),
     ).encode()
     deadline = Deadline(session.cfg.connect_timeout * 2)
@@ -82,11 +97,19 @@ def admit(stamp: dict[str, Any], task_id: str | None = None) -> None:
             except NodeExistsError:
                 continue  # another worker recorded first: compare with its token
         try:
-            newest = json.loads(raw or b"{}").get("token")
+            recorded = json.loads(raw or b"{}")
         except ValueError:
-            newest = None
-        if isinstance(newest, int) and newest > token:
-            raise StaleTick(f"token {token} is older than token {newest}, whose tick of this entry already ran")
+            recorded = {}
+        newest = recorded.get("token") if isinstance(recorded, dict) else None
+        if isinstance(newest, int):
+            newest_world = _world(recorded)
+            if newest_world > world:
+                raise StaleTick(
+                    f"token {token} was issued before ZooKeeper's data was replaced (a tick of the data created at "
+                    f"{newest_world} ms already ran)"
+                )
+            if newest_world == world and newest > token:
+                raise StaleTick(f"token {token} is older than token {newest}, whose tick of this entry already ran")
         try:
             # One versioned write: it fails if another worker recorded a token since our read.
             call(session, functools.partial(client.set_async, path, data, stat.version), deadline)

@@ -372,10 +372,11 @@ class BaseHandle(Enforcing, Acquirable):
         # finally: a signal handler's exception raised while the stop is disarmed must not leave the hold taken
         # (it would stay in this thread's registry, and the next acquire of the name would find it lost).
         released = [False]
+        stoppers: list = []
         try:
             while self._stops:  # the body has ended: no stop may come after this (see release)
                 try:
-                    self._disarm_top(current_owner())
+                    stoppers = self._disarm_top(current_owner())
                     break
                 except LockLostInterrupt:
                     continue
@@ -392,6 +393,12 @@ class BaseHandle(Enforcing, Acquirable):
                         with contextlib.suppress(LockOwnershipError):
                             self._release(False, released)
                     raise
+        if exc_type is None:
+            # The stop reached the body, which caught it (a per-item ``except Exception``) and ended normally:
+            # the caller still learns that the lock was lost, as ``async with`` tells a body that swallowed it.
+            swallowed = next((s for s in stoppers if s.delivered), None)
+            if swallowed is not None:
+                raise swallowed.lost_error()
 
     # -- async --
 

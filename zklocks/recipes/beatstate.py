@@ -86,6 +86,15 @@ def same_claim(claim: Claim | None, sent_at: float, token: int | None) -> bool:
     return claim is not None and claim.token == token and abs(claim.sent_at - round(sent_at, 6)) < 1e-6
 
 
+def world_of(session: Session, election: str, deadline: Deadline) -> int:
+    """The creation time (the server's epoch ms) of the election's node: it names the data's lifetime. Fencing
+    tokens are zxids, which start again low when the ensemble loses its data; an election node made after that
+    is younger than every node of the old data, so (world, token) keeps increasing across it."""
+    client = session.client
+    stat = call(session, lambda: client.exists_async(election), deadline)
+    return 0 if stat is None else stat.ctime
+
+
 def read_sent(session: Session, election: str, deadline: Deadline) -> dict[str, Claim]:
     """{entry name: its last committed claim} as every committed write left it.
 
