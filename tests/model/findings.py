@@ -7,9 +7,10 @@ their regression tests are expected failures that name the issue which owns the 
 """
 
 # Fixed: "release_during_outage" (a release sent during an outage left a ghost hold for a session timeout after
-# the restart; zklocks/client/abandoned.py closes the given-up session once a server answers).
+# the restart; zklocks/client/abandoned.py closes the given-up session once a server answers), and "silent_blip"
+# (an idle holder lost its holds on a silent blip of half the session timeout, which ZooKeeper survives; the lease
+# keeper now keeps the lease half a session timeout ahead, client/lease_keeping.py).
 # rule -> the issue that owns the fix
 OPEN = {
     "cancel_work_in_a_thread": "issue 34 (lost means stopped): work handed to asyncio.to_thread outlives the lease",
-    "silent_blip": "issue 35 (outage and recovery): an idle holder loses its holds on a blip ZooKeeper survives",
 }

@@ -55,6 +55,20 @@ class LeaseKeeping:
         """Start a renewal round when the lease has this much left: a round is a sync and a write, in turn."""
         return max(0.1, 0.25 * (self.timeout - lease.relay_gap(self.timeout, self.cfg.tick_time)))
 
+    def round_spacing(self) -> float:
+        """The keeper starts renewal rounds at most this often."""
+        return max(0.1, 0.05 * self.timeout)
+
+    def keep_ahead(self) -> float:
+        """The keeper's threshold: renew while the lease still covers a silent blip of half the session timeout,
+        which ZooKeeper survives (a busy session's own traffic keeps it that far ahead), plus a round. A renewal
+        leaves at best the lease minus the relay gap, so the threshold stays a spacing below that: without
+        TICK_TIME the gap is half the timeout, and only a shorter blip can be covered (docs/reliability.md)."""
+        full = self.timeout - lease.loss_margin(self.timeout)
+        fresh = full - lease.relay_gap(self.timeout, self.cfg.tick_time)
+        spacing = self.round_spacing()
+        return max(self.renew_ahead(), min(0.5 * self.timeout + spacing, fresh - spacing))
+
     def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
         """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier)."""
         with self._lock:
@@ -64,7 +78,7 @@ class LeaseKeeping:
             self._keeper_gen += 1
             gen = self._keeper_gen
         if at is None:
-            at = max(clock.now(), self.lease_deadline() - self.renew_ahead())
+            at = max(clock.now(), self.lease_deadline() - self.keep_ahead())
         worker_threads.get().call_at(at, lambda: self._keep(gen))
 
     def _keep(self, gen: int) -> None:
@@ -80,12 +94,12 @@ class LeaseKeeping:
         if remaining <= stop:
             self.declare_lost("suspended")
             return
-        ahead = self.renew_ahead()
+        ahead = self.keep_ahead()
         if remaining <= ahead:
             if not self._renewing and self._connected.is_set():
                 self._renew()
             # Look again soon: the round may not be enough (a late answer, a reconnect), and the deadline stands.
-            self._arm_keeper(min(clock.now() + min(remaining, ahead / 4), self.lease_deadline() - stop))
+            self._arm_keeper(min(clock.now() + min(remaining, self.round_spacing()), self.lease_deadline() - stop))
         else:
             self._arm_keeper(self.lease_deadline() - ahead)
 
