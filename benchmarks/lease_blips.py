@@ -2,7 +2,7 @@
 
     python -m benchmarks.lease_blips [--phases 4]
 
-The process reaches a standalone server (tickTime 200 ms) through a TCP proxy; a blip stops the proxy forwarding
+The process reaches a standalone server through a TCP proxy; a blip stops the proxy forwarding
 (connections stay open, nothing arrives) for a fraction of the session timeout, then heals. ZooKeeper keeps the
 session through any blip shorter than the session timeout, so a hold lost to a shorter one is the client's doing.
 For each configuration and mode, blips of 30 % to 70 % of the timeout are tried, each at ``--phases`` moments
@@ -21,11 +21,12 @@ import time
 from benchmarks.servers import exit_on_sigterm
 from benchmarks.workloads import configure_django
 
-CONFIGS = [  # (SESSION_TIMEOUT, TICK_TIME or None)
-    (4.0, 0.2),
-    (6.0, None),
-    (6.0, 0.2),
-    (10.0, 2.0),
+# (the server's tickTime in ms, SESSION_TIMEOUT, TICK_TIME or None): a server negotiates at most 20 ticks.
+CONFIGS = [
+    (200, 2.0, 0.2),
+    (200, 4.0, None),
+    (200, 4.0, 0.2),
+    (500, 8.0, 0.5),
 ]
 FRACTIONS = [0.3, 0.4, 0.5, 0.6, 0.7]
 
@@ -98,12 +99,15 @@ def main(argv: list[str] | None = None) -> int:
     from zklocks.testing import ZkServer
     from zklocks.testing.proxy import TcpProxy
 
-    zk = ZkServer(tick_time=200).start()
-    proxy = TcpProxy("127.0.0.1", zk.port).start()
+    servers = {}
     rows = []
     try:
-        configure_django(proxy.hosts)
-        for timeout, tick in CONFIGS:
+        for server_tick, timeout, tick in CONFIGS:
+            if server_tick not in servers:
+                zk = ZkServer(tick_time=server_tick).start()
+                servers[server_tick] = (zk, TcpProxy("127.0.0.1", zk.port).start())
+            proxy = servers[server_tick][1]
+            configure_django(proxy.hosts)
             alias = {
                 "HOSTS": proxy.hosts,
                 "NAMESPACE": "/zklocks-bench-blips",
@@ -132,8 +136,9 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
     finally:
-        proxy.stop()
-        zk.cleanup()
+        for zk, proxy in servers.values():
+            proxy.stop()
+            zk.cleanup()
     print("\n| SESSION_TIMEOUT | TICK_TIME | lowest lease left (idle) | keeper req/s | longest blip, idle | busy |")
     print("| --- | --- | --- | --- | --- | --- |")
     for timeout, tick, lowest, rate, idle, busy in rows:

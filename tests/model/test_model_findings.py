@@ -93,6 +93,21 @@ def test_a_lock_released_during_an_outage_is_free_within_a_second_of_the_server_
         observer.close()
 
 
+def test_the_first_try_lock_after_the_restart_finds_a_lock_released_during_the_outage_free(server, linked):
+    """The same outage, seen by the process itself: its first try-lock once ZooKeeper is back must not read its own
+    previous session's ghost as "held elsewhere" (a Celery skip, a 409). A new session waits for the closers of
+    the sessions its alias gave up (abandoned.settle) before its first acquire."""
+    lock = zk_lock("outage-again")
+    assert lock.acquire(timeout=5)
+    server.stop()
+    try:
+        lock.release()
+        time.sleep(SESSION_TIMEOUT + 1)
+    finally:
+        server.start()
+    assert zk_lock("outage-again", blocking=False).acquire() is True
+
+
 @pytest.mark.xfail(reason=OPEN["cancel_work_in_a_thread"], strict=False)
 def test_work_in_to_thread_under_cancel_stops_before_the_next_holder_is_granted(server, linked):
     # Model: cancel_work_in_a_thread() -> the thread's work wrote after the next holder's grant.

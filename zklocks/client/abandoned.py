@@ -22,6 +22,7 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
+from .. import forking
 from .kazoolog import KazooLog
 
 log = logging.getLogger("zklocks")
@@ -29,6 +30,36 @@ log = logging.getLogger("zklocks")
 # How often a closer tries the servers while none answers: the bound on how long a released lock stays held once
 # ZooKeeper is reachable again.
 _RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.2}
+
+
+# alias -> how many of its abandoned sessions are still being closed (settle() waits for them).
+_closing: dict[str, int] = {}
+_closing_changed = threading.Condition()
+
+
+def settle(alias: str, timeout: float) -> bool:
+    """Wait at most ``timeout`` seconds until no abandoned session of ``alias`` is still being closed; whether
+    none is. Called once a new session of the alias has connected: a server answers, so the closers get through
+    within their retry delay, and the new session's first acquire never finds a lock this process released
+    still held by its previous session."""
+    ends = time.monotonic() + timeout
+    with _closing_changed:
+        while _closing.get(alias):
+            left = ends - time.monotonic()
+            if left <= 0:
+                return False
+            _closing_changed.wait(left)
+    return True
+
+
+def _track(alias: str, change: int) -> None:
+    with _closing_changed:
+        count = _closing.get(alias, 0) + change
+        if count > 0:
+            _closing[alias] = count
+        else:
+            _closing.pop(alias, None)
+        _closing_changed.notify_all()
 
 
 def close_when_reachable(
@@ -43,11 +74,19 @@ def close_when_reachable(
     give_up = time.monotonic() + max(300.0, 30 * timeout)
 
     def close() -> None:
+        try:
+            closing()
+        finally:
+            _track(alias, -1)
+
+    def closing() -> None:
         while time.monotonic() < give_up:
             twin = KazooClient(
                 hosts=hosts,
                 client_id=client_id,
-                timeout=timeout,
+                # kazoo's connect attempt waits in proportion to it: one caught by a server that is still
+                # starting would hold the close back for seconds. The joined session is closed at once anyway.
+                timeout=min(timeout, 1.0),
                 connection_retry=_RETRY,
                 logger=KazooLog(secrets=[cred for _, cred in options.get("auth_data") or ()]),
                 **options,
@@ -68,8 +107,20 @@ def close_when_reachable(
         log.info("zklocks: gave up closing an abandoned session of alias %r (it has expired by now)", alias)
 
     thread = threading.Thread(target=close, name="zklocks-close-abandoned", daemon=True)
+    _track(alias, +1)
     try:
         thread.start()
     except RuntimeError:  # at interpreter shutdown no thread starts: the server expires the session by itself
+        _track(alias, -1)
         log.debug("zklocks: an abandoned session of alias %r is left to expire (interpreter exit)", alias)
     return thread
+
+
+def _reset_after_fork() -> None:
+    """The closers are threads of the parent: a child has none to wait for."""
+    global _closing_changed
+    _closing.clear()
+    _closing_changed = threading.Condition()
+
+
+forking.register(_reset_after_fork)

@@ -60,14 +60,19 @@ class LeaseKeeping:
         return max(0.1, 0.05 * self.timeout)
 
     def keep_ahead(self) -> float:
-        """The keeper's threshold: renew while the lease still covers a silent blip of half the session timeout,
-        which ZooKeeper survives (a busy session's own traffic keeps it that far ahead), plus a round. A renewal
-        leaves at best the lease minus the relay gap, so the threshold stays a spacing below that: without
-        TICK_TIME the gap is half the timeout, and only a shorter blip can be covered (docs/reliability.md)."""
-        full = self.timeout - lease.loss_margin(self.timeout)
-        fresh = full - lease.relay_gap(self.timeout, self.cfg.tick_time)
-        spacing = self.round_spacing()
-        return max(self.renew_ahead(), min(0.5 * self.timeout + spacing, fresh - spacing))
+        """The keeper's threshold: with TICK_TIME known, renew while the lease still covers a silent blip of half
+        the session timeout, which ZooKeeper survives (a busy session's own traffic keeps it that far ahead), plus
+        a round. A round leaves at best the lease minus one tick, so the threshold stays two average round
+        intervals below that, at least an eighth of it each: the keeper never spins. Without TICK_TIME the relay
+        gap is half the timeout, no round can cover such a blip, and rounds wait for renew_ahead
+        (docs/reliability.md, "Blips")."""
+        ahead = self.renew_ahead()
+        tick = self.cfg.tick_time
+        if not tick:
+            return ahead
+        fresh = self.timeout - lease.loss_margin(self.timeout) - lease.relay_gap(self.timeout, tick)
+        least = max(self.round_spacing(), fresh / 8)
+        return max(ahead, min(0.5 * self.timeout + self.round_spacing(), fresh - 2 * least))
 
     def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
         """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier)."""

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from .. import conf, forking
 from ..exceptions import ZkUnavailable
+from . import abandoned
 from .session import Session
 
 
@@ -51,6 +52,9 @@ class Pool:
                     raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
                 session = Session(self.cfg)
                 session.start()
+                # A server answers: the sessions this alias gave up during the outage are closed first, so that
+                # no lock this process released reads as held by its own previous session.
+                abandoned.settle(self.cfg.alias, self.cfg.connect_timeout)
                 if self.closed:  # closed while we were connecting: do not leak the new session
                     session.close(wait=False)
                     raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
