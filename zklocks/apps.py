@@ -23,6 +23,7 @@ class ZkLocksConfig(AppConfig):
         checks.register(tasks_checks.check_tasks, "zklocks")
         # Talks to ZooKeeper: only with `manage.py check --deploy`, never on every manage.py command.
         checks.register(zk_checks.check_namespace_acls, "zklocks", deploy=True)
+        checks.register(zk_checks.check_guarded_aliases, "zklocks", deploy=True)
         checks.register(zk_checks.check_server_conf, "zklocks", deploy=True)
         checks.register(security_checks.check_exposed_views, "zklocks", deploy=True)
         setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")

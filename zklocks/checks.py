@@ -36,6 +36,7 @@ is no longer called through ``self``: no session would start; see zklocks/client
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
 W002 (the namespace or a node below it has a weaker ACL than configured), W003 (the ACLs could not be checked),
+W007 (an alias others may write: no AUTH, or an ACL granting world, ip: or a foreign digest; read from settings),
 W005 (a parent of the namespace lets another identity delete or create it), W006 (ZooKeeper hides the digest ids
 of a node from this identity, which the configured ACL gives ADMIN), E018 (the audit stopped at
 security.DEPLOY_LIMIT nodes: the rest was not checked),
@@ -114,6 +115,35 @@ def check_namespace_acls(app_configs=None, **kwargs) -> list[checks.CheckMessage
         finally:
             session.close(wait=False)
         messages.extend(acl_messages(where, result))
+    return messages
+
+
+def check_guarded_aliases(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """Deploy check W007: an alias whose nodes others may write or delete (no AUTH, or an ACL granting world, an
+    ``ip:`` range or a foreign digest): anyone with that access can hand a held lock over or delete a holder's
+    node (docs/security.md). Offline: reads settings only."""
+    from .client.kazoo_options import build_acl, outside_writers
+
+    configs, _ = conf.get_config()
+    messages: list[checks.CheckMessage] = []
+    for alias, cfg in sorted(configs.items()):
+        others = outside_writers(build_acl(cfg), cfg)
+        if not others:
+            continue
+        why = (
+            "it has no AUTH, so its nodes take ZooKeeper's open ACL"
+            if not cfg.auth and cfg.acl is None
+            else (f"its ACL lets {', '.join(others)} write or delete")
+        )
+        messages.append(
+            checks.Warning(
+                f"ZKLOCKS[{alias!r}] is not guarded: {why}. Any client with that access can hand a held lock "
+                "over to a waiter or delete a holder's node.",
+                hint="Set AUTH to a digest credential of the alias's own (and an ACL of its identities only); "
+                "docs/security.md says who can hand a lock over under each configuration.",
+                id="zklocks.W007",
+            )
+        )
     return messages
 
 

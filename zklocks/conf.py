@@ -245,6 +245,19 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
                 f"Use the alias's own settings instead ({owners})." if owners else "A session id cannot be shared.",
             )
         )
+    tls_checks = ("verify_certs", "check_hostname")
+    vague = [k for k in tls_checks if k in options and options[k] is not False and not options[k]]
+    if options.get("use_ssl") and vague:
+        problems.append(
+            _problem(
+                "zklocks.E061",
+                alias,
+                f"OPTIONS: TLS with {', '.join(f'{k}={options[k]!r}' for k in vague)}: a falsy value that is not "
+                "False turns the check off without saying so.",
+                "Leave it out (zklocks checks host names with use_ssl), or write False to turn it off on purpose "
+                "(zklocks.W060 then warns).",
+            )
+        )
     if options.get("use_ssl") and (options.get("verify_certs") is False or options.get("check_hostname") is False):
         off = "verify_certs" if options.get("verify_certs") is False else "check_hostname"
         problems.append(

@@ -417,3 +417,41 @@ def test_lock_delay_under_curators_layout_warns():
         ),
     ]
     assert run({"default": {**OK, "LOCK_DELAY": 0, "LAYOUT": "curator"}}) == []
+
+
+def test_deploy_check_warns_about_an_alias_others_may_write():
+    """W007 (check --deploy, from settings alone): an open alias, and an ACL with an ip: range or a foreign digest,
+    let someone other than the alias hand a lock over; a digest identity of its own does not."""
+    from kazoo.security import ACL, Id, Permissions, make_digest_acl
+
+    from zklocks.checks import check_guarded_aliases
+
+    own = ("digest", "app:s3cret")
+    loopback = ACL(Permissions.ALL, Id("ip", "127.0.0.0/8"))
+    reader = ACL(Permissions.READ, Id("world", "anyone"))
+    foreign = make_digest_acl("other", "pw", write=True)
+    settings = {
+        "default": dict(OK),
+        "guarded": {**OK, "NAMESPACE": "/g", "AUTH": [own]},
+        "guarded_reads": {
+            **OK,
+            "NAMESPACE": "/r",
+            "AUTH": [own],
+            "ACL": [make_digest_acl("app", "s3cret", all=True), reader],
+        },
+        "ip": {**OK, "NAMESPACE": "/i", "AUTH": [own], "ACL": [make_digest_acl("app", "s3cret", all=True), loopback]},
+        "foreign": {
+            **OK,
+            "NAMESPACE": "/f",
+            "AUTH": [own],
+            "ACL": [make_digest_acl("app", "s3cret", all=True), foreign],
+        },
+    }
+    with override_settings(ZKLOCKS=settings):
+        messages = check_guarded_aliases()
+    assert all(m.id == "zklocks.W007" for m in messages)
+    by_alias = {m.msg.split("'")[1]: m.msg for m in messages}
+    assert sorted(by_alias) == ["default", "foreign", "ip"]
+    assert "no AUTH" in by_alias["default"]
+    assert "ip:127.0.0.0/8" in by_alias["ip"]
+    assert "digest:other:" in by_alias["foreign"]

@@ -201,7 +201,14 @@ def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
                 f"is unavailable (no session within CONNECT_TIMEOUT=1s: connection refused by {hosts})",
                 hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
                 id="zklocks.W003",
-            )
+            ),
+            Warning(
+                "ZKLOCKS['default'] is not guarded: it has no AUTH, so its nodes take ZooKeeper's open ACL. Any "
+                "client with that access can hand a held lock over to a waiter or delete a holder's node.",
+                hint="Set AUTH to a digest credential of the alias's own (and an ACL of its identities only); "
+                "docs/security.md says who can hand a lock over under each configuration.",
+                id="zklocks.W007",
+            ),
         ]
         assert time.monotonic() - started < 2.0
         # The network check is a deploy check: a plain `manage.py check` (and runserver, migrate...) skips it.
@@ -225,7 +232,7 @@ def test_a_new_namespace_and_an_alias_without_auth(zk_server, ns):
         lines, failed = run_check()
         assert failed is None
         assert "default: note no AUTH or ACL configured: any client may create and delete lock nodes" in lines
-        assert deploy_messages() == []
+        assert [m.id for m in deploy_messages()] == ["zklocks.W007"]  # an open alias, read from settings
 
 
 def test_unknown_alias_is_a_failure(zk_server, ns):

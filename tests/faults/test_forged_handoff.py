@@ -4,6 +4,7 @@ whose node is written or deleted by anyone else reports LockLost at once (docs/s
 import time
 
 import pytest
+from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
 from tests.support.helpers import raw_client, wait_until, zk_settings
 from tests.support.threads import HeldInThread
@@ -15,9 +16,14 @@ pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
 CREDENTIAL = "app:forge-proof"
 
 
-@pytest.fixture(params=["open", "auth"])
+@pytest.fixture(params=["open", "auth", "ip"])
 def config(request, zk_server):
-    extra = {"AUTH": [("digest", CREDENTIAL)]} if request.param == "auth" else {}
+    """open: no AUTH. auth: a digest identity of the alias's own. ip: the same, plus an ACL entry that lets the
+    loopback range write, which a forger on this host is in: not guarded (kazoo_options.outside_writers)."""
+    extra = {"AUTH": [("digest", CREDENTIAL)]} if request.param != "open" else {}
+    if request.param == "ip":
+        loopback = ACL(Permissions.ALL, Id("ip", "127.0.0.0/8"))
+        extra["ACL"] = [make_digest_acl(*CREDENTIAL.split(":"), all=True), loopback]
     with zk_settings(zk_server.hosts, f"/forged-{request.param}", SESSION_TIMEOUT=4.0, **extra):
         try:
             yield request.param

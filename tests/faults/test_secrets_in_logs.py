@@ -1,6 +1,7 @@
 """No secret in any log, at any level: kazoo logs every request it sends at DEBUG, the Auth packet (with the
 digest password) and the Connect request (with the session password) among them, again on every reconnect."""
 
+import base64
 import logging
 
 import pytest
@@ -24,6 +25,12 @@ def test_scrub_hides_auth_and_session_passwords():
     connect = "Connect(protocol_version=0, session_id=7, passwd=b'\\x01\\x02q\\'x', read_only=None)"
     assert scrub("%s", (connect,)) == "Connect(protocol_version=0, session_id=7, passwd=<hidden>, read_only=None)"
     assert PASSWORD not in scrub("odd line mentioning %s", (PASSWORD,))
+    # kazoo's own INFO line, with the session password in hex
+    line = "Session created, session_id: %r session_passwd: %s\n negotiated session timeout: %s"
+    created = scrub(line, (7, "00ff17", 4))
+    assert "00ff17" not in created and "session_passwd: <hidden>" in created
+    for form in encodings(PASSWORD.encode()):
+        assert form not in scrub("encoded %s", (form,))
 
 
 def test_no_record_at_any_level_carries_a_password(zk_server, caplog):
@@ -47,5 +54,12 @@ def test_no_record_at_any_level_carries_a_password(zk_server, caplog):
     messages = [record.getMessage() for record in caplog.records]
     assert any("Auth(" in m for m in messages), "kazoo's DEBUG lines were not captured"
     assert sum("Connect(" in m for m in messages) >= 2, "no reconnect was logged"
-    leaks = [m for m in messages if PASSWORD in m or repr(session_password)[2:-1] in m]
+    assert any("Session created" in m for m in messages), "kazoo's session line was not captured"
+    forms = [PASSWORD, repr(session_password)[2:-1], *encodings(PASSWORD.encode()), *encodings(session_password)]
+    leaks = [m for m in messages for form in forms if form in m or form.upper() in m]
     assert not leaks, leaks
+
+
+def encodings(secret: bytes) -> list[str]:
+    """The encodings a log line might carry a secret in: hex (kazoo logs the session password so) and base64."""
+    return [secret.hex(), base64.b64encode(secret).decode().rstrip("="), base64.urlsafe_b64encode(secret).decode()]

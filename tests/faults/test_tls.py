@@ -293,3 +293,15 @@ def test_turning_hostname_checks_off_is_possible_and_warned_about(impostor_zk):
             close_all()
         ids = [m.id for m in checks.run_checks() if m.id and m.id.startswith("zklocks.")]
         assert "zklocks.W060" in ids
+
+
+@pytest.mark.parametrize("value", [0, None, ""])
+def test_a_falsy_hostname_check_that_is_not_false_is_refused(value):
+    """0, None or "" would turn the check off without a word: the alias is refused (E061), never used that way."""
+    from zklocks import conf
+
+    options = {"use_ssl": True, "check_hostname": value}
+    configs, problems = conf.validate({"default": {"HOSTS": "zk1:2181", "OPTIONS": options}})
+    assert "default" not in configs
+    assert [p.id for p in problems] == ["zklocks.E061"]
+    assert repr(value) in problems[0].msg

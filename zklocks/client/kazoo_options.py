@@ -3,7 +3,7 @@ defaults."""
 
 from __future__ import annotations
 
-from kazoo.security import ACL, Id, Permissions, make_digest_acl
+from kazoo.security import ACL, Id, Permissions, make_digest_acl, make_digest_acl_credential
 
 from .. import conf
 
@@ -21,13 +21,38 @@ def build_acl(cfg: conf.AliasConfig) -> list | None:
     return acl
 
 
-def writes_guarded(acl: list | None) -> bool:
-    """Whether the nodes zklocks creates with ``acl`` refuse writes and deletes by anyone but the configured
-    identities: then a contender's node changes only by its owner's hand (docs/security.md)."""
+def identities(cfg: conf.AliasConfig) -> set[tuple[str, str]]:
+    """The (scheme, id) pairs the alias's AUTH makes it: one per digest credential."""
+    out = set()
+    for scheme, cred in cfg.auth:
+        if scheme == "digest" and ":" in cred:
+            out.add(("digest", make_digest_acl_credential(*cred.split(":", 1))))
+    return out
+
+
+def outside_writers(acl: list | None, cfg: conf.AliasConfig) -> list[str]:
+    """The entries of ``acl`` that let someone other than the alias's own identities write or delete, as
+    "scheme:id" ("world:anyone" for ZooKeeper's open ACL). An ``ip:`` range, ``world`` and a digest that is not
+    one of AUTH's are others; ``auth`` (the creator's own ids) and an id of another scheme the alias
+    authenticates with (x509, sasl: the server names it) count as the alias's."""
     if not acl:
-        return False
+        return ["world:anyone"]
+    own = identities(cfg)
+    own_schemes = {scheme for scheme, _ in cfg.auth if scheme != "digest"}
     guard = Permissions.WRITE | Permissions.DELETE
-    return not any(entry.id.scheme == "world" and entry.perms & guard for entry in acl)
+    others = []
+    for entry in acl:
+        scheme, ident = entry.id.scheme, entry.id.id
+        if not entry.perms & guard or scheme == "auth" or scheme in own_schemes or (scheme, ident) in own:
+            continue
+        others.append(f"{scheme}:{ident}")
+    return others
+
+
+def writes_guarded(acl: list | None, cfg: conf.AliasConfig) -> bool:
+    """Whether the nodes zklocks creates with ``acl`` refuse writes and deletes by anyone but the alias's own
+    identities: then a contender's node changes only by its owner's hand (docs/security.md)."""
+    return not outside_writers(acl, cfg)
 
 
 def tls_defaults(options: dict) -> dict:

@@ -9,6 +9,7 @@ last failure per server, for the message of ZkUnavailable, and passes kazoo's wa
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import threading
@@ -19,6 +20,21 @@ log = logging.getLogger("zklocks.kazoo")
 _DROPPED = "Connection dropped: socket connection error: "
 # Fields of kazoo's request reprs that carry secrets: Auth(auth='user:password'), Connect(passwd=b'...').
 _SECRET_FIELDS = re.compile(r"""((?:auth|passwd|password)=)(b?'(?:[^'\\]|\\.)*'|b?"(?:[^"\\]|\\.)*")""")
+# kazoo's INFO line when a session is created: "session_passwd: <the password in hex>".
+_SESSION_PASSWORD = re.compile(r"(session_passwd:?\s*)(b?'[^']*'|\S+)")
+
+
+def _encodings(secret: str) -> tuple[str, ...]:
+    """``secret`` as a line might carry it: raw, hex (either case), base64 (either alphabet, unpadded)."""
+    raw = secret.encode()
+    hexed = raw.hex()
+    return (
+        secret,
+        hexed,
+        hexed.upper(),
+        base64.b64encode(raw).decode().rstrip("="),
+        base64.urlsafe_b64encode(raw).decode().rstrip("="),
+    )
 
 
 class KazooLog:
@@ -67,11 +83,13 @@ class KazooLog:
         except (TypeError, ValueError):
             text = f"{msg} {args!r}"
         text = _SECRET_FIELDS.sub(lambda m: f"{m.group(1)}<hidden>", text)
+        text = _SESSION_PASSWORD.sub(lambda m: f"{m.group(1)}<hidden>", text)
         for secret in self._secrets:
-            text = text.replace(secret, "<hidden>")
             password = secret.split(":", 1)[1] if ":" in secret else ""
-            if len(password) >= 3:  # a shorter one would blank out letters of every line; the fields go above
-                text = text.replace(password, "<hidden>")
+            # a password shorter than 3 would blank out letters of every line; the fields go above
+            for form in (secret, password) if len(password) >= 3 else (secret,):
+                for encoded in _encodings(form):
+                    text = text.replace(encoded, "<hidden>")
         return text
 
     def debug(self, msg: str, *args: Any, **kwargs: Any) -> None:

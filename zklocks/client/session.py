@@ -62,7 +62,7 @@ class Session(LeaseKeeping, OutageWatch):
         self.alias = cfg.alias
         self.pid = os.getpid()
         self.acl = build_acl(cfg)
-        self.writes_guarded = writes_guarded(self.acl)
+        self.writes_guarded = writes_guarded(self.acl, cfg)
         self.timeout = cfg.session_timeout  # replaced by the negotiated value on connect
         self.lease_start = -float("inf")  # see lease.py: no leader can expire us before lease_start + timeout
         self.dead = False

@@ -27,10 +27,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
-from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
+from kazoo.security import ACL, Id, Permissions
 
 from .. import conf
-from ..client.kazoo_options import build_acl
+from ..client.kazoo_options import build_acl, identities
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..recipes import layout
@@ -56,15 +56,6 @@ PROBE_PREFIX = ".zklocks-check-"
 
 def perm_names(perms: int) -> str:
     return ", ".join(name for name, bit in PERMISSIONS if perms & bit) or "nothing"
-
-
-def identities(cfg: conf.AliasConfig) -> set[tuple[str, str]]:
-    """The (scheme, id) pairs the alias's AUTH makes it: one per digest credential."""
-    out = set()
-    for scheme, cred in cfg.auth:
-        if scheme == "digest" and ":" in cred:
-            out.add(("digest", make_digest_acl_credential(*cred.split(":", 1))))
-    return out
 
 
 def expected_acl(cfg: conf.AliasConfig) -> list[ACL] | None:
