@@ -27,7 +27,7 @@ from django.views.decorators.http import require_http_methods
 from . import conf
 from .exceptions import ZkLocksError
 from .models import Lock
-from .names import decode_name
+from .names import decode_name, shown
 from .ops import deadlocks, queue_chart, read_model, snapshots
 from .ops.force_release import force_release
 from .ops.render import duration
@@ -229,7 +229,7 @@ class LockAdmin(admin.ModelAdmin):
         alias, node = self._lookup(object_id)
         info, error = read_model.lock_info(alias, node=node)
         now = time.time()
-        name = info.name if info else decode_name(node)
+        name = shown(info.name if info else decode_name(node))  # a foreign name may pose as another
         context = self._context(
             request,
             f"Lock {name}",

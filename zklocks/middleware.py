@@ -30,7 +30,8 @@ class ZkUnavailableMiddleware:
     def process_exception(self, request, exception):
         if not isinstance(exception, ZkUnavailable):
             return None
-        log.warning("zklocks: ZooKeeper unavailable for %s %s: %s", request.method, request.path, exception)
+        # %r: the path is the client's, and a newline in it would forge a log line
+        log.warning("zklocks: ZooKeeper unavailable for %s %r: %s", request.method, request.path, exception)
         response = HttpResponse(
             "ZooKeeper is unavailable; try again shortly.\n", status=503, content_type="text/plain; charset=utf-8"
         )

@@ -42,6 +42,23 @@ def _is_hidden_format(ch: str) -> bool:
     return ch in BIDI_CONTROLS or (unicodedata.category(ch) == "Cf" and ch not in _JOINERS)
 
 
+def _unsafe_to_show(ch: str) -> bool:
+    """A character that would make a name display differently from what it is: a control, a bidi control or
+    another invisible format character, or a line or paragraph separator (U+2028, U+2029)."""
+    return _is_control(ch) or _is_hidden_format(ch) or ch in "\u2028\u2029"
+
+
+def shown(name: str) -> str:
+    """``name`` as the admin and the commands show it: the characters a valid name never holds but a foreign node's
+    name may (it was not made by zklocks) as visible escapes (``\\u202e``), so that one lock cannot pose as
+    another."""
+    if _PLAIN.match(name):
+        return name
+    return "".join(
+        (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}") if _unsafe_to_show(ch) else ch for ch in name
+    )
+
+
 def _char_name(ch: str) -> str:
     return f"U+{ord(ch):04X} {unicodedata.name(ch, 'FORMAT CHARACTER')}"
 

@@ -168,3 +168,27 @@ def test_health_fails_when_the_locks_cannot_be_read(kz):
         assert "'default'" in text and "MAX_HOLD_SECONDS" in text and "(NoAuth)" in text, text
     finally:
         kz.set_acls(ns, [ACL(Permissions.ALL, Id("world", "anyone"))])
+
+
+def test_a_foreign_name_cannot_pose_as_another_lock(admin_client, kz):
+    """A lock node made by another client may be named with bidi controls or a line separator, which zklocks'
+    own names refuse: the list, the detail page and zklocks_status show them as visible escapes."""
+    import io
+
+    from django.core.management import call_command
+
+    ns = conf.alias_config().namespace
+    posing = "invoice-\u202efdp.exe"  # displays as "invoice-exe.pdf"
+    kz.create(f"{ns}/{posing}/forged__lock__", ours(), ephemeral=True, sequence=True, makepath=True)
+    kz.create(f"{ns}/split\u2028line", makepath=True)
+    html = admin_client.get(LIST).content.decode()
+    assert "\u202e" not in html.replace(f'data-name="{posing}"', "") and "\u2028" not in html.replace(
+        'data-name="split\u2028line"', ""
+    )
+    assert "invoice-\\u202efdp.exe" in html and "split\\u2028line" in html
+    page = admin_client.get(detail_url(posing)).content.decode()
+    assert "\u202e" not in page and "invoice-\\u202efdp.exe" in page
+    out = io.StringIO()
+    call_command("zklocks_status", stdout=out)
+    assert "\u202e" not in out.getvalue() and "\u2028" not in out.getvalue()
+    assert "invoice-\\u202efdp.exe" in out.getvalue()

@@ -33,7 +33,7 @@ from ..client.pools import connections
 from ..handles.election import ZkLeader
 from ..recipes import beatstate
 from ..recipes.kazoo_calls import Deadline
-from . import beat_status, catchup, schedule_share
+from . import beat_fence, beat_status, catchup, schedule_share
 from . import conf as celery_conf
 
 logger = get_logger(__name__)
@@ -336,7 +336,7 @@ class LeaderScheduler(Scheduler):
             stamp["due"] = round(due, 6)
             if due < self.elected_at:
                 stamp["catch_up"] = True
-        return stamp
+        return beat_fence.sign(stamp)
 
     @staticmethod
     def _own_node(hold) -> str:

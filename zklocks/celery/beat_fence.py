@@ -7,12 +7,13 @@ records the token in the entry's node in ONE versioned write:
 
     NAMESPACE/<election>/__beat__/__executed__/<entry>    {"token": <newest token executed>, ...}
 
-The write is a ``set_data`` at the version just read (or a ``create``): it commits only if no other worker
-recorded a token in between. A tick whose token is older than the recorded one is not run: it raises Celery's
-``Ignore`` and is logged. Tokens are compared within one lifetime of ZooKeeper's data (the stamp's "world", the
-election node's ctime): a wiped ensemble starts its zxids again low, and its leader's ticks are newer than any
-tick of the data before, whatever their tokens. So the ticks of one entry run in token order, and a deposed
-leader's late tick is dropped (docs/design.md §11).
+The write is a ``set_data`` at the version just read (or a ``create``): it commits only if no other worker recorded
+a token in between. A stamp must carry the signature of a beat with the project's SECRET_KEY (or one of its
+fallbacks): a forged one is dropped before it can record anything. A tick whose token is older than the recorded
+one is not run: it raises Celery's ``Ignore`` and is logged. Tokens are compared within one lifetime of ZooKeeper's
+data (the stamp's "world", the election node's ctime): a wiped ensemble starts its zxids again low, and its
+leader's ticks are newer than any tick of the data before, whatever their tokens. So the ticks of one entry run in
+token order, and a deposed leader's late tick is dropped (docs/design.md §11).
 
 Installed by the zklocks app when the setting is on (apps.py): it wraps ``celery.app.task.Task.before_start``,
 which Celery's tracer calls before every task. A task class that overrides ``before_start`` must call
@@ -28,6 +29,8 @@ import socket
 import time
 from typing import Any
 
+from django.core import signing
+from django.core.exceptions import ImproperlyConfigured
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from ..client.pools import connections
@@ -55,6 +58,42 @@ def stamp_of(request: Any) -> dict[str, Any] | None:
         return None
     token = stamp.get("token")
     return stamp if isinstance(token, int) and not isinstance(token, bool) else None
+
+
+# Stamps are signed with the project's SECRET_KEY (SECRET_KEY_FALLBACKS honoured): anyone who can publish to the
+# broker could otherwise record a token of 2**62 for an entry, and every genuine tick after it would be dropped.
+_SALT = "zklocks.beat-tick"
+_unsigned_told = False
+
+
+def _signed_fields(stamp: dict[str, Any]) -> str:
+    fields = [stamp.get(k) for k in ("election", "entry", "token", "world", "sent_at", "due", "catch_up")]
+    return json.dumps(fields, separators=(",", ":"))
+
+
+def sign(stamp: dict[str, Any]) -> dict[str, Any]:
+    """``stamp`` with its signature ("sig"), made by the leader as it sends the tick. Without a SECRET_KEY the
+    stamp goes unsigned (a send is never held back for it), and fencing workers drop it, saying why."""
+    global _unsigned_told
+    try:
+        stamp["sig"] = signing.Signer(salt=_SALT).sign(_signed_fields(stamp)).rsplit(":", 1)[1]
+    except ImproperlyConfigured:
+        if not _unsigned_told:
+            _unsigned_told = True
+            log.error("zklocks: beat stamps go unsigned (SECRET_KEY is empty): workers with FENCE_WORKERS drop them")
+    return stamp
+
+
+def signed(stamp: dict[str, Any]) -> bool:
+    """Whether ``stamp`` was signed by a beat of this project (same SECRET_KEY, or one of its fallbacks)."""
+    sig = stamp.get("sig")
+    if not isinstance(sig, str):
+        return False
+    try:
+        signing.Signer(salt=_SALT).unsign(f"{_signed_fields(stamp)}:{sig}")
+    except (signing.BadSignature, ImproperlyConfigured):  # forged, or no SECRET_KEY here to check it with
+        return False
+    return True
 
 
 def executed_path(namespace: str, election: str, entry: str) -> str:
@@ -121,6 +160,17 @@ def admit(stamp: dict[str, Any], task_id: str | None = None) -> None:
 def _before_start(self, task_id, args, kwargs):
     stamp = stamp_of(self.request)
     if stamp is not None:
+        if not signed(stamp):
+            from celery.exceptions import Ignore
+
+            log.warning(
+                "zklocks: dropping task %s: its beat stamp (entry %r, token %r) is not signed by a beat with this "
+                "project's SECRET_KEY (or this worker has none to check it with)",
+                task_id,
+                stamp["entry"],
+                stamp["token"],
+            )
+            raise Ignore()
         try:
             admit(stamp, task_id)
         except StaleTick as exc:

@@ -178,7 +178,7 @@ def reserved_for_other(using: str, name: str, task_id: str) -> str | None:
     if owner != task_id and isinstance(ttl, (int, float)) and server_now(pool) - stat.mtime / 1000.0 < ttl:
         return owner
     if owner != task_id:
-        log.info("zklocks: %r: the retry of %s did not start within its reservation; the lock is free", name, owner)
+        log.info("zklocks: %r: the retry of %r did not start within its reservation; the lock is free", name, owner)
     try:
         bounded_call(pool, lambda s: s.client.delete_async(path, version=stat.version))
     except (BadVersionError, NoNodeError):

@@ -143,7 +143,7 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
             if is_live(pool, name, marker, stat):
                 return marker["task_id"]
             log.info(
-                "zklocks: removing the stale queued marker of %r (task %s, state %s)",
+                "zklocks: removing the stale queued marker of %r (task %r, state %r)",
                 name,
                 marker.get("task_id"),
                 marker.get("state"),

@@ -4,11 +4,8 @@ It does not import zklocks.admin: the commands work in projects without django.c
 
 from __future__ import annotations
 
-import re
-
+from ..names import shown
 from .snapshots import Contender
-
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def duration(seconds: float | None) -> str:
@@ -30,8 +27,9 @@ def duration(seconds: float | None) -> str:
 
 
 def clean(value: object) -> str:
-    """Node data comes from anywhere: never let it drive the terminal (escape sequences, newlines)."""
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", "" if value is None else str(value))
+    """Node data comes from anywhere: never let it drive the terminal (escape sequences, newlines) or pose as
+    something else (bidi controls, U+2028): names.shown escapes them."""
+    return shown("" if value is None else str(value))
 
 
 def who(c: Contender) -> str:

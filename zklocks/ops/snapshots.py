@@ -8,6 +8,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..names import shown
+
 
 @dataclass(frozen=True)
 class Contender:
@@ -67,6 +69,11 @@ class LockInfo:
     holders: list[Contender] = field(default_factory=list)
     waiters: list[Contender] = field(default_factory=list)
     queued_tasks: list[QueuedTask] = field(default_factory=list)
+
+    @property
+    def shown_name(self) -> str:
+        """The name as pages show it: a foreign node's name may hold characters that display as another name."""
+        return shown(self.name)
 
     @property
     def running_tasks(self) -> list[Contender]:

@@ -111,7 +111,7 @@ class SingleExecutionBackend(BaseTaskBackend):
         try:
             existing = self._live_result(task, using, name, args, kwargs)
             if existing is not None:
-                log.debug("zklocks: %s: %r is already queued or running as %s", task.module_path, name, existing.id)
+                log.debug("zklocks: %s: %r is already queued or running as %r", task.module_path, name, existing.id)
                 signals.task_outcome(task, task.module_path, "shared", name, using, str(existing.id))
                 return existing
             result: Any = super().enqueue(task, args, kwargs)
@@ -145,7 +145,7 @@ class SingleExecutionBackend(BaseTaskBackend):
                 ttl = record.get("ttl")
                 live = isinstance(ttl, (int, float)) and server_now(connections[using]) - stat.mtime / 1000.0 < ttl
         if not live:
-            log.info("zklocks: removing the stale queued record of %r (task %s)", name, task_id)
+            log.info("zklocks: removing the stale queued record of %r (task %r)", name, task_id)
             markers.remove(using, name, stat.version)
             return None
         return result if result is not None else self._placeholder(task, str(task_id), record, args, kwargs)
