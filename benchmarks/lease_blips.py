@@ -88,6 +88,12 @@ def _survives(proxy, timeout: float, fraction: float, phases: int, busy: bool, s
             pass
 
 
+def _blip(fraction: float, timeout: float) -> str:
+    if not fraction:
+        return f"< {FRACTIONS[0]:.0%}"
+    return f"{fraction:.0%} ({fraction * timeout:.1f} s)" + (" or more" if fraction == FRACTIONS[-1] else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--phases", type=int, default=4)
@@ -144,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     for timeout, tick, lowest, rate, idle, busy in rows:
         print(
             f"| {timeout:g} s | {f'{tick:g} s' if tick else 'unset'} | {lowest:.2f} s | {rate:.2f} | "
-            f"{idle:.0%} ({idle * timeout:.1f} s) | {busy:.0%} ({busy * timeout:.1f} s) |"
+            f"{_blip(idle, timeout)} | {_blip(busy, timeout)} |"
         )
     return 0
 
