@@ -115,6 +115,6 @@ def test_middleware_answers_503(tmp_path, retry_after):
     assert result.stdout == "503 5 text/plain; charset=utf-8\nZooKeeper is unavailable; try again shortly.\n", (
         result.stderr
     )
-    assert "zklocks: ZooKeeper unavailable for GET /reserve/tea/" in result.stderr
+    assert "zklocks: ZooKeeper unavailable for GET '/reserve/tea/'" in result.stderr  # the path through repr
     if retry_after is not None:
         assert "ZKLOCKS_UNAVAILABLE_RETRY_AFTER='soon' is not a number of seconds; sending 5" in result.stderr

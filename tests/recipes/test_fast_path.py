@@ -104,7 +104,9 @@ def test_uncontended_cycle_leaves_kazoo_callback_threads_idle(quiet_zk, auth):
         assert len(queued) <= 2, f"{len(queued)} callbacks for 50 cycles"  # a lease renewal's, at most
 
 
-def test_failed_try_lock_on_a_busy_lock_costs_one_read(quiet_zk):
+def test_failed_try_lock_on_a_busy_lock_costs_one_round_trip(quiet_zk):
+    """A try-lock that found the lock busy settles the next try with a sync and a listing, pipelined: one round
+    trip, two requests (the sync keeps a server cut off from the quorum from answering from its stale copy)."""
     with override_settings(
         ZKLOCKS={
             "default": {"HOSTS": quiet_zk.hosts, "NAMESPACE": "/fast", "SESSION_TIMEOUT": 30.0, "REAP_INTERVAL": 0}
@@ -118,7 +120,7 @@ def test_failed_try_lock_on_a_busy_lock_costs_one_read(quiet_zk):
         try:
             attempt = zk_lock("busy", blocking=False)
             assert attempt.acquire() is False  # the first failure learns that the lock is busy
-            assert per_call(quiet_zk, lambda: attempt.acquire()) <= 1.05
+            assert per_call(quiet_zk, lambda: attempt.acquire()) <= 2.05
             held.release()
             assert attempt.acquire() is True  # a free lock is still taken at once
             attempt.release(wait=True)

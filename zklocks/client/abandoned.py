@@ -32,19 +32,19 @@ log = logging.getLogger("zklocks")
 _RETRY = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.2}
 
 
-# alias -> how many of its abandoned sessions are still being closed (settle() waits for them).
-_closing: dict[str, int] = {}
+# (alias, hosts) -> how many of its abandoned sessions are still being closed (settle() waits for them).
+_closing: dict[tuple[str, str], int] = {}
 _closing_changed = threading.Condition()
 
 
-def settle(alias: str, timeout: float) -> bool:
-    """Wait at most ``timeout`` seconds until no abandoned session of ``alias`` is still being closed; whether
+def settle(alias: str, hosts: str, timeout: float) -> bool:
+    """Wait at most ``timeout`` seconds until no abandoned session of ``alias`` on ``hosts`` is being closed; whether
     none is. Called once a new session of the alias has connected: a server answers, so the closers get through
     within their retry delay, and the new session's first acquire never finds a lock this process released
     still held by its previous session."""
     ends = time.monotonic() + timeout
     with _closing_changed:
-        while _closing.get(alias):
+        while _closing.get((alias, hosts)):
             left = ends - time.monotonic()
             if left <= 0:
                 return False
@@ -52,13 +52,13 @@ def settle(alias: str, timeout: float) -> bool:
     return True
 
 
-def _track(alias: str, change: int) -> None:
+def _track(key: tuple[str, str], change: int) -> None:
     with _closing_changed:
-        count = _closing.get(alias, 0) + change
+        count = _closing.get(key, 0) + change
         if count > 0:
-            _closing[alias] = count
+            _closing[key] = count
         else:
-            _closing.pop(alias, None)
+            _closing.pop(key, None)
         _closing_changed.notify_all()
 
 
@@ -77,7 +77,7 @@ def close_when_reachable(
         try:
             closing()
         finally:
-            _track(alias, -1)
+            _track((alias, hosts), -1)
 
     def closing() -> None:
         while time.monotonic() < give_up:
@@ -107,11 +107,11 @@ def close_when_reachable(
         log.info("zklocks: gave up closing an abandoned session of alias %r (it has expired by now)", alias)
 
     thread = threading.Thread(target=close, name="zklocks-close-abandoned", daemon=True)
-    _track(alias, +1)
+    _track((alias, hosts), +1)
     try:
         thread.start()
     except RuntimeError:  # at interpreter shutdown no thread starts: the server expires the session by itself
-        _track(alias, -1)
+        _track((alias, hosts), -1)
         log.debug("zklocks: an abandoned session of alias %r is left to expire (interpreter exit)", alias)
     return thread
 

@@ -54,7 +54,7 @@ class Pool:
                 session.start()
                 # A server answers: the sessions this alias gave up during the outage are closed first, so that
                 # no lock this process released reads as held by its own previous session.
-                abandoned.settle(self.cfg.alias, self.cfg.connect_timeout)
+                abandoned.settle(self.cfg.alias, self.cfg.hosts, self.cfg.connect_timeout)
                 if self.closed:  # closed while we were connecting: do not leak the new session
                     session.close(wait=False)
                     raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")

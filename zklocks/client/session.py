@@ -260,9 +260,11 @@ class Session(LeaseKeeping, OutageWatch):
 
     def _close_later_if_unsent(self) -> None:
         """Closed while disconnected: the close cannot reach the server, which may restore the session and keep its
-        nodes; it is closed from here once a server answers (abandoned.py). Not for a session the server expired."""
+        nodes; it is closed from here once a server answers (abandoned.py). Not for a session the server expired,
+        nor for one whose AUTH the server rejected (it never held anything, and a client joining it would be
+        rejected the same way)."""
         client_id, self._client_id = self._client_id, None  # once: close() may run again (at exit)
-        if client_id is None or self.client.connected or self.dead_reason == "expired":
+        if client_id is None or self.client.connected or self.dead_reason == "expired" or self.auth_failed:
             return
         abandoned.close_when_reachable(self.alias, self.cfg.hosts, client_id, self.timeout, self._join_options)
 
