@@ -54,9 +54,20 @@ def shown(name: str) -> str:
     another."""
     if _PLAIN.match(name):
         return name
-    return "".join(
-        (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}") if _unsafe_to_show(ch) else ch for ch in name
-    )
+    if not any(_unsafe_to_show(ch) or ch == "\\" for ch in name):
+        return name
+    return "".join(_escaped(ch) if _unsafe_to_show(ch) or ch == "\\" else ch for ch in name)
+
+
+def _escaped(ch: str) -> str:
+    """A character as Python writes it in a string literal; a backslash doubled, so that a name holding the text
+    of an escape never reads as one holding the character."""
+    code = ord(ch)
+    if ch == "\\":
+        return "\\\\"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def _char_name(ch: str) -> str:

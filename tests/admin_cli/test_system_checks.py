@@ -455,3 +455,15 @@ def test_deploy_check_warns_about_an_alias_others_may_write():
     assert "no AUTH" in by_alias["default"]
     assert "ip:127.0.0.0/8" in by_alias["ip"]
     assert "digest:other:" in by_alias["foreign"]
+
+
+def test_an_acl_entry_with_admin_alone_is_not_guarded():
+    """ADMIN lets its holder set the node's ACL, and so give itself WRITE and DELETE."""
+    from kazoo.security import ACL, Id, Permissions, make_digest_acl
+
+    from zklocks.client.kazoo_options import outside_writers
+
+    cfg = conf.validate({"default": {**OK, "AUTH": [("digest", "app:s3cret")]}})[0]["default"]
+    admin = ACL(Permissions.ADMIN, Id("ip", "10.0.0.0/8"))
+    assert outside_writers([make_digest_acl("app", "s3cret", all=True)], cfg) == []
+    assert outside_writers([make_digest_acl("app", "s3cret", all=True), admin], cfg) == ["ip:10.0.0.0/8"]

@@ -63,3 +63,8 @@ def test_no_record_at_any_level_carries_a_password(zk_server, caplog):
 def encodings(secret: bytes) -> list[str]:
     """The encodings a log line might carry a secret in: hex (kazoo logs the session password so) and base64."""
     return [secret.hex(), base64.b64encode(secret).decode().rstrip("="), base64.urlsafe_b64encode(secret).decode()]
+
+
+def test_a_short_credential_does_not_blank_ordinary_digits():
+    scrub = KazooLog(secrets=["ip:7"]).scrub  # 2 hex digits, "37", would otherwise go from every line
+    assert scrub("zxid %s", ("0x370000001",)) == "zxid 0x370000001"

@@ -432,3 +432,16 @@ def test_a_record_ends_its_seconds_after_its_writes_mtime():
     assert lock_delay.until_ms(raw, 1_000_000) == 1_002_500
     # The server's clock read 1,001,000 ms at our monotonic 50.0 s: 1,002,500 comes at 51.5 s at the earliest.
     assert lock_delay.ends_at(1_002_500, 1_001_000, 50.0) == 51.5
+
+
+def test_a_hold_ended_by_max_hold_is_a_clean_release_and_delays_nobody(aliases):
+    """max_hold ends a hold as a loss (the body is told) but releases with its mark: the process's next contender
+    holds at once, and no delay is recorded."""
+    holder = zk_lock("capped", lock_delay=DELAY, max_hold=0.3)
+    assert holder.acquire()
+    wait_until(lambda: not holder.is_held, 5)
+    holder.release()  # the owner leaves its lost hold, as a with statement would
+    started = time.monotonic()
+    with zk_lock("capped", lock_delay=DELAY, timeout=10):
+        assert time.monotonic() - started < DELAY / 2
+    assert not delay_recorded("capped")

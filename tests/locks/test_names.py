@@ -86,3 +86,15 @@ def test_zk_lock_refuses_a_bidi_name_before_any_request():
 
     with pytest.raises(InvalidLockName, match="U\\+202E"):
         zk_lock("user:\u202e1234")
+
+
+def test_shown_escapes_what_could_pose_as_another_name():
+    from zklocks.names import shown
+
+    assert shown("orders:42") == "orders:42" and shown("ü-ñ") == "ü-ñ"
+    assert shown("invoice-\u202efdp.exe") == "invoice-\\u202efdp.exe"
+    assert shown("split\u2028line") == "split\\u2028line"
+    assert shown("tab\there") == "tab\\x09here"
+    # the text of an escape never reads as the character it names
+    assert shown("x\\u202e") == "x\\\\u202e" != shown("x\u202e")
+    assert shown("tag\U000e0067") == "tag\\U000e0067"

@@ -86,7 +86,7 @@ def close_when_reachable(
                 client_id=client_id,
                 # kazoo's connect attempt waits in proportion to it: one caught by a server that is still
                 # starting would hold the close back for seconds. The joined session is closed at once anyway.
-                timeout=min(timeout, 1.0),
+                timeout=min(timeout, 1.0 * max(1, hosts.count(",") + 1)),  # kazoo splits it over the hosts
                 connection_retry=_RETRY,
                 logger=KazooLog(secrets=[cred for _, cred in options.get("auth_data") or ()]),
                 **options,

@@ -31,7 +31,8 @@ def identities(cfg: conf.AliasConfig) -> set[tuple[str, str]]:
 
 
 def outside_writers(acl: list | None, cfg: conf.AliasConfig) -> list[str]:
-    """The entries of ``acl`` that let someone other than the alias's own identities write or delete, as
+    """The entries of ``acl`` that let someone other than the alias's own identities write, delete or change the
+    ACL, as
     "scheme:id" ("world:anyone" for ZooKeeper's open ACL). An ``ip:`` range, ``world`` and a digest that is not
     one of AUTH's are others; ``auth`` (the creator's own ids) and an id of another scheme the alias
     authenticates with (x509, sasl: the server names it) count as the alias's."""
@@ -39,7 +40,7 @@ def outside_writers(acl: list | None, cfg: conf.AliasConfig) -> list[str]:
         return ["world:anyone"]
     own = identities(cfg)
     own_schemes = {scheme for scheme, _ in cfg.auth if scheme != "digest"}
-    guard = Permissions.WRITE | Permissions.DELETE
+    guard = Permissions.WRITE | Permissions.DELETE | Permissions.ADMIN  # ADMIN can grant itself the others
     others = []
     for entry in acl:
         scheme, ident = entry.id.scheme, entry.id.id

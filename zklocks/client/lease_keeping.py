@@ -62,9 +62,9 @@ class LeaseKeeping:
     def keep_ahead(self) -> float:
         """The keeper's threshold: with TICK_TIME known, renew while the lease still covers a silent blip of half
         the session timeout, which ZooKeeper survives (a busy session's own traffic keeps it that far ahead), plus
-        a round. A round leaves at best the lease minus one tick, so the threshold stays two average round
-        intervals below that, at least an eighth of it each: the keeper never spins. Without TICK_TIME the relay
-        gap is half the timeout, no round can cover such a blip, and rounds wait for renew_ahead
+        a round. A round leaves at best the lease minus one tick; where that is not two round intervals (an
+        eighth of it each, at least) above the target, or without TICK_TIME (the relay gap is then half the
+        timeout), half the timeout cannot be covered at a bounded rate, and rounds wait for renew_ahead
         (docs/reliability.md, "Blips")."""
         ahead = self.renew_ahead()
         tick = self.cfg.tick_time
@@ -72,7 +72,10 @@ class LeaseKeeping:
             return ahead
         fresh = self.timeout - lease.loss_margin(self.timeout) - lease.relay_gap(self.timeout, tick)
         least = max(self.round_spacing(), fresh / 8)
-        return max(ahead, min(0.5 * self.timeout + self.round_spacing(), fresh - 2 * least))
+        target = 0.5 * self.timeout + self.round_spacing()
+        if fresh - 2 * least < target:
+            return ahead  # a tick too long for the timeout: half of it cannot be covered at a bounded rate
+        return max(ahead, target)
 
     def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
         """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier)."""

@@ -373,12 +373,14 @@ class BaseHandle(Enforcing, Acquirable):
         # (it would stay in this thread's registry, and the next acquire of the name would find it lost).
         released = [False]
         stoppers: list = []
+        landed_here = False  # a stop that came after the body ended, in the loop below: nothing swallowed it
         try:
             while self._stops:  # the body has ended: no stop may come after this (see release)
                 try:
                     stoppers = self._disarm_top(current_owner())
                     break
                 except LockLostInterrupt:
+                    landed_here = True
                     continue
         finally:
             if self.release_on_commit:
@@ -393,7 +395,7 @@ class BaseHandle(Enforcing, Acquirable):
                         with contextlib.suppress(LockOwnershipError):
                             self._release(False, released)
                     raise
-        if exc_type is None:
+        if exc_type is None and not landed_here:
             # The stop reached the body, which caught it (a per-item ``except Exception``) and ended normally:
             # the caller still learns that the lock was lost, as ``async with`` tells a body that swallowed it.
             swallowed = next((s for s in stoppers if s.delivered), None)

@@ -92,7 +92,7 @@ class Hold:
         self.lost = True
         self.lost_reason = reason
         contender = self.contender
-        if getattr(contender, "lock_delay", 0) and contender.name:
+        if getattr(contender, "lock_delay", 0) and contender.name and reason != "max_hold":  # max_hold releases cleanly
             # Our node may vanish with nobody watching it (the waiters of this process share the session).
             lock_delay.note_lost(self.alias, contender.parent, contender.name, contender.lock_delay)
         for stopper in list(self.stoppers):  # the work first: the signal's receivers may take their time

@@ -75,10 +75,8 @@ def synced_exists(client, path: str):
     directly instead (with a chroot, through kazoo's methods, which strip it).
     """
     if client.chroot:
-        client.sync_async(path)
-        return client.exists_async(path)
-    send_request(client, Sync(path))
-    return send_request(client, Exists(path, None))
+        return _AfterSync(client.sync_async(path), client.exists_async(path))
+    return _AfterSync(send_request(client, Sync(path)), send_request(client, Exists(path, None)))
 
 
 def children_of(client, parent: str):
@@ -95,10 +93,49 @@ def synced_children(client, parent: str):
     from its stale copy for syncLimit ticks, but never a sync, so the verdict waits for the leader or becomes
     ZkUnavailable (as :func:`synced_exists`)."""
     if client.chroot:
-        client.sync_async(parent)
-        return client.get_children_async(parent)
-    send_request(client, Sync(parent))
-    return send_request(client, GetChildren(parent, None))
+        return _AfterSync(client.sync_async(parent), client.get_children_async(parent))
+    return _AfterSync(send_request(client, Sync(parent)), send_request(client, GetChildren(parent, None)))
+
+
+class _AfterSync:
+    """A read sent after a ``sync``, as one result: the read's answer, unless the sync failed. A server that
+    refuses the sync (a read-only server answers NotReadOnly at once) still answers the read from its own copy,
+    which must not pass for a synced read. One connection answers in order, so the sync's answer is in once the
+    read's is."""
+
+    __slots__ = ("_sync", "_read")
+
+    def __init__(self, sync, read) -> None:
+        self._sync, self._read = sync, read
+
+    def _unwrap(self):
+        if self._sync.ready() and self._sync.exception is not None:
+            raise self._sync.exception
+        return self._read.get_nowait()
+
+    def get(self, block: bool = True, timeout: float | None = None):
+        self._read.get(block, timeout)
+        return self._unwrap()
+
+    def get_nowait(self):
+        return self._unwrap()
+
+    def rawlink(self, callback) -> None:
+        self._read.rawlink(lambda _r: callback(self))
+
+    def ready(self) -> bool:
+        return self._read.ready()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._read.wait(timeout)
+
+    @property
+    def exception(self):
+        try:
+            self._unwrap()
+        except Exception as exc:  # noqa: BLE001 the failure is the answer
+            return exc
+        return None
 
 
 class SessionGone(Exception):
