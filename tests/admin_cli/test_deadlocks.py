@@ -207,9 +207,10 @@ def test_a_real_cycle_between_two_tasks_of_one_loop(admin_client):
     loop = Loop()
     try:
         holding = threading.Event(), threading.Event()
-        a = loop.start(hold_then_wait("pair/A", "pair/B", holding[0], timeout=6))
-        b = loop.start(hold_then_wait("pair/B", "pair/A", holding[1], timeout=6))
-        wait_until(lambda: queued(2), 10)
+        # The waits outlast the look for both queued (a loaded machine once took more than 6 s to queue both).
+        a = loop.start(hold_then_wait("pair/A", "pair/B", holding[0], timeout=15))
+        b = loop.start(hold_then_wait("pair/B", "pair/A", holding[1], timeout=15))
+        wait_until(lambda: queued(2), 12)
         (snap,) = read_model.snapshot().aliases
         (d,) = find(snap.alias, snap.locks)
         assert sorted(d.locks) == ["pair/A", "pair/B"]
@@ -219,7 +220,7 @@ def test_a_real_cycle_between_two_tasks_of_one_loop(admin_client):
         outcomes = []
         for future in (a, b):
             try:
-                outcomes.append(future.result(15))
+                outcomes.append(future.result(30))
             except LockTimeout:
                 outcomes.append("timeout")
         assert sorted(outcomes) in (["acquired", "timeout"], ["timeout", "timeout"])
