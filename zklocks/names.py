@@ -54,8 +54,6 @@ def shown(name: str) -> str:
     another."""
     if _PLAIN.match(name):
         return name
-    if not any(_unsafe_to_show(ch) or ch == "\\" for ch in name):
-        return name
     return "".join(_escaped(ch) if _unsafe_to_show(ch) or ch == "\\" else ch for ch in name)
 
 

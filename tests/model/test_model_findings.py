@@ -70,18 +70,24 @@ def test_an_idle_holder_keeps_its_hold_through_a_silent_blip_of_half_the_session
     assert holder.lost is None, f"the idle holder lost its hold: {holder.lost!r}"
 
 
-def test_a_lock_released_during_an_outage_is_free_within_a_second_of_the_server_coming_back(server, linked):
-    # Model: acquire(t1, x); release_during_outage(t1, x) -> x still held ~ a session timeout after the restart,
-    # until abandoned.py closed the given-up session once the server answered.
-    lock = zk_lock("outage")
+def release_during_an_outage(server, name: str) -> None:
+    """Hold ``name``, stop the server, release, stay away for more than a session timeout (the session is given
+    up), and start the server again with its data."""
+    lock = zk_lock(name)
     assert lock.acquire(timeout=5)
-    path = lock_path("outage")
     server.stop()
     try:
         lock.release()
         time.sleep(SESSION_TIMEOUT + 1)
     finally:
         server.start()
+
+
+def test_a_lock_released_during_an_outage_is_free_within_a_second_of_the_server_coming_back(server, linked):
+    # Model: acquire(t1, x); release_during_outage(t1, x) -> x still held ~ a session timeout after the restart,
+    # until abandoned.py closed the given-up session once the server answered.
+    release_during_an_outage(server, "outage")
+    path = lock_path("outage")
     back = time.monotonic()
     observer = raw_client(server.hosts)  # a fresh one: the suite's observer reconnects on kazoo's backoff
     try:
@@ -97,14 +103,7 @@ def test_the_first_try_lock_after_the_restart_finds_a_lock_released_during_the_o
     """The same outage, seen by the process itself: its first try-lock once ZooKeeper is back must not read its own
     previous session's ghost as "held elsewhere" (a Celery skip, a 409). A new session waits for the closers of
     the sessions its alias gave up (abandoned.settle) before its first acquire."""
-    lock = zk_lock("outage-again")
-    assert lock.acquire(timeout=5)
-    server.stop()
-    try:
-        lock.release()
-        time.sleep(SESSION_TIMEOUT + 1)
-    finally:
-        server.start()
+    release_during_an_outage(server, "outage-again")
     assert zk_lock("outage-again", blocking=False).acquire() is True
 
 

@@ -32,9 +32,8 @@ def identities(cfg: conf.AliasConfig) -> set[tuple[str, str]]:
 
 def outside_writers(acl: list | None, cfg: conf.AliasConfig) -> list[str]:
     """The entries of ``acl`` that let someone other than the alias's own identities write, delete or change the
-    ACL, as
-    "scheme:id" ("world:anyone" for ZooKeeper's open ACL). An ``ip:`` range, ``world`` and a digest that is not
-    one of AUTH's are others; ``auth`` (the creator's own ids) and an id of another scheme the alias
+    ACL, as "scheme:id" ("world:anyone" for ZooKeeper's open ACL). An ``ip:`` range, ``world`` and a digest that
+    is not one of AUTH's are others; ``auth`` (the creator's own ids) and an id of another scheme the alias
     authenticates with (x509, sasl: the server names it) count as the alias's."""
     if not acl:
         return ["world:anyone"]

@@ -97,37 +97,33 @@ def synced_children(client, parent: str):
     return _AfterSync(send_request(client, Sync(parent)), send_request(client, GetChildren(parent, None)))
 
 
-class _AfterSync:
-    """A read sent after a ``sync``, as one result: the read's answer, unless the sync failed. A server that
-    refuses the sync (a read-only server answers NotReadOnly at once) still answers the read from its own copy,
-    which must not pass for a synced read. One connection answers in order, so the sync's answer is in once the
-    read's is."""
+class CheckedResult:
+    """A kazoo async result whose answer is judged before the caller sees it: waiting and linking go to the
+    wrapped result, and ``_unwrap`` (a subclass's) turns its answer into the value or the error."""
 
-    __slots__ = ("_sync", "_read")
+    __slots__ = ("_result",)
 
-    def __init__(self, sync, read) -> None:
-        self._sync, self._read = sync, read
+    def __init__(self, result) -> None:
+        self._result = result
 
     def _unwrap(self):
-        if self._sync.ready() and self._sync.exception is not None:
-            raise self._sync.exception
-        return self._read.get_nowait()
+        raise NotImplementedError
 
     def get(self, block: bool = True, timeout: float | None = None):
-        self._read.get(block, timeout)
+        self._result.get(block, timeout)
         return self._unwrap()
 
     def get_nowait(self):
         return self._unwrap()
 
     def rawlink(self, callback) -> None:
-        self._read.rawlink(lambda _r: callback(self))
+        self._result.rawlink(lambda _r: callback(self))
 
     def ready(self) -> bool:
-        return self._read.ready()
+        return self._result.ready()
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._read.wait(timeout)
+        return self._result.wait(timeout)
 
     @property
     def exception(self):
@@ -136,6 +132,24 @@ class _AfterSync:
         except Exception as exc:  # noqa: BLE001 the failure is the answer
             return exc
         return None
+
+
+class _AfterSync(CheckedResult):
+    """A read sent after a ``sync``, as one result: the read's answer, unless the sync failed. A server that
+    refuses the sync (a read-only server answers NotReadOnly at once) still answers the read from its own copy,
+    which must not pass for a synced read. One connection answers in order, so the sync's answer is in once the
+    read's is."""
+
+    __slots__ = ("_sync",)
+
+    def __init__(self, sync, read) -> None:
+        super().__init__(read)
+        self._sync = sync
+
+    def _unwrap(self):
+        if self._sync.ready() and self._sync.exception is not None:
+            raise self._sync.exception
+        return self._result.get_nowait()
 
 
 class SessionGone(Exception):

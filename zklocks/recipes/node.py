@@ -24,7 +24,7 @@ from ..client import worker_threads
 from ..client.session import Session
 from ..exceptions import ZkAuthError, ZkLocksError
 from . import layout, step_runner
-from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, send_request, wait_result
+from .kazoo_calls import CheckedResult, Deadline, DeadlinePassed, SessionGone, send_request, wait_result
 from .step_runner import Request, Steps
 
 log = logging.getLogger("zklocks")
@@ -210,42 +210,17 @@ def _refused(answers: list) -> Exception | None:
     return None
 
 
-class _TransactionResult:
+class _TransactionResult(CheckedResult):
     """The answer of a release transaction, as a delete's: kazoo reports a refused operation in the result
     list (NoNode when our node was deleted already), not as an exception."""
 
-    def __init__(self, result) -> None:
-        self._result = result
+    __slots__ = ()
 
     def _unwrap(self):
         refused = _refused(self._result.get_nowait())
         if refused is not None:
             raise refused
         return True
-
-    def get(self, block: bool = True, timeout: float | None = None):
-        self._result.get(block, timeout)
-        return self._unwrap()
-
-    def get_nowait(self):
-        return self._unwrap()
-
-    def rawlink(self, callback) -> None:
-        self._result.rawlink(lambda _r: callback(self))
-
-    def ready(self) -> bool:
-        return self._result.ready()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._result.wait(timeout)
-
-    @property
-    def exception(self):
-        try:
-            self._unwrap()
-        except Exception as exc:  # noqa: BLE001 the failure is the answer
-            return exc
-        return None
 
 
 def layout_of(session: Session) -> layout.Layout:
