@@ -141,9 +141,13 @@ class Loop:
         self.loop.close()
 
 
-async def hold_then_wait(first, second, holding: threading.Event, timeout: float = 30):
+async def hold_then_wait(first, second, holding: threading.Event, timeout: float = 30, after=None):
+    """Hold ``first``, then wait for ``second``; with ``after`` (an event), only once that is set too: else a task
+    that got ahead could take both locks before the other took its first, and no cycle would form."""
     async with zk_lock(first):
         holding.set()
+        while after is not None and not after.is_set():
+            await asyncio.sleep(0.01)
         async with zk_lock(second, timeout=timeout):
             return "acquired"
 
@@ -207,10 +211,10 @@ def test_a_real_cycle_between_two_tasks_of_one_loop(admin_client):
     loop = Loop()
     try:
         holding = threading.Event(), threading.Event()
-        # The waits outlast the look for both queued (a loaded machine once took more than 6 s to queue both).
-        a = loop.start(hold_then_wait("pair/A", "pair/B", holding[0], timeout=15))
-        b = loop.start(hold_then_wait("pair/B", "pair/A", holding[1], timeout=15))
-        wait_until(lambda: queued(2), 12)
+        # Each takes its second lock only once both hold their first: a cycle, whatever the machine's load.
+        a = loop.start(hold_then_wait("pair/A", "pair/B", holding[0], timeout=12, after=holding[1]))
+        b = loop.start(hold_then_wait("pair/B", "pair/A", holding[1], timeout=12, after=holding[0]))
+        wait_until(lambda: queued(2), 8)
         (snap,) = read_model.snapshot().aliases
         (d,) = find(snap.alias, snap.locks)
         assert sorted(d.locks) == ["pair/A", "pair/B"]
