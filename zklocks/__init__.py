@@ -22,6 +22,7 @@ from .handles.locks import lock_path, zk_lock
 from .handles.multilock import zk_multi_lock
 from .handles.rwlock import zk_rw_lock
 from .handles.semaphores import zk_semaphore
+from .handles.stopping import checkpoint
 
 __all__ = [
     "zk_lock",
@@ -30,6 +31,7 @@ __all__ = [
     "zk_rw_lock",
     "zk_leader",
     "lock_path",
+    "checkpoint",
     "close_all",
     "ZkLocksError",
     "LockNotAcquired",

@@ -9,10 +9,11 @@ class ZkLocksConfig(AppConfig):
 
     def ready(self) -> None:
         from django.core.signals import setting_changed
+        from django.db.backends.signals import connection_created
 
         from . import checks as zk_checks
         from .ops import security_checks
-        from .receivers import on_setting_changed
+        from .receivers import on_connection_created, on_setting_changed
         from .tasks import checks as tasks_checks
 
         checks.register(zk_checks.check_settings, "zklocks")
@@ -27,6 +28,7 @@ class ZkLocksConfig(AppConfig):
         checks.register(zk_checks.check_server_conf, "zklocks", deploy=True)
         checks.register(security_checks.check_exposed_views, "zklocks", deploy=True)
         setting_changed.connect(on_setting_changed, dispatch_uid="zklocks.setting_changed")
+        connection_created.connect(on_connection_created, dispatch_uid="zklocks.connection_created")
         # The reaper (operations) sits above the client layer: the pools call it back with each first session,
         # so that they never import it.
         from .ops import reaper

@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import conf
 from .celery import conf as celery_conf
 from .client.pools import connections
+from .handles.stopping import query_checkpoint
 
 
 def on_setting_changed(*, setting: str, **kwargs) -> None:
@@ -17,3 +18,10 @@ def on_setting_changed(*, setting: str, **kwargs) -> None:
         celery_conf.reset()
     elif setting == "ZKLOCKS_BEAT":
         celery_conf.reset_beat()
+
+
+def on_connection_created(*, connection, **kwargs) -> None:
+    """Every database connection gets the checkpoint of ``on_lost="cancel"``: a query of a stopped holder raises
+    LockLost instead of running (handles/stopping.py)."""
+    if query_checkpoint not in connection.execute_wrappers:
+        connection.execute_wrappers.append(query_checkpoint)

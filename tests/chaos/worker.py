@@ -16,10 +16,10 @@ A thread that acquires while ``<dir>/want-long-hold`` exists claims it (one rena
 loses the lock first: the controller has a holder to freeze the server of, to expire, or to kill.
 
 With ``--work``, a hold is work under ``zk_lock(..., on_lost="cancel")`` instead: the thread works in steps of
-2 ms (no look at ``is_held``) until its hold time is up or LockLost stops it, and records the interval of the
-work it did: ``valid_until`` is its ``end``, taken after the last step (or in the handler of LockLost), so the
-checker's exclusion applies to the whole work interval. ``end`` also carries ``margin``: how long before its
-lease's end the loss stopped the work (negative: after).
+2 ms, each behind ``checkpoint()`` (no look at ``is_held``), until its hold time is up or LockLost stops it, and
+records the interval of the work it did: ``valid_until`` is its ``end``, taken after the last step (or in the
+handler of LockLost), so the checker's exclusion applies to the whole work interval. ``end`` also carries
+``margin``: how long before its lease's end the loss stopped the work (negative: after).
 
 Control files in ``<dir>``: ``stop`` (finish the current hold, stop acquiring, then write ``idle-<pid>`` and
 keep the sessions open), ``exit`` (close every session and exit 0), and ``pause-<pid>``: while it exists, each
@@ -145,7 +145,7 @@ def contend(idx: int, args, rec: Recorder, stop: threading.Event, counts: dict, 
 def work_once(idx: int, n: int, args, rec: Recorder, rng: random.Random, counts: dict) -> int:
     """One acquire and, if it succeeds, one recorded work interval, stopped by on_lost="cancel" if the lock is
     lost. Returns 1 for a hold, 0 otherwise."""
-    from zklocks import LockLost, LockTimeout, ZkUnavailable, zk_lock
+    from zklocks import LockLost, LockTimeout, ZkUnavailable, checkpoint, zk_lock
     from zklocks.client import clock
 
     name = rng.choice(args.names.split(","))
@@ -167,6 +167,7 @@ def work_once(idx: int, n: int, args, rec: Recorder, rng: random.Random, counts:
                     rec.write(ev="long", id=hold_id, sid=sid, name=name, pid=os.getpid(), node=hold.contender.node)
                     hold_until = start + args.session_timeout + 1.5
                 while time.monotonic() < hold_until:
+                    checkpoint()  # where on_lost="cancel" stops a thread
                     time.sleep(0.002)  # a step of work
                 end = time.monotonic()
                 rec.write(ev="end", id=hold_id, end=end, valid=True, valid_until=end, reason=None)

@@ -1,5 +1,5 @@
-"""on_lost="cancel" and max_hold on real servers: the work stops no later than the lease ends (docs/reliability.md,
-"Lost means stopped")."""
+"""on_lost="cancel" and max_hold on real servers: the work stops no later than the lease ends, at its next
+checkpoint for a thread (docs/lost.md)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ import time
 import pytest
 
 from tests.support.helpers import raw_client, wait_until, zk_settings
-from zklocks import LockLost, signals, zk_leader, zk_lock, zk_multi_lock, zk_rw_lock, zk_semaphore
+from zklocks import LockLost, checkpoint, signals, zk_leader, zk_lock, zk_multi_lock, zk_rw_lock, zk_semaphore
 from zklocks.client import clock, lease
 from zklocks.client.pools import connections
 
 
 def spin_until_stopped(limit: float) -> None:
-    """Pure Python work for ``limit`` seconds, unless LockLost stops it (which propagates)."""
+    """Work in small steps, each behind a checkpoint, for ``limit`` seconds, unless LockLost stops it."""
     ends = time.monotonic() + limit
-    x = 0
     while time.monotonic() < ends:
-        x += 1
+        checkpoint()
+        spin_for(0.001)
 
 
 def session_of(alias: str = "default"):
@@ -40,11 +40,8 @@ def test_cancel_lands_in_the_body_no_later_than_the_lease_deadline(own_zk):
             with lock:
                 own_zk.pause()
                 try:
-                    ends = time.monotonic() + 20
-                    x = 0
                     with pytest.raises(LockLost) as info:
-                        while time.monotonic() < ends:
-                            x += 1
+                        spin_until_stopped(20)
                     stopped = clock.now()
                 finally:
                     own_zk.resume()
@@ -78,6 +75,7 @@ def test_cancel_on_a_real_session_expiry(zk_server, zk_expire):
                 zk_expire(zk_server.hosts, session_of())
                 ends = time.monotonic() + 15
                 while time.monotonic() < ends:
+                    checkpoint()
                     time.sleep(0.01)
         assert info.value.reason == "expired"
         with zk_lock("expire", timeout=5) as again:  # the next holder is not kept out
@@ -118,9 +116,9 @@ def test_cancel_never_lands_after_the_with_statement(zk_server):
                         node = lock._hold().contender.node
                         killer = threading.Timer(random.uniform(0, 0.02), kz.delete_async, args=(node,))
                         killer.start()
-                        spin_for(random.uniform(0, 0.08))  # the stop takes some ms to come: both sides
+                        spin_until_stopped(random.uniform(0, 0.08))  # the stop takes some ms: both sides
                     after = True
-                    spin_for(0.02)  # the code after the with statement: nothing may land here
+                    spin_until_stopped(0.02)  # the code after the with statement: no checkpoint raises here
                     outcomes["none"] += 1
                 except LockLost:
                     assert not after, "LockLost landed after the with statement"
@@ -296,9 +294,9 @@ def test_bad_options_are_refused():
 
 
 @pytest.mark.timeout(60)
-def test_a_holder_stopped_outside_a_release_can_take_the_lock_again(zk_server):
-    """acquire() with on_lost="cancel", stopped by a force-release, never released: the thread's next acquire of
-    the name gives the stale hold back instead of refusing it as "already held and lost"."""
+def test_a_holder_stopped_outside_a_with_statement_releases_then_takes_the_lock_again(zk_server):
+    """acquire() with on_lost="cancel", stopped by a force-release: until its release(), the thread's next acquire
+    of the name says the hold was lost; after it, the next acquire holds."""
     with zk_settings(zk_server.hosts, "/onlost-stale"):
         kz = raw_client(zk_server.hosts)
         try:
@@ -309,6 +307,9 @@ def test_a_holder_stopped_outside_a_release_can_take_the_lock_again(zk_server):
                 kz.delete(node)
                 spin_until_stopped(10)
                 raise AssertionError("not stopped")
+            with pytest.raises(LockLost, match="release"):
+                zk_lock("stale", timeout=5).acquire()
+            lock.release()
             with zk_lock("stale", timeout=5) as again:
                 assert again.is_held and again.token > 0
         finally:
@@ -348,6 +349,7 @@ def test_a_thread_body_that_swallows_the_stop_still_leaves_its_with_through_lock
                 ends = time.monotonic() + 15
                 while time.monotonic() < ends and not swallowed:
                     try:
+                        checkpoint()
                         time.sleep(0.01)
                     except Exception as exc:  # noqa: BLE001 - the body under test swallows everything
                         swallowed.append(exc)

@@ -138,8 +138,9 @@ class ProcessActor:
 
 
 class MarkingWork:
-    """Work a lock protects, handed to a thread: it notes the time every 20 ms for ``seconds`` unless stopped, so
-    that a test can see whether it ran past the next holder's grant (``after``)."""
+    """Work a lock protects, handed to a thread: a step every 20 ms for ``seconds``, each behind a checkpoint, unless
+    stopped; it notes the time of each step, so that a test can see whether it ran past the next holder's grant
+    (``after``)."""
 
     def __init__(self, seconds: float) -> None:
         self.started = threading.Event()
@@ -147,8 +148,11 @@ class MarkingWork:
         self._until = time.monotonic() + seconds
 
     def __call__(self) -> None:
+        from zklocks import checkpoint
+
         self.started.set()
         while time.monotonic() < self._until:
+            checkpoint()
             self.marks.append(time.monotonic())
             time.sleep(0.02)
 

@@ -13,7 +13,6 @@ their regression tests are expected failures that name the issue which owns the 
 # still loses one.
 # rule -> the issue that owns the fix
 OPEN = {
-    "cancel_work_in_a_thread": "issue 34 (lost means stopped): work handed to asyncio.to_thread outlives the lease",
     # acquire(t1, x, blocking=False); acquire_while_down(t2, x); silent_blip(2.0) -> t1 lost 'x' on a blip of
     # exactly half its 4 s session, after a reconnect (the idle blips of test_model_findings.py pass).
     "silent_blip": "issue 35 (outage and recovery): after a reconnect, an idle holder may lose its hold on a blip "

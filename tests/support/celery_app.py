@@ -37,7 +37,7 @@ from celery import Celery  # noqa: E402
 from celery.exceptions import SoftTimeLimitExceeded  # noqa: E402
 from celery.signals import task_prerun  # noqa: E402
 
-from zklocks import LockLost, LockNotAcquired, signals, zk_lock  # noqa: E402
+from zklocks import LockLost, LockNotAcquired, checkpoint, signals, zk_lock  # noqa: E402
 from zklocks.celery import SingleExecutionTask  # noqa: E402
 
 BROKER = os.environ.get("ZKLOCKS_TEST_BROKER", "redis://127.0.0.1:6379")
@@ -304,8 +304,9 @@ def soft_limited(self, key, how="ensure_held"):
 
 
 def _spin_and_report(task, key: str, limit: float) -> str:
-    """Publish the session (id, password) and pid, then work in pure Python, recording every 20 ms the wall
-    clock and when the lease ends (wall clock), until stopped or ``limit`` seconds."""
+    """Publish the session (id, password) and pid, then work in pure Python, behind a checkpoint at each step
+    (on_lost="cancel" stops a thread there), recording every 20 ms the wall clock and when the lease ends (wall
+    clock), until stopped or ``limit`` seconds."""
     lock = task.request.zk_lock
     hold = next(iter(lock._mine.values()))[0]
     session = hold.session
@@ -316,6 +317,7 @@ def _spin_and_report(task, key: str, limit: float) -> str:
     ends = time.monotonic() + limit
     beat = 0.0
     while time.monotonic() < ends:
+        checkpoint()
         now = time.monotonic()
         if now - beat >= 0.02:
             beat = now

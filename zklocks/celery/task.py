@@ -24,7 +24,6 @@ from ..client.pools import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..handles.locks import ZkLock
 from ..handles.semaphores import ZkSemaphore
-from ..handles.stopping import LockLostInterrupt
 from ..owners import current_owner
 from ..recipes import layout, node_data
 from . import conf as celery_conf
@@ -290,19 +289,20 @@ class SingleExecutionTask(QueuedMarkers, Task):
         # Locks the body takes itself also record this task as their holder (shown by the admin).
         token = node_data.current_task.set((request.id, self.name))
         owner = current_owner()
+        stoppers: list = []
         try:
-            return super().__call__(*args, **kwargs)
+            result = super().__call__(*args, **kwargs)
         finally:
-            # Before anything else: no stop of on_lost="cancel" may land in this clean-up (handles/base.py).
-            while lock._stops:
-                try:
-                    lock._disarm_top(owner)
-                    break
-                except LockLostInterrupt:
-                    continue
+            # Before anything else: no checkpoint of on_lost="cancel" raises in this clean-up (handles/stopping.py).
+            if lock._stops:
+                stoppers = lock._disarm_top(owner)
             node_data.current_task.reset(token)
             held.discard(key)
             request.zk_lock = previous
+        lost = lock._left_stopped(stoppers)
+        if lost is not None:
+            raise lost  # the body ran on after the loss: the task fails, as a with statement would
+        return result
 
     def _acquire(self, name: str, opts: LockOptions, request) -> ZkLock | ZkSemaphore | None:
         lock: ZkLock | ZkSemaphore

@@ -8,7 +8,9 @@ On the dispatch thread that decides the loss (handles/stopping.py, TERMINATE_AHE
    back into LockLost);
 2. a hold ended by ``max_hold`` deletes its node first, with its release mark, so the next holder takes over at
    once (a lease that runs out takes the node with the session);
-3. ``os._exit(TERMINATE_EXIT)``: no clean-up, no atexit, no other thread runs another instruction. A prefork pool
+3. the processes the task started (its subprocesses and theirs, found by parent pid in ``/proc``) are stopped,
+   then killed: a child of a process that has ended would go on working;
+4. ``os._exit(TERMINATE_EXIT)``: no clean-up, no atexit, no other thread runs another instruction. A prefork pool
    starts a new child; a solo worker ends entirely, and its supervisor (systemd, Kubernetes) starts it again.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -103,10 +106,62 @@ def terminator(task: Any, request: Any, lock: Any, name: str) -> Callable[[Any],
             if stopper.lease_end is None
             else f", {1000 * (stopper.lease_end - clock.now()):.0f} ms before the lease's end"
         )
-        os.write(2, f"zklocks: {exc}{ahead}{stored}\n".encode(errors="replace"))
+        killed = end_descendants()
+        ended = f"; {killed} process(es) it started killed" if killed else ""
+        os.write(2, f"zklocks: {exc}{ahead}{stored}{ended}\n".encode(errors="replace"))
         os._exit(TERMINATE_EXIT)
 
     return terminate
+
+
+def _children_by_parent() -> dict[int, list[int]]:
+    """Every process of the host by parent pid, from /proc (Linux); empty where there is no /proc."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return children
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after its last ')'
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # it ended meanwhile
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    return children
+
+
+def end_descendants() -> int:
+    """Stop, then kill, every process below this one. Stopped first, round by round: a process killed before its
+    own children were found would leave them to init, still at work. How many were killed."""
+    me = os.getpid()
+    found: set[int] = set()
+    for _ in range(3):
+        children = _children_by_parent()
+        below, todo = set(), [me]
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in below:
+                    below.add(child)
+                    todo.append(child)
+        new = below - found
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except OSError:
+                pass
+        found |= new
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return len(found)
 
 
 def _warm(backend: Any, task_id: str) -> None:

@@ -41,7 +41,6 @@ from .decorator import F, decorate
 from .enforce import Enforcing
 from .hold_registry import Grant, Hold
 from .on_commit import release_after_commit
-from .stopping import LockLostInterrupt
 
 
 class BaseHandle(Enforcing, Acquirable):
@@ -225,14 +224,8 @@ class BaseHandle(Enforcing, Acquirable):
 
     def _release(self, wait: bool, released: list[bool]) -> None:
         owner = current_owner()
-        # First of all: no stop of on_lost="cancel" may come after this point. The try is inline: a call's own
-        # first instruction can take a pending stop, and must be inside it (enforce.py).
-        while self._stops:
-            try:
-                self._disarm_top(owner if owner in self._mine else owners.releasing_for() or owner)
-                break
-            except LockLostInterrupt:
-                continue  # it landed before the disarm: the body had ended
+        if self._stops:  # first of all: no checkpoint of the holder raises after this (stopping.py)
+            self._disarm_top(owner if owner in self._mine else owners.releasing_for() or owner)
         hold: Hold | None = None
         last = False
         try:
@@ -369,19 +362,13 @@ class BaseHandle(Enforcing, Acquirable):
             self.release()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        # finally: a signal handler's exception raised while the stop is disarmed must not leave the hold taken
-        # (it would stay in this thread's registry, and the next acquire of the name would find it lost).
+        # finally: a signal handler's exception raised in the disarm must not leave the hold taken (it would stay
+        # in this thread's registry, and the next acquire of the name would find it lost).
         released = [False]
         stoppers: list = []
-        landed_here = False  # a stop that came after the body ended, in the loop below: nothing swallowed it
         try:
-            while self._stops:  # the body has ended: no stop may come after this (see release)
-                try:
-                    stoppers = self._disarm_top(current_owner())
-                    break
-                except LockLostInterrupt:
-                    landed_here = True
-                    continue
+            if self._stops:  # the body has ended: no checkpoint raises after this (see release)
+                stoppers = self._disarm_top(current_owner())
         finally:
             if self.release_on_commit:
                 release_after_commit(self, self.release_on_commit)
@@ -395,12 +382,10 @@ class BaseHandle(Enforcing, Acquirable):
                         with contextlib.suppress(LockOwnershipError):
                             self._release(False, released)
                     raise
-        if exc_type is None and not landed_here:
-            # The stop reached the body, which caught it (a per-item ``except Exception``) and ended normally:
-            # the caller still learns that the lock was lost, as ``async with`` tells a body that swallowed it.
-            swallowed = next((s for s in stoppers if s.delivered), None)
-            if swallowed is not None:
-                raise swallowed.lost_error()
+        if exc_type is None:
+            lost = self._left_stopped(stoppers)
+            if lost is not None:
+                raise lost
 
     # -- async --
 

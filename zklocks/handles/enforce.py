@@ -1,5 +1,6 @@
 """``on_lost`` and ``max_hold`` on a handle: arm a stopper (stopping.py) when an acquire succeeds, disarm it first
-thing in the release, turn the cancellation of an ``async with`` into LockLost, and end a hold at its cap.
+thing in the release, turn the cancellation of an ``async with`` into LockLost, tell a stopped thread's ``with``
+statement that the lock was lost, and end a hold at its cap.
 
 A part of :class:`~zklocks.handles.base.BaseHandle`: the attributes annotated here are the handle's.
 """
@@ -13,8 +14,9 @@ from collections.abc import Callable
 
 from .. import owners
 from ..client import worker_threads
+from ..exceptions import LockLost
 from .hold_registry import Hold
-from .stopping import Stopper, check_max_hold, check_on_lost
+from .stopping import Stopper, check_max_hold, check_on_lost, note_armed, note_disarmed
 
 
 class Enforcing:
@@ -52,7 +54,8 @@ class Enforcing:
             self._schedule_cap(hold, self.max_hold)
         if self.on_lost == "notify" or (self.on_lost == "terminate" and self.terminate is None):
             return None
-        stopper = Stopper(hold, self.on_lost, self.terminate)
+        stopper = Stopper(hold, self.on_lost, self.terminate, owner)
+        note_armed(stopper)
         with self._mine_lock:
             self._stops.setdefault(owner, []).append((depth, stopper))
         hold.stoppers.append(stopper)
@@ -68,8 +71,8 @@ class Enforcing:
     # -- disarming, first thing in a release --
 
     def _disarm_top(self, owner: object) -> list[Stopper]:
-        """Disarm the stoppers of ``owner``'s innermost hold; idempotent, so that a retry after an interrupt
-        that landed here (the body had ended) is safe."""
+        """Disarm the stoppers of ``owner``'s innermost hold; idempotent (a release retried after a signal
+        handler's exception)."""
         with self._mine_lock:
             stops = self._stops.get(owner)
             if not stops:
@@ -78,6 +81,7 @@ class Enforcing:
             mine = [s for d, s in stops if d >= depth]
         for stopper in mine:
             stopper.disarm()
+        note_disarmed(mine)
         return mine
 
     def _forget_stops(self, owner: object) -> None:
@@ -95,6 +99,13 @@ class Enforcing:
                 self._stops[owner] = kept
             else:
                 del self._stops[owner]
+
+    def _left_stopped(self, stoppers: list[Stopper]) -> LockLost | None:
+        """At the end of a ``with`` body that raised nothing: LockLost if the hold was lost under "cancel". The
+        body ran on to its end without reaching a checkpoint, or caught the LockLost one raised: either way the
+        caller must not read the work as done under the lock."""
+        fired = next((s for s in stoppers if s.stopped_thread), None)
+        return None if fired is None else fired.lost_error()
 
     # -- async with --
 

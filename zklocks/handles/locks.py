@@ -21,7 +21,7 @@ from ..recipes import layout, node_data, queue
 from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from ..recipes.step_runner import Steps
-from . import hold_registry, stopping
+from . import hold_registry
 from .base import BaseHandle
 from .hold_registry import Grant
 
@@ -81,13 +81,6 @@ class ZkLock(BaseHandle):
         if self.reentrant:
             with hold_registry.registry_lock:
                 existing = hold_registry.registry.get(key)
-                if existing is not None and stopping.left_without_release(existing):
-                    # Its owner was stopped by on_lost="cancel" as it left the hold (stopping.py): the hold is
-                    # over, give its node back and take a new one.
-                    del hold_registry.registry[key]
-                    existing.session.remove_hold(existing)
-                    existing.contender.abandon()
-                    existing = None
                 if existing is not None:
                     if existing.lost or not existing.is_held:
                         reason = existing.lost_reason or "suspended"

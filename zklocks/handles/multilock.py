@@ -16,7 +16,7 @@ from .async_bridge import acquire_off_loop, run_off_loop
 from .decorator import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
-from .stopping import LockLostInterrupt, check_max_hold, check_on_lost
+from .stopping import check_max_hold, check_on_lost
 
 MemberSpec = str | tuple[str, str] | ZkLock
 
@@ -120,13 +120,9 @@ class ZkMultiLock(Acquirable):
 
     def _release(self, wait: bool, done: list[list[bool]]) -> None:
         owner = owners.current_owner()
-        for lock in self.locks:  # no member's stop may land in another member's release (inline try: base.py)
-            while lock._stops:
-                try:
-                    lock._disarm_top(owner)
-                    break
-                except LockLostInterrupt:
-                    continue
+        for lock in self.locks:  # no member's checkpoint raises in another member's release
+            if lock._stops:
+                lock._disarm_top(owner)
         error: BaseException | None = None
         for lock, flag in reversed(list(zip(self.locks, done, strict=True))):
             if flag[0]:
@@ -154,17 +150,27 @@ class ZkMultiLock(Acquirable):
             lock.ensure_held()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if self.release_on_commit:
-            for lock in reversed(self.locks):
-                release_after_commit(lock, self.release_on_commit)
-        else:
-            done = None
-            try:  # as in release(), inline: a call's first instruction can take the exception
-                done = self._release_flags()
-                self._release(False, done)
-            except BaseException:
-                self._release(False, done or self._release_flags())
-                raise
+        owner = owners.current_owner()
+        stoppers: list = []
+        try:  # the body has ended: no member's checkpoint raises after this
+            for lock in self.locks:
+                if lock._stops:
+                    stoppers += lock._disarm_top(owner)
+        finally:
+            if self.release_on_commit:
+                for lock in reversed(self.locks):
+                    release_after_commit(lock, self.release_on_commit)
+            else:
+                done = None
+                try:  # as in release(): a signal handler's exception leaves nothing held
+                    done = self._release_flags()
+                    self._release(False, done)
+                except BaseException:
+                    self._release(False, done or self._release_flags())
+                    raise
+        lost = next((s.lost_error() for s in stoppers if s.stopped_thread), None) if exc_type is None else None
+        if lost is not None:
+            raise lost  # as a single lock's with statement (enforce._left_stopped)
 
     async def __aenter__(self):
         await acquire_off_loop(self, None, None)

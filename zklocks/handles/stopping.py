@@ -1,32 +1,33 @@
-"""``on_lost``: what a lost hold does to the work it protected (docs/reliability.md, "Lost means stopped").
+"""``on_lost``: what a lost hold does to the work it protected (docs/lost.md).
 
 - "notify" (the default): nothing beyond ``is_held``, ``ensure_held()`` and the ``lock_lost`` signal.
-- "cancel": a :class:`Stopper` armed by the acquire stops the holder: LockLost raised in the holding thread
-  (``PyThreadState_SetAsyncExc``), or the holding asyncio task cancelled.
-- "terminate" (SingleExecutionTask only): the task's failure is stored, then the worker process kills itself.
+- "cancel": a :class:`Stopper` armed by the acquire stops the holder. An asyncio task is cancelled (a
+  cancellation lands only at an ``await``). A thread is stopped at its next checkpoint: :func:`checkpoint`, the
+  hold's ``ensure_held()``, a query through a Django database connection (:func:`query_checkpoint`), and the end
+  of its ``with`` statement, which raises LockLost. Never an asynchronous exception: one that lands between a
+  library's ``lock.acquire()`` and its ``try`` (``Condition.__enter__``, ``queue.Queue``, logging, connection
+  pools) leaves that lock taken for good, and the process hangs.
+- "terminate" (SingleExecutionTask only): the task's failure is stored, then the worker process ends, with the
+  processes it started.
 
 The loss is decided on the dispatch thread (client/lease_keeping.py): a session with stopping holds declares its
 loss :data:`CANCEL_AHEAD` or :data:`TERMINATE_AHEAD` before the lease deadline (never later), and
-``Hold.mark_lost`` fires every armed stopper of the hold before anything else.
-
-The stopper never lands outside the hold: the holder disarms it first thing in its release (enforce.py, base.py),
-under the stopper's lock, and clears an exception that was set but not yet raised. CPython raises a pending
-asynchronous exception at the thread's next check of its eval breaker (a call's first instruction, a loop's
-jump, the return of a C call); the disarm sits inside an inline ``try`` that takes one which lands there, and the
-release goes on. Only the first instruction of a ``with`` statement's ``__exit__`` is left uncovered: a stop
-that lands there leaves the statement as LockLost without the release, and :func:`left_without_release` lets
-the next acquire of that name give the stale hold back (docs/lost.md).
+``Hold.mark_lost`` fires every armed stopper of the hold before anything else. The holder disarms its stoppers
+first thing in its release: no checkpoint of the holder raises after that. Threads that work for an asyncio
+holder (``asyncio.to_thread``, ``sync_to_async``: a copy of its context) go on raising at their checkpoints after
+the holder has left: their work outlives the hold.
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from .. import owners
 from ..client import clock
 from ..exceptions import LockLost
 
@@ -58,62 +59,67 @@ def check_max_hold(value: Any) -> float | None:
     return float(value)
 
 
-# thread id -> the stopper whose exception is pending in that thread (read by the exception as it is raised)
-_fired: dict[int, Stopper] = {}
+# The stoppers of the holds taken in this context: the holder's own, and those of the holder whose context a
+# thread was started from (``asyncio.to_thread``, ``sync_to_async``: a copy of the holder's context).
+_armed_here: contextvars.ContextVar[tuple[Stopper, ...]] = contextvars.ContextVar("zklocks_stoppers", default=())
 
 
-class LockLostInterrupt(LockLost):
-    """LockLost as ``on_lost="cancel"`` raises it in the holding thread. CPython instantiates the class given to
-    PyThreadState_SetAsyncExc without arguments, in that thread: the stopper is found by the thread's id."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        stopper = _fired.pop(threading.get_ident(), None)
-        if args or kwargs or stopper is None:
-            super().__init__(*args, **kwargs)
-            return
-        stopper.delivered = True
-        super().__init__(name=stopper.name, alias=stopper.alias, reason=stopper.reason)
-        self.fired_at = stopper.fired_at
-        self.lease_end = stopper.lease_end
-
-    def __reduce__(self):
-        # What a result backend stores and a client rebuilds: a plain LockLost.
-        return (LockLost, (str(self),))
-
-
-# Shown, logged and stored as what it is for the user: a LockLost.
-LockLostInterrupt.__name__ = LockLostInterrupt.__qualname__ = "LockLost"
-LockLostInterrupt.__module__ = "zklocks.exceptions"
-
-# Two prototypes of one C function (indexing makes a fresh function object): set an exception, or clear one.
-_set_async_exc = ctypes.pythonapi["PyThreadState_SetAsyncExc"]
-_set_async_exc.argtypes = (ctypes.c_ulong, ctypes.py_object)
-_set_async_exc.restype = ctypes.c_int
-_clear = ctypes.pythonapi["PyThreadState_SetAsyncExc"]
-_clear.argtypes = (ctypes.c_ulong, ctypes.c_void_p)
-_clear.restype = ctypes.c_int
+def checkpoint() -> None:
+    """Raise LockLost here if a hold of the caller under ``on_lost="cancel"`` was lost: its own hold (a thread's,
+    or a task's), or the hold of the task whose context this thread was started from, even once that task has
+    left the hold (the thread's work was started under it). Cheap when nothing is held: one context lookup."""
+    stoppers = _armed_here.get()
+    if not stoppers:
+        return
+    owner = None
+    for stopper in stoppers:
+        if not stopper.fired or stopper.mode != "cancel":
+            continue
+        if owner is None:
+            owner = owners.current_owner()
+        if stopper.owner is not owner:
+            raise stopper.lost_error()  # a helper of the holder: its work was started under the hold
+        if stopper.armed:
+            raise stopper.lost_error()
 
 
-def _clear_async_exc(thread_id: int) -> None:
-    _clear(thread_id, None)
+def note_armed(stopper: Stopper) -> None:
+    """In the holder's context, as the acquire arms: its checkpoints, and those of work it starts, watch it."""
+    _armed_here.set((*_armed_here.get(), stopper))
+
+
+def note_disarmed(stoppers: list[Stopper]) -> None:
+    """In the holder's context, as the release disarms."""
+    here = _armed_here.get()
+    if here:
+        _armed_here.set(tuple(s for s in here if s not in stoppers))
+
+
+def query_checkpoint(execute: Callable, sql: str, params: Any, many: bool, context: dict) -> Any:
+    """A Django ``execute_wrapper`` on every connection (receivers.py): a query of a stopped holder raises
+    LockLost instead of running."""
+    if _armed_here.get():
+        checkpoint()
+    return execute(sql, params, many, context)
 
 
 class Stopper:
     """Stops one holder (a thread, an asyncio task or a worker process) when its hold is lost."""
 
-    def __init__(self, hold: Any, mode: str, terminate: Callable[[Stopper], None] | None = None) -> None:
+    def __init__(
+        self, hold: Any, mode: str, terminate: Callable[[Stopper], None] | None = None, owner: object = None
+    ) -> None:
         self.hold = hold
+        self.owner = owner
         self.name: str = hold.name
         self.alias: str = hold.alias
         self.mode = mode
         self.lock = threading.Lock()
         self.armed = True
         self.fired = False
-        self.delivered = False
         self.reason: str | None = None
         self.fired_at: float | None = None  # clock.now() of the decision
         self.lease_end: float | None = None  # the lease deadline at that moment (clock.now() basis)
-        self.thread_id = threading.get_ident()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.task: asyncio.Task | None = None
         self.cancel_sent = False
@@ -142,17 +148,7 @@ class Stopper:
                 self.loop.call_soon_threadsafe(self._cancel_task)
                 return
             else:
-                _fired[self.thread_id] = self
-                if _set_async_exc(self.thread_id, LockLostInterrupt) != 1:
-                    # No such OS thread: a greenlet's id (gevent, eventlet) or a thread that has ended.
-                    _fired.pop(self.thread_id, None)
-                    log.warning(
-                        "zklocks: lock %r lost (%s): on_lost='cancel' found no thread to stop (greenlets are not "
-                        "threads: under gevent or eventlet the loss is only reported)",
-                        self.name,
-                        reason,
-                    )
-                return
+                return  # a thread: its next checkpoint raises (see the module docstring)
         if self._terminate is not None:
             self._terminate(self)
 
@@ -164,26 +160,17 @@ class Stopper:
             task.cancel(f"zklocks: lock {self.name!r} lost ({self.reason})")
 
     def disarm(self) -> None:
-        """In the holder, first thing in its release: no stop may come after this."""
+        """In the holder, first thing in its release: no stop of the holder may come after this."""
         with self.lock:
             self.armed = False
-            if self.fired and self.loop is None and self.mode == "cancel" and not self.delivered:
-                _fired.pop(self.thread_id, None)
-                _clear_async_exc(self.thread_id)
+
+    @property
+    def stopped_thread(self) -> bool:
+        """Whether this stopper fired for a thread holder, which then must not leave its hold as if held."""
+        return self.fired and self.mode == "cancel" and self.loop is None
 
     def lost_error(self) -> LockLost:
         exc = LockLost(name=self.name, alias=self.alias, reason=self.reason or "lost")
         exc.fired_at = self.fired_at  # type: ignore[attr-defined]
         exc.lease_end = self.lease_end  # type: ignore[attr-defined]
         return exc
-
-
-def swallow_own_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` is a stopper's LockLost that reached the release itself (the body had ended)."""
-    return isinstance(exc, LockLostInterrupt)
-
-
-def left_without_release(hold: Any) -> bool:
-    """Whether a stop reached the holder and the holder has left without releasing: the one instruction before
-    a ``with`` statement's ``__exit__`` starts can take a pending stop (see the module docstring)."""
-    return hold.lost and any(s.delivered and s.armed for s in hold.stoppers)
