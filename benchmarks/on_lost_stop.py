@@ -5,9 +5,10 @@
 Each round holds a lock, freezes the ZooKeeper server (SIGSTOP: no renewal is answered, so the lease runs out),
 and times the stop against the lease deadline (negative: the work stopped before the lease ended):
 
-- thread: ``with zk_lock(..., on_lost="cancel")`` around pure Python work; the stop is when LockLost is caught;
-- thread in time.sleep(3) and in a blocking socket read: what C code does to the stop (it comes when the call
-  returns);
+- thread: ``with zk_lock(..., on_lost="cancel")`` around pure Python work that calls ``checkpoint()`` at each
+  step; the stop is when LockLost is caught;
+- thread in time.sleep(3) and in a blocking socket read before its checkpoints: what a step that does not check
+  does to the stop (it comes at the first checkpoint after the call returns);
 - asyncio: ``async with zk_lock(..., on_lost="cancel")`` around ``await asyncio.sleep(30)`` and around a loop
   that yields with ``await asyncio.sleep(0)``;
 - terminate: a SingleExecutionTask with ``on_lost="terminate"`` in a real prefork Celery worker; the stop is the
@@ -61,10 +62,16 @@ def _frozen(zk, body):
 
 
 def thread_round(zk, i: int, work: str) -> float:
-    from zklocks import LockLost, zk_lock
+    from zklocks import LockLost, checkpoint, zk_lock
     from zklocks.client import clock
 
+    def steps(seconds: float) -> None:
+        ends = time.monotonic() + seconds
+        while time.monotonic() < ends:
+            checkpoint()
+
     lock = zk_lock(f"bench:thread:{work}:{i}", on_lost="cancel", timeout=20)
+    stopped = 0.0
     server = None
     if work == "recv":
         server = socket.socket()
@@ -75,14 +82,10 @@ def thread_round(zk, i: int, work: str) -> float:
             zk.pause()
             try:
                 if work == "spin":
-                    ends = time.monotonic() + 20
-                    while time.monotonic() < ends:
-                        pass
+                    steps(20)
                 elif work == "sleep":
                     time.sleep(3)
-                    ends = time.monotonic() + 20
-                    while time.monotonic() < ends:
-                        pass
+                    steps(20)
                 else:
                     assert server is not None  # noqa: S101 - narrows the type: the socket modes made it
                     peer = socket.create_connection(server.getsockname())
@@ -91,20 +94,19 @@ def thread_round(zk, i: int, work: str) -> float:
                         peer.recv(1)  # nobody sends: blocked in C for 3 s
                     except TimeoutError:
                         pass
-                    ends = time.monotonic() + 20
-                    while time.monotonic() < ends:
-                        pass
+                    steps(20)
                 raise AssertionError("not stopped")
             except LockLost as exc:
-                return clock.now() - exc.lease_end  # type: ignore[attr-defined]
+                stopped = clock.now() - exc.lease_end  # type: ignore[attr-defined]
+                raise
             finally:
                 zk.resume()
     except LockLost:
-        raise AssertionError("LockLost outside the body") from None
+        return stopped  # the with statement passes the checkpoint's LockLost on
     finally:
         if server is not None:
             server.close()
-    raise AssertionError("unreachable")
+    raise AssertionError("not stopped")
 
 
 def asyncio_round(zk, i: int, work: str) -> float:
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _configure(zk.hosts)
         rows = [
-            ("thread, pure Python", [thread_round(zk, i, "spin") for i in range(args.rounds)]),
+            ("thread, pure Python with checkpoint()", [thread_round(zk, i, "spin") for i in range(args.rounds)]),
             ("thread, in time.sleep(3)", [thread_round(zk, i, "sleep") for i in range(min(3, args.rounds))]),
             ("thread, in a blocking recv (3 s)", [thread_round(zk, i, "recv") for i in range(min(3, args.rounds))]),
             ("asyncio, await asyncio.sleep(30)", [asyncio_round(zk, i, "sleep") for i in range(args.rounds)]),

@@ -17,16 +17,33 @@ Fixtures:
 - ``zklocks_settings``: ``settings.ZKLOCKS`` pointed at ``zk_server`` with a fresh namespace per test;
   a callable that returns the alias dict and accepts overrides, e.g. ``zklocks_settings(SESSION_TIMEOUT=1)``.
   Tests that do not ask for it keep the project's own ZKLOCKS.
+
+A run ended by SIGTERM (``timeout``, a CI runner's cancel) stops as on Ctrl-C: the fixtures' servers are stopped
+before pytest exits, never left running.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 import uuid
 
 import pytest
 
 from .ensemble import ZkEnsemble
 from .server import ZkServer, expire_session
+
+
+def _terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up that follows must not be cut short
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config) -> None:
+    """SIGTERM ends the run as Ctrl-C does, so that session fixtures (servers in process groups of their own,
+    which outlive a killed parent) are torn down. Left alone where someone else handles SIGTERM."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminated)
 
 
 @pytest.fixture(scope="session")
