@@ -84,8 +84,10 @@ def checkpoint() -> None:
 
 
 def note_armed(stopper: Stopper) -> None:
-    """In the holder's context, as the acquire arms: its checkpoints, and those of work it starts, watch it."""
-    _armed_here.set((*_armed_here.get(), stopper))
+    """In the holder's context, as the acquire arms: its checkpoints, and those of work it starts, watch it. The
+    stoppers disarmed elsewhere (a release on commit, by another thread) go: the holder's own context never needs
+    them again."""
+    _armed_here.set((*(s for s in _armed_here.get() if s.armed), stopper))
 
 
 def note_disarmed(stoppers: list[Stopper]) -> None:
