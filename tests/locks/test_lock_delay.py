@@ -445,3 +445,58 @@ def test_a_hold_ended_by_max_hold_is_a_clean_release_and_delays_nobody(aliases):
     with zk_lock("capped", lock_delay=DELAY, timeout=10):
         assert time.monotonic() - started < DELAY / 2
     assert not delay_recorded("capped")
+
+
+# -- newcomers: nobody was queued to see the holder go --
+
+
+def test_a_newcomer_after_a_force_release_with_nobody_queued_waits_the_delay(aliases):
+    """The holder's guard in the lock node names a node that is gone without clearing it: the newcomer (another
+    session, nobody queued when the node went) starts the delay and waits it out."""
+    holder = zk_lock("alone", lock_delay=DELAY)
+    assert holder.acquire()
+    newcomer = None
+    try:
+        assert [c.node for c in force_release("default", "alone").deleted]
+        after = server_now("c")
+        newcomer = Waiter(zk_lock("alone", using="b", lock_delay=DELAY), timeout=20)
+        newcomer.join()
+        assert newcomer.result is True, newcomer.error
+        assert newcomer.server_after - after >= DELAY - SLACK
+    finally:
+        holder.release()
+        if newcomer is not None:
+            newcomer.stop()
+
+
+def test_a_newcomer_after_an_expired_holder_with_nobody_queued_waits_the_delay(aliases, zk_expire):
+    """As after a kill -9: the holder's session expires for real with nobody queued; a newcomer of another
+    session (the holder's process remembers nothing for it) arrives after the node went, and waits."""
+    holder = zk_lock("expired-alone", lock_delay=DELAY)
+    assert holder.acquire()
+    newcomer = None
+    try:
+        _, after = expire(zk_expire, aliases)
+        assert wait_until(lambda: not holder.is_held, 10)
+        newcomer = Waiter(zk_lock("expired-alone", using="b", lock_delay=DELAY), timeout=20)
+        newcomer.join()
+        assert newcomer.result is True, newcomer.error
+        assert newcomer.server_after - after >= DELAY - SLACK
+    finally:
+        holder.release()
+        if newcomer is not None:
+            newcomer.stop()
+
+
+@pytest.mark.parametrize("wait", [False, True], ids=["release()", "release(wait=True)"])
+def test_a_clean_release_with_nobody_queued_clears_the_guard(aliases, wait):
+    holder = zk_lock("clean-alone", lock_delay=DELAY)
+    assert holder.acquire()
+    assert read_model.lock_info("c", "clean-alone")[0].holders  # the guard is the hold record the admin reads
+    holder.release(wait=wait)
+    started = time.monotonic()
+    with zk_lock("clean-alone", using="b", lock_delay=DELAY, timeout=10):
+        assert time.monotonic() - started < DELAY / 4
+    assert not delay_recorded("clean-alone")
+    client = connections["c"].session().client
+    assert client.get(zk_lock("clean-alone").path)[0] == b""  # the second release cleared its guard too

@@ -356,7 +356,7 @@ def record_acquired_at(hold: Hold, waited: bool, acquired_at: float) -> None:
     session = contender.session
     client = session.client
     node_layout = layout.get(session.cfg.layout)
-    if waited and node_layout.holders_write:
+    if waited and node_layout.holders_write and not getattr(contender, "guards", False):  # a guard says it already
         if node_layout.is_exclusive(getattr(contender, "marker", "")):
             # Our own node must change only at the release (node_data.marks_release_only): the lock node says it.
             _record_in_lock_node(client, contender.parent, node_data.hold_record(contender.name or "", acquired_at))

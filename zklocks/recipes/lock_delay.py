@@ -8,6 +8,12 @@ The end is compared with a server time we learned from our own writes (the creat
 write), never with our own wall clock: a waiter holds no earlier than the delay's end on the server's clock, as
 long as the two clocks run at the same rate.
 
+Nobody may be queued to see the holder vanish (a ``kill -9``, a force-release with no waiter). So an exclusive
+holder under a lock-delay writes a guard into the lock node's data before its body runs (:func:`guard`), and its
+clean release clears it in the release's own transaction (node.OwnNode._send_delete). A newcomer that finds the
+guard of a node that is gone knows that node left uncleanly: it starts the delay, counted from its own read
+(later than the loss: safe, and longer than needed when the loss is old).
+
 This module knows kazoo and paths, nothing of Django.
 """
 
@@ -25,6 +31,7 @@ from kazoo.exceptions import NoNodeError
 from .. import forking
 from ..exceptions import LockNotAcquired, ZkAuthError
 from ..lock_delay_option import valid
+from . import layout
 from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
 from .step_runner import NewWaker, Request, Sleep, Steps
 
@@ -37,6 +44,29 @@ def record(after: str, seconds: float) -> bytes:
     """The lock node's data while in lock-delay: which node vanished, and for how long the lock stays shut.
     The start is the write's mtime, so the record carries no clock of ours."""
     return json.dumps({"v": 1, KEY: {"after": after, "seconds": seconds}}, separators=(",", ":")).encode()
+
+
+GUARD = "guard"
+
+
+def guard(child: str, seconds: float, acquired_at: float) -> bytes:
+    """The lock node's data while an exclusive holder under a lock-delay holds: who, since when (a hold record
+    the admin reads, node_data.parse_hold_record), and that its release clears it."""
+    return json.dumps(
+        {"v": 1, "holder": child, "acquired_at": round(acquired_at, 3), GUARD: seconds}, separators=(",", ":")
+    ).encode()
+
+
+def guarded_by(raw: bytes | None) -> str | None:
+    """The holder a lock node's guard names, or None for any other data."""
+    if not raw or GUARD.encode() not in raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    holder = data.get(GUARD) is not None and data.get("holder") if isinstance(data, dict) else None
+    return holder if isinstance(holder, str) and holder else None
 
 
 def until_ms(raw: bytes | None, mtime_ms: int) -> int | None:
@@ -110,6 +140,28 @@ def hold_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) ->
     LockNotAcquired if not ``blocking`` and a delay is in force; DeadlinePassed if the deadline comes first;
     SessionGone if our session ends meanwhile (the acquire then queues again, and finds the record again).
     """
+    yield from _wait_steps(contender, blocking, deadline, name)
+    yield from _guard_steps(contender, deadline)
+
+
+def _guard_steps(contender: Any, deadline: Deadline) -> Steps:
+    """Write our guard before the body runs (see the module docstring): an exclusive hold on a layout whose
+    holders write. A lock node we may not write (a foreign ACL) keeps no guard: a newcomer after our unclean
+    loss then holds at once, as without one."""
+    session = contender.session
+    lay = layout.get(session.cfg.layout)
+    if not (lay.holders_write and lay.is_exclusive(getattr(contender, "marker", ""))) or not contender.name:
+        return
+    data = guard(contender.name, contender.lock_delay, time.time())
+    try:
+        yield Request(lambda: session.client.set_async(contender.parent, data), session, deadline)
+    except ZkAuthError:
+        log.warning("zklocks: cannot guard %s (NoAuth): after an unclean loss newcomers hold at once", contender.parent)
+        return
+    contender.guards = True
+
+
+def _wait_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) -> Steps:
     vanished = contender.vanished
     if vanished == "":
         return  # a marked release handed over: its holder held, so any delay before it was over
@@ -122,6 +174,11 @@ def hold_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) ->
         raw, stat = yield Request(lambda: client.get_async(parent), session, deadline)
     except NoNodeError:
         raise SessionGone() from None  # our node lives below it: only our session's end can explain this
+    if vanished is None:
+        # Nobody queued saw it go: a guard left by a holder other than us says it went without its release.
+        guarded = guarded_by(raw)
+        if guarded is not None and guarded != contender.name:
+            vanished = guarded
     end = None
     until = until_ms(raw, stat.mtime)
     if until is not None:

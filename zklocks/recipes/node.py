@@ -43,6 +43,7 @@ class OwnNode:
         "name",
         "token",
         "stamp",
+        "guards",
         "_pending_create",
         "_abandoned",
     )
@@ -58,6 +59,8 @@ class OwnNode:
         # (the server's ctime of our node, our monotonic moment after learning it): a lower bound of the server's
         # clock at any later moment of ours (lock_delay.py)
         self.stamp: tuple[int, float] | None = None
+        # Our hold's guard is in the lock node's data (lock_delay.py): the release clears it in its transaction
+        self.guards = False
         self._pending_create: Any = None  # an IAsyncResult, SENDING or None
         self._abandoned = False
 
@@ -124,7 +127,7 @@ class OwnNode:
             self._send_delete(node, held).rawlink(self._on_deleted)
             return
         # _send_delete's request, answered to an outcome that the connection thread settles itself.
-        client._call(_delete_request(node, held), _DeleteOutcome(self))
+        client._call(_delete_request(node, held, self.parent if self.guards else None), _DeleteOutcome(self))
 
     def _send_delete(self, node: str, held: bool):
         """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it.
@@ -142,8 +145,10 @@ class OwnNode:
             transaction = client.transaction()
             transaction.set_data(node, RELEASED)
             transaction.delete(node)
+            if self.guards:
+                transaction.set_data(self.parent, b"")
             return _TransactionResult(transaction.commit_async())
-        result = send_request(client, _delete_request(node, held))
+        result = send_request(client, _delete_request(node, held, self.parent if self.guards else None))
         return _TransactionResult(result) if held else result
 
     def _on_deleted(self, result) -> None:
@@ -169,9 +174,15 @@ RELEASED = b"released"
 SENDING = object()
 
 
-def _delete_request(node: str, held: bool):
-    """The release's request (see OwnNode._send_delete), as kazoo's record."""
-    return Transaction([SetData(node, RELEASED, -1), Delete(node, -1)]) if held else Delete(node, -1)
+def _delete_request(node: str, held: bool, guarded: str | None = None):
+    """The release's request (see OwnNode._send_delete), as kazoo's record; ``guarded``: the lock node whose
+    data holds our hold's lock-delay guard, cleared in the same transaction (a clean release)."""
+    if not held:
+        return Delete(node, -1)
+    ops = [SetData(node, RELEASED, -1), Delete(node, -1)]
+    if guarded is not None:
+        ops.append(SetData(guarded, b"", -1))
+    return Transaction(ops)
 
 
 class _DeleteOutcome:
