@@ -34,11 +34,13 @@ COMPARE_STAMP := $(VENV)/.compare-requirements-stamp
 .PHONY: test test-all test-model lint docs chaos test-matrix demo bench bench-view compare system-deps demo-deps bench-deps compare-deps \
 	venv compare-venv clean
 
-# What the demo needs: ZooKeeper (with the JRE it depends on) and Redis.
+# What the demo needs: ZooKeeper (with the JRE it depends on) and Redis; Chromium for its screenshot
+# (python -m demo_project.screenshot), installed with them as the README says.
 demo-deps:
 	@missing=""; \
 	[ -f /usr/share/java/zookeeper.jar ] || missing="$$missing zookeeper"; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO="sudo"; \

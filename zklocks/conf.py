@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -415,8 +416,22 @@ def _mixed_layouts(configs: dict[str, AliasConfig]) -> list[Problem]:
 
 @functools.cache
 def get_config() -> tuple[dict[str, AliasConfig], tuple[Problem, ...]]:
+    _warn_unless_installed()
     configs, problems = validate(getattr(settings, "ZKLOCKS", None))
     return configs, tuple(problems)
+
+
+def _warn_unless_installed() -> None:
+    """zklocks used without "zklocks" in INSTALLED_APPS works, but silently without what its AppConfig.ready()
+    wires: the system checks, the database checkpoint of on_lost="cancel", settings changes, the admin."""
+    from django.apps import apps
+
+    if apps.ready and not apps.is_installed("zklocks"):
+        logging.getLogger("zklocks").warning(
+            'zklocks: "zklocks" is not in INSTALLED_APPS: its system checks do not run, a database query does not '
+            'stop a holder that lost its lock (on_lost="cancel"), and the admin page is missing. Add "zklocks" '
+            "to INSTALLED_APPS."
+        )
 
 
 def alias_config(alias: str = DEFAULT_ALIAS) -> AliasConfig:

@@ -467,3 +467,21 @@ def test_an_acl_entry_with_admin_alone_is_not_guarded():
     admin = ACL(Permissions.ADMIN, Id("ip", "10.0.0.0/8"))
     assert outside_writers([make_digest_acl("app", "s3cret", all=True)], cfg) == []
     assert outside_writers([make_digest_acl("app", "s3cret", all=True), admin], cfg) == ["ip:10.0.0.0/8"]
+
+
+NOT_INSTALLED = """
+import django
+from django.conf import settings
+settings.configure(INSTALLED_APPS=[{apps}], ZKLOCKS={{"default": {{"HOSTS": "127.0.0.1:1"}}}})
+django.setup()
+from zklocks import conf
+print(sorted(conf.get_config()[0]))
+"""
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_zklocks_missing_from_installed_apps_is_said_on_first_use(installed):
+    code = NOT_INSTALLED.format(apps='"zklocks"' if installed else "")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "['default']"  # it works either way
+    assert ('"zklocks" is not in INSTALLED_APPS' in done.stderr) is not installed, done.stderr

@@ -93,14 +93,14 @@ def test_invalid_option_on_a_task_is_a_clear_error():
 
 
 def test_system_checks(bad_tasks):
-    with override_settings(ZKLOCKS_CELERY={"ON_LOCKED": "later", "LOCK_TIMEOUT": -1, "COLOUR": 1}):
+    with override_settings(ZKLOCKS_CELERY={"ON_LOCKED": "later", "LOCK_TIMEOUT": -1, "COLOUR": 1, "ON_LOCK": 1}):
         messages = zk_checks()
     assert messages == [
         Warning(
-            "ZKLOCKS_CELERY: unknown option(s) COLOUR.",
-            hint="Known options: CONCURRENCY, DEBOUNCE, KEEP_LOCK_ON_RETRY, LOCK_TIMEOUT, MAX_HOLD, MAX_RETRIES, "
-            "ON_LOCKED, ON_LOST, ON_UNAVAILABLE, RETRY_COUNTDOWN, RETRY_LOCK_GRACE, SHARE_RUNNING, THROTTLE, "
-            "UNIQUE_QUEUED, UNIQUE_TIMEOUT, USING.",
+            "ZKLOCKS_CELERY: unknown option(s) COLOUR, ON_LOCK.",
+            hint="ON_LOCK: did you mean ON_LOCKED? Known options: CONCURRENCY, DEBOUNCE, KEEP_LOCK_ON_RETRY, "
+            "LOCK_TIMEOUT, MAX_HOLD, MAX_RETRIES, ON_LOCKED, ON_LOST, ON_UNAVAILABLE, RETRY_COUNTDOWN, "
+            "RETRY_LOCK_GRACE, SHARE_RUNNING, THROTTLE, UNIQUE_QUEUED, UNIQUE_TIMEOUT, USING.",
             id="zklocks.W020",
         ),
         Error(

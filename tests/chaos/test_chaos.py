@@ -21,6 +21,7 @@ from tests.chaos.checker import (
     seconds,
 )
 from tests.chaos.controller import MIN_SESSIONS, SHORT_PLAN, ChaosRun
+from zklocks.client import lease
 from zklocks.testing import ZkEnsemble
 
 pytestmark = pytest.mark.chaos
@@ -341,8 +342,10 @@ def test_work_never_overlaps_under_on_lost_cancel(request, tmp_path, capsys):
     assert run.orphans == []
     assert all(code == 0 for code in run.exit_codes), run.exit_codes
     assert report.revoked_holds == faults.count("expire-holder")
-    # Long holds were made to lose their lock, and on_lost stopped their work no later than their lease ended.
-    assert margins and margins[0] >= 0, margins[:5]
+    # Long holds were made to lose their lock, and on_lost stopped their work before the leader's earliest expiry:
+    # the lease's end plus its margin (lease.loss_margin), room for a thread starved of CPU, as in test_on_lost.py.
+    # The checker above proves the intervals themselves never overlap.
+    assert margins and margins[0] >= -lease.loss_margin(run.session_timeout), margins[:5]
     assert report.holds > 300
     if long:
         assert report.holds >= 10_000, report.holds

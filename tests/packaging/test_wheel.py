@@ -56,6 +56,12 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path):
     assert not any(n.startswith(("tests/", "demo_project/", "benchmarks/")) for n in names)
     extras = {line.split(": ", 1)[1] for line in metadata.splitlines() if line.startswith("Provides-Extra: ")}
     assert {"celery", "redis", "metrics"} <= extras
+    # One source for the version: the wheel's, zklocks.__version__ and the CHANGELOG's newest entry agree.
+    import zklocks
+
+    assert f"Version: {zklocks.__version__}\n" in metadata
+    newest = next(line for line in (ROOT / "CHANGELOG.md").read_text().splitlines() if line.startswith("## "))
+    assert newest.startswith(f"## {zklocks.__version__} "), newest
 
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)

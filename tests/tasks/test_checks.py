@@ -90,6 +90,18 @@ def test_backend_options_are_checked(declared):
     ]
 
 
+def test_a_backend_on_a_misconfigured_alias_says_so_not_that_the_alias_is_missing(declared):
+    ours = "zklocks.tasks.SingleExecutionBackend"
+    with override_settings(
+        ZKLOCKS={"default": {"HOSTS": "127.0.0.1:2181", "SESSION_TIMEOUT": -1}},
+        TASKS={"default": {"BACKEND": ours, "OPTIONS": wrapped(IMMEDIATE)["OPTIONS"]}},
+    ):
+        messages = run()
+    assert messages == [
+        ("zklocks.E110", "TASKS['default']: USING='default' names a zklocks alias whose settings are invalid.")
+    ]
+
+
 def test_a_misconfigured_backend_refuses_tasks_instead_of_crashing_the_import(declared):
     from zklocks.exceptions import ZkConfigError
     from zklocks.tasks.compat import task_backends

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..conf import Problem
+from ..conf import Problem, closest_hint
 
 ON_LOCKED = ("skip", "retry", "raise")
 ON_UNAVAILABLE = ("fail", "retry")
@@ -179,7 +179,7 @@ def option_dict_problems(
             warning_id,
             None,
             f"{setting}: unknown option(s) {', '.join(unknown)}.",
-            f"Known options: {', '.join(sorted(known))}.",
+            f"{closest_hint(unknown, frozenset(known))}Known options: {', '.join(sorted(known))}.",
         )
     ]
 

@@ -59,9 +59,13 @@ def check_tasks(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     if not ours:
         return []
     aliases = frozenset(conf.get_config()[0])
+    zklocks_setting = getattr(settings, "ZKLOCKS", None)
+    declared = (
+        frozenset(k for k in zklocks_setting if isinstance(k, str)) if isinstance(zklocks_setting, dict) else aliases
+    )
     messages: list[checks.CheckMessage] = []
     for alias, raw in ours.items():
-        for p in options.backend_problems(alias, raw, aliases):
+        for p in options.backend_problems(alias, raw, aliases, declared):
             cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
             messages.append(cls(p.msg, hint=p.hint, id=p.id))
     messages.extend(_load_task_modules())

@@ -72,8 +72,11 @@ def task_problems(
     return problems
 
 
-def backend_problems(alias: str, raw: Any, aliases: frozenset[str]) -> list[Problem]:
-    """The ``OPTIONS`` of a SingleExecutionBackend named ``alias`` in settings.TASKS. Pure but for the import."""
+def backend_problems(
+    alias: str, raw: Any, aliases: frozenset[str], declared: frozenset[str] = frozenset()
+) -> list[Problem]:
+    """The ``OPTIONS`` of a SingleExecutionBackend named ``alias`` in settings.TASKS. Pure but for the import.
+    ``aliases``: the zklocks aliases configured without error; ``declared``: every name in settings.ZKLOCKS."""
     where = f"TASKS[{alias!r}]"
     hint = (
         'OPTIONS = {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend", "OPTIONS": {}, "USING": "default"}'
@@ -97,7 +100,16 @@ def backend_problems(alias: str, raw: Any, aliases: frozenset[str]) -> list[Prob
     if not isinstance(raw.get("OPTIONS", {}), dict):
         problems.append(Problem("zklocks.E110", None, f"{where}: OPTIONS['OPTIONS'] must be a dict.", hint))
     using = raw.get("USING", "default")
-    if not isinstance(using, str) or using not in aliases:
+    if isinstance(using, str) and using in declared and using not in aliases:
+        problems.append(
+            Problem(
+                "zklocks.E110",
+                None,
+                f"{where}: USING={using!r} names a zklocks alias whose settings are invalid.",
+                f"Fix settings.ZKLOCKS[{using!r}]: the zklocks errors of manage.py check say what is wrong.",
+            )
+        )
+    elif not isinstance(using, str) or using not in aliases:
         known = ", ".join(repr(a) for a in sorted(aliases)) or "none"
         problems.append(
             Problem(
