@@ -60,3 +60,28 @@ def test_relative_links_point_at_files_of_the_repository(document):
         if not (path.parent / file).exists() or not Path(path.parent / file).resolve().is_relative_to(ROOT):
             missing.append(target)
     assert missing == []
+
+
+def test_one_list_of_pages_the_sites_nav_and_the_index_agree():
+    """mkdocs.yml's nav is the site's list; docs/index.md lists the same pages in the same order, and the README
+    points at it instead of keeping a third list."""
+    import yaml
+
+    def pages(node):
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from pages(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from pages(item)
+
+    nav = [p for p in pages(yaml.safe_load((ROOT / "mkdocs.yml").read_text())["nav"]) if p != "index.md"]
+    index = (ROOT / "docs" / "index.md").read_text()
+    table = index[index.index("## The pages") :]
+    listed = re.findall(r"^\| \[[^\]]+\]\(([a-z_-]+\.md)\)", table, flags=re.M)
+    assert listed == nav
+    readme = (ROOT / "README.md").read_text()
+    assert "docs/index.md#the-pages" in readme
+    assert not re.search(r"^\| \[[^\]]+\]\(docs/[a-z_-]+\.md\) \|", readme, flags=re.M)
