@@ -63,6 +63,7 @@ from .ops import security_checks
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     discover.load_tasks()  # tasks declare their aliases (E012) when their classes are created
+    _load_urlconf()  # so do views decorated with zk_lock(using=...), when their module is imported
     configs, problems = conf.validate(_raw_setting())
     messages: list[checks.CheckMessage] = []
     for p in problems:
@@ -81,6 +82,20 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
                 )
             )
     return messages
+
+
+def _load_urlconf() -> None:
+    """Import the project's URLconf, and with it the views it routes to. A URLconf that does not import is
+    Django's own check to report (urls.E...), not ours."""
+    from django.conf import settings
+    from django.urls import get_resolver
+
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return
+    try:
+        get_resolver().url_patterns  # noqa: B018 - the import is what we want
+    except Exception:  # noqa: BLE001, S110 - see the docstring
+        pass
 
 
 def _raw_setting():

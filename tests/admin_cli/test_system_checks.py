@@ -170,6 +170,28 @@ def test_decorator_with_unknown_alias_is_reported():
         )
 
 
+def test_an_alias_typo_in_a_view_is_found_though_nothing_imported_the_view():
+    """manage.py check imports the URLconf, and with it the views that declare their aliases, whichever check
+    runs first (Django's URL check imports it too, in an order nobody fixes): ours alone is run here."""
+    import sys
+
+    from zklocks.checks import check_settings
+
+    assert "tests.support.typo_views" not in sys.modules
+    try:
+        with override_settings(ZKLOCKS={"default": OK}, ROOT_URLCONF="tests.support.typo_urls"):
+            messages = check_settings()
+        assert [(m.id, m.msg) for m in messages] == [
+            (
+                "zklocks.E012",
+                "tests.support.typo_views.report uses the zklocks alias 'reprots', which settings.ZKLOCKS does not "
+                "define.",
+            )
+        ]
+    finally:
+        conf._declared_aliases[:] = [d for d in conf._declared_aliases if d[0] != "reprots"]
+
+
 def test_runtime_errors_are_clear():
     with override_settings(ZKLOCKS={"default": OK}):
         with pytest.raises(ZkConfigError, match="unknown zklocks alias 'nope'.*configured: 'default'"):
