@@ -134,6 +134,7 @@ class LeaderScheduler(Scheduler):
         self._published = False  # this beat's beat_schedule was offered to the leader (schedule_share.py)
         self._schedule_seen: int | None = None  # the shared schedule's version last merged
         self._status_written: bytes | None = None  # the status node as last written (beat_status.py)
+        self._sends = 0  # claims granted so far: a tick that sends rewrites the status
         self._closed = False
         self.leader = ZkLeader(self.election, using=self.using)
         # Our own schedule stays empty: the elected leader runs the configured scheduler's.
@@ -160,7 +161,15 @@ class LeaderScheduler(Scheduler):
         if self._backlog:
             self._send_backlog(self._inner)
             return 0.0
-        return min(self._inner.tick(), ORPHAN_POLL)
+        sends = self._sends
+        wait = self._inner.tick()
+        if self._sends != sends:
+            # A tick went out: the status's next due time was the one just sent (the page would show it as both
+            # the last send and the next due until the next look around); say the new one now.
+            hold = self.leader.leading_hold()
+            if hold is not None:
+                self._write_status(self._inner, hold)
+        return min(wait, ORPHAN_POLL)
 
     def _become_leader(self) -> bool:
         if self._closed:
@@ -231,6 +240,10 @@ class LeaderScheduler(Scheduler):
             for entry in list(inner.schedule.values()):
                 self.catch_up(entry)
             inner._heap = None
+        self._write_status(inner, hold)
+
+    def _write_status(self, inner, hold) -> None:
+        """The status node (each entry's next due time), when it changed; best effort."""
         data = beat_status.status_bytes(inner, self.policies, self.catch_up_default, hold.token, _HOST)
         if data != self._status_written:
             try:
@@ -307,6 +320,7 @@ class LeaderScheduler(Scheduler):
                 if not self.leader.is_leader:  # the lease ran out while we wrote: the next leader sends it
                     self._doubt[name] = (sent_at, hold.token)
                     break
+                self._sends += 1
                 return self.stamp(name, hold.token, sent_at, due)
             if outcome == beatstate.UNKNOWN:
                 logger.warning("beat: the claim of %s has an unknown outcome; it is resolved before any send", name)
