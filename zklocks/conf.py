@@ -103,16 +103,55 @@ def _hosts(value: Any) -> tuple[str | None, str]:
     return ",".join(parts), ""
 
 
-_LOOPBACK = re.compile(r"localhost|127\..*|\[::1\]")
+_LOOPBACK = re.compile(r"localhost|127\..*|\[::1\]|::1")
 
 
 def servers(hosts: str) -> frozenset[str]:
-    """The servers of a HOSTS string as ZooKeeper is reached: case-blind, port 2181 when none, one loopback."""
+    """The servers of a HOSTS string as ZooKeeper is reached: case-blind, port 2181 when none, addresses as the
+    resolver gives them (``vm``, ``0x7f000001`` and ``127.0.0.1`` are one loopback server)."""
     out = set()
     for part in filter(None, (p.strip().lower() for p in hosts.split(","))):
         host, _, port = part.rpartition(":") if re.search(r":\d+$", part) else (part, "", "2181")
-        out.add(("127.0.0.1" if _LOOPBACK.fullmatch(host) else host) + ":" + port)
+        out.add(_address(host) + ":" + port)
     return frozenset(out)
+
+
+@functools.lru_cache(maxsize=256)
+def _address(host: str) -> str:
+    """``host`` as an address: a literal (``inet_aton``'s forms included), else the resolver's first answer; the
+    name itself when it does not resolve. Every loopback address is 127.0.0.1."""
+    import ipaddress
+    import socket
+
+    bare = host.strip("[]")
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        try:
+            address = ipaddress.ip_address(socket.inet_aton(bare))  # 0x7f000001, 2130706433, 127.1
+        except OSError:
+            try:
+                address = ipaddress.ip_address(socket.getaddrinfo(bare, None)[0][4][0])
+            except (OSError, ValueError, IndexError, UnicodeError):
+                return "127.0.0.1" if _LOOPBACK.fullmatch(host) else host
+    return "127.0.0.1" if address.is_loopback else str(address)
+
+
+def inside(inner: str, outer: str) -> bool:
+    """Whether namespace ``inner`` lies below namespace ``outer``."""
+    return inner.startswith(outer.rstrip("/") + "/")
+
+
+def nested(configs: dict[str, AliasConfig]) -> list[tuple[str, str]]:
+    """(alias, outer alias) for each alias whose NAMESPACE lies inside another's on a server they share
+    (zklocks.E042): each takes the other's nodes for its own, and their reapers delete them."""
+    items = sorted(configs.items())
+    return [
+        (alias, other)
+        for alias, cfg in items
+        for other, ocfg in items
+        if other != alias and inside(cfg.namespace, ocfg.namespace) and servers(cfg.hosts) & servers(ocfg.hosts)
+    ]
 
 
 def closest_hint(unknown: list[str], known: frozenset[str]) -> str:

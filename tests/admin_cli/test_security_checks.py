@@ -58,6 +58,9 @@ def test_a_namespace_inside_another_alias_namespace_on_a_shared_server_is_an_err
         ("ZK1", "zk1:2181"),  # case and the default port
         ("localhost:2181", "127.0.0.1"),  # two spellings of loopback
         ("[::1]:2182,zk2", "127.0.0.1:2182"),
+        ("0x7f000001:2181", "127.0.0.1"),  # the forms the resolver accepts
+        ("2130706433", "localhost:2181"),
+        ("127.1", "[::1]"),
     ],
 )
 def test_one_server_spelled_two_ways_is_one_server(outer, inner):

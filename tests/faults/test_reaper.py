@@ -84,3 +84,38 @@ def test_background_sweep_keeps_a_node_in_use_between_sweeps(zk_server, zklocks_
         wait_until(lambda: lock_nodes(client) == [], timeout=5)  # idle now: it goes too
     finally:
         client.stop()
+
+
+def test_the_reaper_never_deletes_an_ephemeral_node(zk_server):
+    """Another alias's contenders nested in this namespace (a misconfiguration) are ephemeral nodes without
+    children: they look like empty lock nodes, and once were deleted as such (their holder lost its lock)."""
+    from kazoo.exceptions import NodeExistsError
+
+    with zk_lock("kept"):
+        pass
+    ns = alias_config().namespace
+    client = raw_client(zk_server.hosts)
+    try:
+        nested = client.create(f"{ns}/contender-", b"", ephemeral=True, sequence=True)
+        with pytest.raises(NodeExistsError):
+            client.create(f"{ns}/kept", b"")
+        inside = client.create(f"{ns}/kept/leases", b"", ephemeral=True)  # named like a semaphore's child
+        call_command("zklocks_reap", stdout=io.StringIO())
+        assert client.exists(nested) and client.exists(inside)
+        client.delete(inside)
+        call_command("zklocks_reap", stdout=io.StringIO())
+        assert client.exists(nested) and not client.exists(f"{ns}/kept")  # the empty lock node went
+    finally:
+        client.stop()
+        client.close()
+
+
+def test_nested_namespaces_are_refused_when_a_session_would_start(zk_server, zklocks_settings):
+    """gunicorn and Celery run no system check: the pool refuses the aliases of E042 itself."""
+    from zklocks import ZkConfigError
+
+    default = zklocks_settings()
+    zklocks_settings(EXTRA_ALIASES={"inner": {**default, "NAMESPACE": default["NAMESPACE"] + "/inner"}})
+    for alias in ("inner", "default"):
+        with pytest.raises(ZkConfigError, match=r"zklocks\.E042"):
+            zk_lock("a", using=alias).acquire()

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 
 from .. import conf, forking
-from ..exceptions import ZkUnavailable
+from ..exceptions import ZkConfigError, ZkUnavailable
 from . import abandoned
 from .session import Session
 
@@ -94,6 +94,14 @@ class ConnectionHandler:
         if pool is not None:
             return pool
         cfg = conf.alias_config(alias)
+        clash = next(((a, o) for a, o in conf.nested(conf.get_config()[0]) if alias in (a, o)), None)
+        if clash is not None:
+            inner, outer = clash
+            raise ZkConfigError(
+                f"zklocks alias {alias!r} is not started: alias {inner!r}'s NAMESPACE lies inside alias {outer!r}'s "
+                "on the same ZooKeeper servers, where each would take the other's nodes for its own locks and its "
+                "reaper would delete them (zklocks.E042). Give them sibling NAMESPACEs."
+            )
         with self._lock:
             pool = self._pools.get(alias)
             if pool is None:

@@ -65,8 +65,8 @@ def sweep(
             stat = result.get(timeout=10)
         except NoNodeError:
             continue
-        if stat is None:
-            continue
+        if stat is None or stat.ephemeralOwner:
+            continue  # an ephemeral node is someone's contender (another alias's, nested here), never a lock node
         if stat.numChildren and sequence_used(stat) >= SEQUENCE_WARN:
             log.warning(
                 "zklocks: lock node %s has used %d of its 2147483647 sequence numbers; it is recycled when "
@@ -129,8 +129,13 @@ def recycle(client, path: str, wait: float, internal: tuple[str, ...] = INTERNAL
 
 
 def _delete_if_empty(client, path: str, version: int = -1) -> int:
+    """Delete ``path`` if it is a persistent node without children (at ``version``, if given); 1 if it went. An
+    ephemeral node is a contender's, whatever its name: never deleted (the version pins what was looked at)."""
     try:
-        client.delete(path, version=version)
+        stat = client.exists(path)
+        if stat is None or stat.ephemeralOwner or (version != -1 and stat.version != version):
+            return 0
+        client.delete(path, version=stat.version)
         return 1
     except (NoNodeError, NotEmptyError, BadVersionError):
         return 0

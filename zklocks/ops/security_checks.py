@@ -18,32 +18,24 @@ from django.core import checks
 from .. import conf
 
 
-def _inside(inner: str, outer: str) -> bool:
-    return inner.startswith(outer.rstrip("/") + "/")
-
-
 def nested_namespaces(configs: dict[str, conf.AliasConfig]) -> list[checks.CheckMessage]:
     """E042: an alias whose NAMESPACE lies inside another alias's on a server they share. The outer alias's lock
     named after the inner namespace's first step is the inner alias's namespace node, and its contenders look like
-    empty lock nodes to the inner alias's reaper, which deletes them (the holder gets LockLost); the outer reaper
-    deletes the inner namespace when it is empty."""
+    empty lock nodes to the inner alias's reaper; the outer reaper deletes the inner namespace when it is empty.
+    Sessions of such aliases are refused too (client/pools.py), since gunicorn and Celery never run checks."""
     out: list[checks.CheckMessage] = []
-    items = sorted(configs.items())
-    for alias, cfg in items:
-        here = conf.servers(cfg.hosts)
-        for other, ocfg in items:
-            if other == alias or not here & conf.servers(ocfg.hosts) or not _inside(cfg.namespace, ocfg.namespace):
-                continue
-            out.append(
-                checks.Error(
-                    f"ZKLOCKS[{alias!r}]: NAMESPACE {cfg.namespace!r} lies inside alias {other!r}'s NAMESPACE "
-                    f"{ocfg.namespace!r} on the same ZooKeeper servers: each alias takes the other's nodes for its "
-                    "own locks, and their reapers delete them (a holder gets LockLost).",
-                    hint="Give every alias a NAMESPACE that is neither inside nor above another alias's, e.g. "
-                    '"/zklocks/web" and "/zklocks/reports" (siblings), or one NAMESPACE shared by both aliases.',
-                    id="zklocks.E042",
-                )
+    for alias, other in conf.nested(configs):
+        cfg, ocfg = configs[alias], configs[other]
+        out.append(
+            checks.Error(
+                f"ZKLOCKS[{alias!r}]: NAMESPACE {cfg.namespace!r} lies inside alias {other!r}'s NAMESPACE "
+                f"{ocfg.namespace!r} on the same ZooKeeper servers: each alias takes the other's nodes for its "
+                "own locks, and their reapers delete them (a holder gets LockLost).",
+                hint="Give every alias a NAMESPACE that is neither inside nor above another alias's, e.g. "
+                '"/zklocks/web" and "/zklocks/reports" (siblings), or one NAMESPACE shared by both aliases.',
+                id="zklocks.E042",
             )
+        )
     return out
 
 
