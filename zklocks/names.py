@@ -175,14 +175,30 @@ def missing_fields(template: str, func: Callable) -> list[str]:
     return [f for f in template_fields(template) or () if f not in params]
 
 
+# What a value filled into a template may not hold as itself: the separators of names (``:``, ``/``) and the
+# escape. "report:{account_id}" given "42:pdf" would be "report:42:pdf", another call's key.
+_VALUE_ESCAPES = str.maketrans({"%": "%25", ":": "%3A", "/": "%2F"})
+
+
+class _KeyFormatter(string.Formatter):
+    """str.format, with each filled value escaped (``_VALUE_ESCAPES``): keys of different calls never collide."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return super().format_field(value, format_spec).translate(_VALUE_ESCAPES)
+
+
+_KEY_FORMATTER = _KeyFormatter()
+
+
 def render_template(template: str, arguments: dict[str, Any], *, what: str, label: str, owner: str) -> str:
-    """Fill ``template`` from a call's ``arguments`` and validate the result as a lock name.
+    """Fill ``template`` from a call's ``arguments`` and validate the result as a lock name. Each value's ``%``,
+    ``:`` and ``/`` are escaped (``%25``, ``%3A``, ``%2F``): a value cannot fake the template's separators.
 
     ``what`` starts every message (the decorated function, the task), ``label`` names the template ("lock name
     template", "lock_key") and ``owner`` says whose arguments they are. InvalidLockName with the reason otherwise.
     """
     try:
-        name = template.format(**arguments)
+        name = _KEY_FORMATTER.vformat(template, (), arguments)
     except KeyError as exc:
         raise InvalidLockName(
             f"{what}: {label} {template!r} refers to {exc}, which is not an argument of {owner}"

@@ -98,3 +98,22 @@ def test_shown_escapes_what_could_pose_as_another_name():
     # the text of an escape never reads as the character it names
     assert shown("x\\u202e") == "x\\\\u202e" != shown("x\u202e")
     assert shown("tag\U000e0067") == "tag\\U000e0067"
+
+
+def test_filled_values_cannot_fake_the_templates_separators():
+    """"report:{account_id}" given "42:pdf" was "report:42:pdf": the key of another call (or task) whose template
+    is "report:{account_id}:{kind}". Values escape %, : and / (%25, %3A, %2F); the template's own do not."""
+    from zklocks.celery.keys import lock_name
+
+    def one(account_id):
+        pass
+
+    def two(account_id, kind):
+        pass
+
+    forged = lock_name("t.one", one, "report:{account_id}", ("42:pdf",), {})
+    genuine = lock_name("t.two", two, "report:{account_id}:{kind}", (42, "pdf"), {})
+    assert (forged, genuine) == ("report:42%3Apdf", "report:42:pdf")
+    assert lock_name("t.one", one, "orders/{account_id}", ("7/../8",), {}) == "orders/7%2F..%2F8"
+    assert lock_name("t.one", one, "r:{account_id}", ("100%3A",), {}) == "r:100%253A"  # the escape escapes too
+    assert lock_name("t.one", one, "n:{account_id:04d}", (7,), {}) == "n:0007"  # format specs still apply
