@@ -75,7 +75,7 @@ def test_share_running_returns_the_running_execution(celery_settings, reported):
     env, key = celery_settings, new_key()
     first = send(shared_run, key, 2.0)
     wait_until(lambda: holder_task_id("default", f"pol:{key}") == first.id, timeout=30)
-    calls = at_once([lambda: send(shared_run, key, 0.0) for _ in range(8)])
+    calls = at_once([lambda: send(shared_run, key, 2.0) for _ in range(8)])  # the same call: shared
     assert {c.id for c in calls} == {first.id}  # the same execution's handle, nothing queued
     assert all(c.get(timeout=30)["task_id"] == first.id for c in calls)
     assert [r["task_id"] for r in runs(env, key)] == [first.id]

@@ -63,7 +63,7 @@ def test_duplicate_while_running_returns_the_running_task_and_the_marker_goes_wi
     first = send(unique_long, key, 1.5)
     wait_until(lambda: (marker(key) or {}).get("state") == "running", timeout=20)
     assert marker(key)["task_id"] == first.id
-    duplicate = send(unique_long, key, 0)
+    duplicate = send(unique_long, key, 1.5)  # the same call: shared (another call would not be)
     assert duplicate.id == first.id
     assert first.get(timeout=30)["task_id"] == first.id
     wait_until(lambda: marker(key) is None, timeout=5)
@@ -98,13 +98,13 @@ def test_marker_is_removed_when_the_task_is_revoked(celery_settings, celery_app)
 def test_marker_of_a_killed_worker_goes_stale_within_the_session_timeout(celery_settings):
     """The marker of a running task lives as long as the task's lock, not for unique_timeout (120 s)."""
     key = new_key()
-    first = send(unique_long, key, 60)
+    first = send(unique_long, key, 6.0)  # longer than the bound below: only the kill ends it in time
     running = wait_until(lambda: (marker(key) or {}).get("state") == "running" and marker(key), timeout=20)
-    assert send(unique_long, key, 0).id == first.id
+    assert send(unique_long, key, 6.0).id == first.id
     os.kill(running["pid"], signal.SIGKILL)
     killed_at = time.monotonic()
     while True:
-        again = send(unique_long, key, 0)
+        again = send(unique_long, key, 6.0)
         if again.id != first.id:
             break
         assert time.monotonic() - killed_at < 10, "stale marker outlived the holder's session"

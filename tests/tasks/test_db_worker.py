@@ -177,14 +177,14 @@ def test_a_dead_worker_does_not_block_the_key(harness):
     from zklocks.tasks import markers
 
     wait_until(lambda: (markers.read("default", "dbu:dead") or ({},))[0].get("state") == "running", timeout=30)
-    (same,) = harness.enqueue("db_unique", "dead")
-    assert same == first  # running: shared
+    (same,) = harness.enqueue("db_unique", "dead", seconds=60)
+    assert same == first  # running, and the same call: shared
     harness.kill_workers()  # SIGKILL: the row stays RUNNING, the lock goes with the session
     rows = {r["id"]: r for r in harness.results()}
     assert rows[first]["status"] == "RUNNING"
     deadline = time.monotonic() + 30
     while True:
-        (later,) = harness.enqueue("db_unique", "dead")
+        (later,) = harness.enqueue("db_unique", "dead", seconds=60)
         if later != first or time.monotonic() > deadline:
             break
         time.sleep(0.5)

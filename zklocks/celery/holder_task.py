@@ -11,8 +11,9 @@ from ..recipes import layout, node_data
 from ..recipes.kazoo_calls import Deadline, call
 
 
-def holder_task_id(using: str, name: str) -> str | None:
-    """The task id recorded by the exclusive holder of ``name`` (None if free, shared, or unknown)."""
+def holder_task_id(using: str, name: str, same_call: str | None = None) -> str | None:
+    """The task id recorded by the exclusive holder of ``name`` (None if free, shared, or unknown); with
+    ``same_call`` (keys.call_digest), only if the holder runs that very call."""
     pool = connections[using]
     parent = join_path(pool.cfg.namespace, name)
     deadline = Deadline(pool.cfg.connect_timeout)
@@ -31,4 +32,7 @@ def holder_task_id(using: str, name: str) -> str | None:
         if raised_by_signal_handler(exc):
             raise  # SoftTimeLimitExceeded and the like reach the task
         return None
-    return node_data.parse(data).get("task_id")
+    record = node_data.parse(data)
+    if same_call is not None and record.get("call") != same_call:
+        return None
+    return record.get("task_id")

@@ -39,6 +39,21 @@ def canonical_json(task_name: str, arguments: dict[str, Any]) -> str:
         ) from None
 
 
+def call_digest(task_name: str, func: Callable, args: tuple | list | None, kwargs: dict | None) -> str:
+    """Which call this is, the task and its bound arguments, as a digest: a de-duplicated call shares another's
+    execution only when the two digests are equal (a lock_key may be the same for different calls). Never raises:
+    arguments that are not JSON are taken by repr (which may differ between processes: then nothing is shared)."""
+    try:
+        arguments: Any = names.bind_arguments(func, args or (), kwargs or {})
+    except TypeError:
+        arguments = {"args": list(args or ()), "kwargs": dict(kwargs or {})}
+    try:
+        body = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    except (TypeError, ValueError):
+        body = repr(arguments)
+    return hashlib.sha256(f"{task_name}\n{body}".encode()).hexdigest()[:DIGEST_CHARS]
+
+
 def default_name(task_name: str, arguments: dict[str, Any]) -> str:
     """``<task name>:<digest>``; the digest covers the full task name too, so a clipped name cannot collide."""
     body = canonical_json(task_name, arguments)

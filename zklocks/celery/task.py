@@ -163,8 +163,9 @@ class SingleExecutionTask(QueuedMarkers, Task):
         if self._get_app().conf.task_always_eager:
             return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
         resend = task_id is not None and task_id == self.request.id  # a retry sent by the running task itself
+        call = keys.call_digest(self.name, self.run, args, kwargs)
         if opts.share_running and not resend:
-            running = holder_task_id(opts.lock_using, name)
+            running = holder_task_id(opts.lock_using, name, same_call=call)  # only an execution of this very call
             if running is not None:
                 log.debug("zklocks: %s: %r is running as %s; sharing it", self.name, name, running)
                 self.report("shared", name, opts, running)
@@ -183,7 +184,7 @@ class SingleExecutionTask(QueuedMarkers, Task):
             return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
         task_id = task_id or uuid()
         try:
-            owner = unique.claim(opts.lock_using, name, task_id, self.name, opts.unique_timeout)
+            owner = unique.claim(opts.lock_using, name, task_id, self.name, opts.unique_timeout, call)
         except ZkLocksError:
             if task_id != self.request.id:
                 raise
@@ -196,6 +197,9 @@ class SingleExecutionTask(QueuedMarkers, Task):
                 exc_info=True,
             )
             owner = task_id
+        if owner is None:
+            # Another call (another task, or other arguments) has the key's marker: nothing to share with it.
+            return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
         if owner != task_id:
             log.debug("zklocks: %s: %r is already queued or running as %s", self.name, name, owner)
             self.report("shared", name, opts, owner)
@@ -222,7 +226,7 @@ class SingleExecutionTask(QueuedMarkers, Task):
         lock: ZkLock | ZkSemaphore | None = None
         retried = in_body = False
         try:
-            lock = self._acquire(name, opts, request)
+            lock = self._acquire(name, opts, request, keys.call_digest(self.name, self.run, args, kwargs))
             if lock is None:
                 return self._on_contention(name, opts, request)
             if queued and opts.keep_lock_on_retry:
@@ -304,7 +308,7 @@ class SingleExecutionTask(QueuedMarkers, Task):
             raise lost  # the body ran on after the loss: the task fails, as a with statement would
         return result
 
-    def _acquire(self, name: str, opts: LockOptions, request) -> ZkLock | ZkSemaphore | None:
+    def _acquire(self, name: str, opts: LockOptions, request, call: str) -> ZkLock | ZkSemaphore | None:
         lock: ZkLock | ZkSemaphore
         if opts.lock_concurrency > 1:
             lock = ZkSemaphore(name, opts.lock_concurrency, using=opts.lock_using, max_hold=opts.max_hold)
@@ -315,6 +319,7 @@ class SingleExecutionTask(QueuedMarkers, Task):
             lock.terminate = terminator(self, request, lock, name)
         wait = opts.lock_timeout
         token = node_data.current_task.set((request.id, self.name))
+        call_token = node_data.current_call.set(call)  # in our node's data: who may share this execution
         got = False
         try:
             try:
@@ -344,6 +349,7 @@ class SingleExecutionTask(QueuedMarkers, Task):
                     )
                     raise
             finally:
+                node_data.current_call.reset(call_token)
                 node_data.current_task.reset(token)
         except BaseException:
             # e.g. the soft time limit (SoftTimeLimitExceeded) arriving right after the grant: give the lock back.

@@ -100,8 +100,12 @@ def server_now(pool: Pool) -> float:
     return time.time() + known[1]
 
 
-def marker_data(task_id: str, task_name: str, state: str, ttl: float) -> bytes:
-    return node_data.payload(kind="unique", state=state, ttl=float(ttl), task_id=task_id, task_name=task_name)
+def marker_data(task_id: str, task_name: str, state: str, ttl: float, call: str | None = None) -> bytes:
+    extra: dict[str, Any] = {"kind": "unique", "state": state, "ttl": float(ttl), "task_id": task_id}
+    extra["task_name"] = task_name
+    if call is not None:
+        extra["call"] = call
+    return node_data.payload(**extra)
 
 
 def is_live(pool: Pool, name: str, marker: dict, stat) -> bool:
@@ -113,11 +117,13 @@ def is_live(pool: Pool, name: str, marker: dict, stat) -> bool:
     return server_now(pool) - stat.mtime / 1000.0 < ttl
 
 
-def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> str:
-    """Own the marker of ``name`` for ``task_id``; return the task id that owns it (ours, or a live other)."""
+def claim(using: str, name: str, task_id: str, task_name: str, ttl: float, call: str | None = None) -> str | None:
+    """Own the marker of ``name`` for ``task_id``; return the task id that owns it: ours, or a live other's of the
+    same ``call`` (keys.call_digest). None when a live marker is another call's (another task, other arguments):
+    nothing is shared with it, and the marker stays its own."""
     pool = connections[using]
     path = marker_path(pool, name)
-    mine = marker_data(task_id, task_name, "queued", ttl)
+    mine = marker_data(task_id, task_name, "queued", ttl, call)
     for _ in range(_ATTEMPTS):
         try:
             pool.session()  # connect first, so the clock reading below spans one round trip only
@@ -141,6 +147,8 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float) -> st
                 bounded_call(pool, _set_data(path, mine, stat.version))
                 return task_id
             if is_live(pool, name, marker, stat):
+                if call is not None and (marker.get("task_name") != task_name or marker.get("call") != call):
+                    return None
                 return marker["task_id"]
             log.info(
                 "zklocks: removing the stale queued marker of %r (task %r, state %r)",
@@ -161,9 +169,11 @@ def mark_running(using: str, name: str, task_id: str, task_name: str, ttl: float
     path = marker_path(pool, name)
     try:
         raw, stat = bounded_call(pool, lambda s: s.client.get_async(path))
-        if node_data.parse(raw).get("task_id") != task_id:
+        marker = node_data.parse(raw)
+        if marker.get("task_id") != task_id:
             return False
-        data = marker_data(task_id, task_name, "running", ttl)
+        call = marker.get("call")
+        data = marker_data(task_id, task_name, "running", ttl, call if isinstance(call, str) else None)
         bounded_call(pool, lambda s: s.client.set_async(path, data, version=stat.version))
         return True
     except (NoNodeError, BadVersionError):

@@ -17,6 +17,9 @@ _FIELD_LIMIT = 120
 
 # Set by zklocks.celery around a task's lock acquire, so the admin can show which task holds a lock.
 current_task: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("zklocks_task", default=None)
+# Set with it: a digest of the task and its arguments (celery/keys.call_digest), so that a de-duplicated call shares
+# a running execution only when it is the same call.
+current_call: contextvars.ContextVar[str | None] = contextvars.ContextVar("zklocks_call", default=None)
 
 _host = socket.gethostname()[:_FIELD_LIMIT]
 
@@ -107,17 +110,20 @@ def payload(
     owner = current_owner()
     thread = thread_name(owner)
     task = current_task.get()
-    key = (thread, task, owner, os.getpid())
+    call = current_call.get() if task is not None else None
+    key = (thread, task, call, owner, os.getpid())
     prefix = _prefixes.get(key)
     if prefix is None:
         if len(_prefixes) > 4096:
             _prefixes.clear()
-        encoded = _encode(_fields(thread, task, owner), {}).decode("utf-8")
+        encoded = _encode(_fields(thread, task, owner, call), {}).decode("utf-8")
         prefix = _prefixes[key] = encoded[:-1]  # without the closing brace
     return f'{prefix},"queued_at":{time.time():.3f}}}'.encode()
 
 
-def _fields(thread: str | None = None, task: tuple[str, str] | None = None, owner: object = None) -> dict[str, Any]:
+def _fields(
+    thread: str | None = None, task: tuple[str, str] | None = None, owner: object = None, call: str | None = None
+) -> dict[str, Any]:
     if thread is None:
         thread = thread_name(owner) if owner is not None else threading.current_thread().name
     data: dict[str, Any] = {
@@ -128,9 +134,13 @@ def _fields(thread: str | None = None, task: tuple[str, str] | None = None, owne
         "thread": _clip(thread),
     }
     data.update(_owner_fields(owner))
-    task = task if task is not None else current_task.get()
+    if task is None:
+        task = current_task.get()
+        call = current_call.get() if task is not None else None
     if task is not None:
         data["task_id"], data["task_name"] = _clip(task[0]), _clip(task[1])
+        if call is not None:
+            data["call"] = call
     return data
 
 

@@ -26,12 +26,14 @@ from ..exceptions import ZkConfigError
 from ..handles.locks import ZkLock
 from . import markers, options, runner
 from .compat import BaseTaskBackend, InvalidTask, TaskResult, TaskResultDoesNotExist, TaskResultStatus
-from .keys import lock_name
+from .keys import call_digest, lock_name
 from .task import SingleExecutionTask
 
 log = logging.getLogger("zklocks")
 
 ENQUEUE_WAIT = 30.0  # seconds a producer waits for another producer of the same key to finish its enqueue
+# What _live_result says of a live record that another call made (another task, other arguments).
+_ANOTHER_CALL = object()
 
 
 @functools.cache
@@ -109,7 +111,12 @@ class SingleExecutionBackend(BaseTaskBackend):
         gate.acquire(timeout=ENQUEUE_WAIT)
         claim = runner.enqueuing.set((name, gate))
         try:
-            existing = self._live_result(task, using, name, args, kwargs)
+            call = call_digest(task, args, kwargs)
+            existing = self._live_result(task, using, name, args, kwargs, call)
+            if existing is _ANOTHER_CALL:
+                # The key's live record is another call's (another task, other arguments): nothing to share, and
+                # its record stays; ours is queued without one.
+                return super().enqueue(task, args, kwargs)
             if existing is not None:
                 log.debug("zklocks: %s: %r is already queued or running as %r", task.module_path, name, existing.id)
                 signals.task_outcome(task, task.module_path, "shared", name, using, str(existing.id))
@@ -117,7 +124,7 @@ class SingleExecutionBackend(BaseTaskBackend):
             result: Any = super().enqueue(task, args, kwargs)
             if runner.enqueuing.get() is not None and not result.is_finished:
                 ttl = float(task.option("unique_timeout"))
-                markers.write(using, name, str(result.id), task.module_path, "queued", ttl)
+                markers.write(using, name, str(result.id), task.module_path, "queued", ttl, call)
             return result
         finally:
             still_ours = runner.enqueuing.get() is not None
@@ -125,8 +132,9 @@ class SingleExecutionBackend(BaseTaskBackend):
             if still_ours:  # not handed back by a run inside the enqueue (ImmediateBackend)
                 gate.release()
 
-    def _live_result(self, task: SingleExecutionTask, using: str, name: str, args: Any, kwargs: Any) -> Any:
-        """The result of the live task recorded for ``name``; None (and the stale record removed) if none is."""
+    def _live_result(self, task: SingleExecutionTask, using: str, name: str, args: Any, kwargs: Any, call: str) -> Any:
+        """The result of the live task recorded for ``name``; None (and the stale record removed) if none is;
+        ``_ANOTHER_CALL`` if the live one is not this call (``call``, keys.call_digest)."""
         found = markers.read(using, name)
         if found is None:
             return None
@@ -148,6 +156,8 @@ class SingleExecutionBackend(BaseTaskBackend):
             log.info("zklocks: removing the stale queued record of %r (task %r)", name, task_id)
             markers.remove(using, name, stat.version)
             return None
+        if record.get("task_name") != task.module_path or record.get("call") != call:
+            return _ANOTHER_CALL
         return result if result is not None else self._placeholder(task, str(task_id), record, args, kwargs)
 
     def _get(self, result_id: str) -> tuple[bool, TaskResult | None]:

@@ -12,3 +12,8 @@ def lock_name(task: SingleExecutionTask, args: tuple | list, kwargs: dict) -> st
     """InvalidLockName (a ValueError) naming the task if the key is bad; TypeError if the arguments do not fit."""
     func = call_signature(task.func, task.takes_context)
     return keys.lock_name(task.module_path, func, task.lock_key, args, kwargs)
+
+
+def call_digest(task: SingleExecutionTask, args: tuple | list, kwargs: dict) -> str:
+    """Which call this is (the task and its arguments): a queued call is shared only with the same call."""
+    return keys.call_digest(task.module_path, call_signature(task.func, task.takes_context), args, kwargs)

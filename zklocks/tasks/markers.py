@@ -40,11 +40,12 @@ def read(using: str, name: str) -> tuple[dict, Any] | None:
     return node_data.parse(raw), stat
 
 
-def write(using: str, name: str, task_id: str, task_name: str, state: str, ttl: float) -> None:
-    """Record ``task_id`` for ``name``, replacing any record (the caller holds the enqueue lock)."""
+def write(using: str, name: str, task_id: str, task_name: str, state: str, ttl: float, call: str | None = None) -> None:
+    """Record ``task_id`` for ``name``, replacing any record (the caller holds the enqueue lock); ``call``: which
+    call it is (celery/keys.call_digest), so that only the same call shares it."""
     pool = connections[using]
     path = _path(pool, name)
-    data = _data(task_id, task_name, state, ttl)
+    data = _data(task_id, task_name, state, ttl, call)
     for _ in range(_ATTEMPTS):
         try:
             _call(pool, lambda s: s.client.create_async(path, data, acl=s.acl, makepath=True))

@@ -21,7 +21,7 @@ from ..handles.locks import ZkLock
 from ..recipes import node_data
 from . import markers
 from .compat import Task, TaskResult, task_started
-from .keys import lock_name
+from .keys import call_digest, lock_name
 from .task import LockedTaskContext, SingleExecutionTask, _current_lock
 
 log = logging.getLogger("zklocks")
@@ -68,7 +68,8 @@ def run_single(task: SingleExecutionTask, using: str, args: tuple, kwargs: dict)
         if holder is not None:
             node_data.current_task.reset(holder)
     try:
-        _hand_over_record(task, using, name, result_id, running=got and unique)
+        call = call_digest(task, call_args, kwargs) if unique else None
+        _hand_over_record(task, using, name, result_id, running=got and unique, call=call)
         if not got:
             return _on_locked(task, using, name, result_id, unique, call_args, kwargs)
         if task.takes_context:
@@ -87,7 +88,9 @@ def run_single(task: SingleExecutionTask, using: str, args: tuple, kwargs: dict)
             lock.release(wait=True)
 
 
-def _hand_over_record(task: SingleExecutionTask, using: str, name: str, result_id: str | None, running: bool) -> None:
+def _hand_over_record(
+    task: SingleExecutionTask, using: str, name: str, result_id: str | None, running: bool, call: str | None = None
+) -> None:
     claim = enqueuing.get()
     if claim is not None and claim[0] == name:
         # Our own producer (ImmediateBackend) still holds the enqueue lock: write the record, then let it go.
@@ -95,7 +98,7 @@ def _hand_over_record(task: SingleExecutionTask, using: str, name: str, result_i
         try:
             if running and result_id is not None:
                 ttl = float(task.option("unique_timeout"))
-                markers.write(using, name, result_id, task.module_path, "running", ttl)
+                markers.write(using, name, result_id, task.module_path, "running", ttl, call)
         finally:
             claim[1].release()
     elif running and result_id is not None:
