@@ -167,3 +167,25 @@ def test_view_serves_the_default_registry(client):
     body = response.content.decode()
     assert 'zklocks_acquire_seconds_count{alias="default",kind="exclusive",result="acquired"}' in body
     assert "# TYPE zklocks_held gauge" in body
+
+
+FAMILY_WORKER = """
+import sys
+from zklocks.contrib.metrics import OTHER_FAMILY, _Bounded
+bounded = _Bounded(lambda name: name, sys.argv[1])
+print(sum(bounded(f"{sys.argv[2]}{i}") != OTHER_FAMILY for i in range(80)))
+"""
+
+
+def test_the_family_bound_holds_across_the_processes_of_a_multiprocess_directory(tmp_path):
+    """Four worker processes once left 401 distinct values: in multiprocess mode the admitted values are shared
+    in a file of the directory, so four processes of 80 new values each admit FAMILY_LIMIT between them."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", FAMILY_WORKER, str(tmp_path)]
+    procs = [subprocess.Popen([*command, prefix], stdout=subprocess.PIPE, text=True) for prefix in "abcd"]
+    admitted = [int(p.communicate(timeout=60)[0]) for p in procs]
+    assert sum(admitted) == metrics.FAMILY_LIMIT, admitted
+    lines = (tmp_path / metrics.SHARED_FAMILIES).read_bytes().splitlines()
+    assert len(lines) == len(set(lines)) == metrics.FAMILY_LIMIT

@@ -4,8 +4,9 @@ Installed into the default registry by the app's ready() when prometheus_client 
 ``settings.ZKLOCKS_METRICS`` is not False. Lock names are never label values: ``ZKLOCKS_METRICS_FAMILY`` (a
 callable or its dotted path) may map a name to a bounded ``family`` label of the lock metrics. If it is neither,
 ready() does not fail: the metrics are installed without the ``family`` label, a warning is logged, and
-``manage.py check`` reports zklocks.E053. A process keeps at most FAMILY_LIMIT (100) distinct family values:
-later new ones are counted as ``family="other"``.
+``manage.py check`` reports zklocks.E053. At most FAMILY_LIMIT (100) distinct family values are used, later new
+ones are counted as ``family="other"``: per process, and in multiprocess mode across every process of the
+directory (the admitted values are shared in a file there, under a file lock).
 
 =========================  =========  =====================================================
 zklocks_acquire_seconds    histogram  alias, kind, [family,] result
@@ -56,7 +57,8 @@ class Metrics(observe.Observer):
             raise RuntimeError("zklocks metrics need prometheus_client: pip install 'django-zklocks[metrics]'")
         registry = pc.REGISTRY if registry is None else registry
         lock_labels = ("alias", "kind", "family") if family is not None else ("alias", "kind")
-        self.family = None if family is None else functools.lru_cache(maxsize=4096)(_Bounded(family))
+        shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+        self.family = None if family is None else functools.lru_cache(maxsize=4096)(_Bounded(family, shared))
         self.acquire_seconds = pc.Histogram(
             "zklocks_acquire_seconds",
             "Wait time of acquire attempts, by result (acquired, timeout, not_acquired, unavailable)",
@@ -186,29 +188,38 @@ class Metrics(observe.Observer):
             gauge.clear()
 
 
-# At most this many distinct ``family`` label values per process; later ones are counted as "other".
+# At most this many distinct ``family`` label values (per process; in multiprocess mode, per directory); later
+# ones are counted as "other".
 FAMILY_LIMIT = 100
 OTHER_FAMILY = "other"
+SHARED_FAMILIES = "zklocks_metrics_families"  # the admitted values, one per line, in PROMETHEUS_MULTIPROC_DIR
 
 
 class _Bounded:
     """``ZKLOCKS_METRICS_FAMILY`` with at most FAMILY_LIMIT distinct values: each one past them is folded into
-    "other" (a warning is logged once), so a function that returns user ids cannot make unbounded series."""
+    "other" (a warning is logged once), so a function that returns user ids cannot make unbounded series. With
+    ``shared_dir`` (PROMETHEUS_MULTIPROC_DIR, whose files every process's metrics are summed from), the values
+    admitted are shared by every process in a file there: four workers still make at most FAMILY_LIMIT."""
 
-    def __init__(self, family: Callable[[str], object]) -> None:
+    def __init__(self, family: Callable[[str], object], shared_dir: str | None = None) -> None:
         self.family = family
         self.seen: set[str] = set()
+        self.refused: set[str] = set()
         self.lock = threading.Lock()
         self.warned = False
+        self.path = None if shared_dir is None else os.path.join(shared_dir, SHARED_FAMILIES)
 
     def __call__(self, name: str) -> str:
         value = str(self.family(name))
         with self.lock:
             if value in self.seen or value == OTHER_FAMILY:
                 return value
-            if len(self.seen) < FAMILY_LIMIT:
-                self.seen.add(value)
-                return value
+            if value not in self.refused:
+                if self._admit(value):
+                    self.seen.add(value)
+                    return value
+                if len(self.refused) < 100_000:  # a refusal is final: the admitted set only grows to its bound
+                    self.refused.add(value)
             warn, self.warned = not self.warned, True
         if warn:
             log.warning(
@@ -219,6 +230,34 @@ class _Bounded:
                 OTHER_FAMILY,
             )
         return OTHER_FAMILY
+
+    def _admit(self, value: str) -> bool:
+        if self.path is None:
+            return len(self.seen) < FAMILY_LIMIT
+        try:
+            return _admit_shared(self.path, value)
+        except OSError as exc:  # an unwritable directory: the per-process bound still holds
+            log.warning("zklocks: cannot share the metrics family values in %s: %s", self.path, exc)
+            self.path = None
+            return len(self.seen) < FAMILY_LIMIT
+
+
+def _admit_shared(path: str, value: str) -> bool:
+    """Whether ``value`` is (or now becomes) one of the at most FAMILY_LIMIT values in ``path``."""
+    import fcntl
+
+    line = value.encode("unicode_escape")  # one line per value, whatever it holds
+    with open(path, "a+b") as shared:
+        fcntl.flock(shared, fcntl.LOCK_EX)  # released as the file closes
+        shared.seek(0)
+        known = shared.read().splitlines()
+        if line in known:
+            return True
+        if len(known) >= FAMILY_LIMIT:
+            return False
+        shared.write(line + b"\n")
+        shared.flush()
+        return True
 
 
 _instances: weakref.WeakSet = weakref.WeakSet()
