@@ -1,6 +1,7 @@
 """The model's second process: ``python -m tests.model.peer HOSTS NAMESPACE SESSION_TIMEOUT``.
 
-Reads one JSON command per line on stdin and answers one JSON line: acquire, try, release, ensure_held, session.
+Reads one JSON command per line on stdin and answers one JSON line: acquire (with ``lock_delay``, if given), try,
+release, ensure_held, session.
 """
 
 import json
@@ -22,7 +23,9 @@ def main() -> int:
         op, name = cmd["op"], cmd.get("name")
         try:
             if op == "acquire":
-                handle = handles.setdefault(name, zk_lock(name, timeout=cmd.get("timeout", 1.0)))
+                handle = handles.setdefault(
+                    name, zk_lock(name, timeout=cmd.get("timeout", 1.0), lock_delay=cmd.get("lock_delay"))
+                )
                 result = handle.acquire(blocking=cmd.get("blocking", True), timeout=cmd.get("timeout"))
             elif op == "release":
                 result = handles[name].release(wait=True) if name in handles else None
