@@ -7,6 +7,7 @@ several rounds in random order. See docs/reliability.md for the method and the f
 import json
 import os
 import random
+from collections import Counter
 
 import pytest
 
@@ -21,6 +22,7 @@ from tests.chaos.checker import (
     seconds,
 )
 from tests.chaos.controller import MIN_SESSIONS, SHORT_PLAN, ChaosRun
+from tests.chaos.worker import BODIES as WORK_BODIES
 from zklocks.client import lease
 from zklocks.testing import ZkEnsemble
 
@@ -322,10 +324,15 @@ def test_work_never_overlaps_under_on_lost_cancel(request, tmp_path, capsys):
             run.cleanup()
         ensemble.cleanup()
     report = run.report()
-    ends = [rec for _, rec in read_events(run.dir) if rec["ev"] == "end"]
+    events = [rec for _, rec in read_events(run.dir)]
+    ends = [rec for rec in events if rec["ev"] == "end"]
     stopped = [rec for rec in ends if not rec["valid"]]
+    body_of = {rec["id"]: rec.get("body") for rec in events if rec["ev"] == "begin"}
+    by_body = Counter(body_of.values())
+    stopped_by_body = Counter(body_of.get(rec["id"]) for rec in stopped)
     margins = sorted(rec["margin"] for rec in stopped if rec.get("margin") is not None)
     log(report.summary())
+    log(f"bodies (holds / stopped): {', '.join(f'{b} {by_body[b]}/{stopped_by_body[b]}' for b in sorted(by_body))}")
     log(
         f"work holds stopped by on_lost='cancel': {len(stopped)} "
         f"({', '.join(sorted({str(r['reason']) for r in stopped}))}); of those stopped at their lease's end, "
@@ -347,5 +354,6 @@ def test_work_never_overlaps_under_on_lost_cancel(request, tmp_path, capsys):
     # The checker above proves the intervals themselves never overlap.
     assert margins and margins[0] >= -lease.loss_margin(run.session_timeout), margins[:5]
     assert report.holds > 300
+    assert set(by_body) == set(WORK_BODIES), by_body  # every kind of body ran
     if long:
         assert report.holds >= 10_000, report.holds

@@ -142,55 +142,148 @@ def contend(idx: int, args, rec: Recorder, stop: threading.Event, counts: dict, 
             time.sleep(0.1)
 
 
+# How a hold's body does its work under on_lost="cancel" (--work): in steps behind checkpoint(); in steps that
+# swallow the LockLost of their checkpoint (a per-item except); handed to asyncio.to_thread by an asyncio task;
+# and, in that task, a child task that try-locks the parent's handle and releases it in finally.
+BODIES = ("steps", "swallow", "to_thread", "child")
+
+
+class WorkRecord:
+    """The begin and end of one hold's work interval in the recorder; ``last`` is when the last step of work
+    ended (the interval's end: after it no step ran)."""
+
+    def __init__(self, idx: int, n: int, args, rec: Recorder, rng: random.Random, counts: dict, body: str) -> None:
+        self.hold_id = f"{os.getpid()}-{idx}-{n + 1}"
+        self.args, self.rec, self.rng, self.counts, self.body = args, rec, rng, counts, body
+        self.begun = self.ended = False
+        self.last = 0.0
+
+    def begin(self, lock, name: str) -> float:
+        """Record the hold's start; the moment its work is to end."""
+        start = self.last = time.monotonic()
+        hold = lock._hold()
+        client = hold.session.client
+        sid, pw = client._session_id, client._session_passwd
+        self.rec.session(sid, pw)
+        self.rec.write(ev="begin", id=self.hold_id, name=name, start=start, token=lock.token, sid=sid, body=self.body)
+        self.begun = True
+        hold_until = start + hold_duration(self.rng, self.args.long_share)
+        if claim_long_hold(Path(self.args.dir), self.hold_id):
+            node = hold.contender.node
+            self.rec.write(ev="long", id=self.hold_id, sid=sid, name=name, pid=os.getpid(), node=node)
+            hold_until = start + self.args.session_timeout + 1.5
+        return hold_until
+
+    def step(self) -> None:
+        """One step of work, behind the checkpoint where on_lost="cancel" stops a thread."""
+        from zklocks import checkpoint
+
+        checkpoint()
+        time.sleep(0.002)
+        self.last = time.monotonic()
+
+    def end(self, exc=None) -> None:
+        from zklocks.client import clock
+
+        if not self.begun or self.ended:
+            return
+        self.ended = True
+        if exc is None:
+            self.rec.write(ev="end", id=self.hold_id, end=self.last, valid=True, valid_until=self.last, reason=None)
+        else:
+            margin = exc.lease_end - clock.now() if getattr(exc, "lease_end", None) else None
+            self.rec.write(
+                ev="end", id=self.hold_id, end=self.last, valid=False, valid_until=self.last, reason=exc.reason,
+                margin=margin,
+            )  # fmt: skip
+            self.counts["lost"] += 1
+        self.counts["holds"] += 1
+
+
 def work_once(idx: int, n: int, args, rec: Recorder, rng: random.Random, counts: dict) -> int:
     """One acquire and, if it succeeds, one recorded work interval, stopped by on_lost="cancel" if the lock is
     lost. Returns 1 for a hold, 0 otherwise."""
-    from zklocks import LockLost, LockTimeout, ZkUnavailable, checkpoint, zk_lock
-    from zklocks.client import clock
+    from zklocks import LockLost, LockTimeout, ZkUnavailable
 
     name = rng.choice(args.names.split(","))
-    lock = zk_lock(name, timeout=rng.uniform(1.0, 6.0), on_lost="cancel")
-    hold_id = f"{os.getpid()}-{idx}-{n + 1}"
-    begun = False
+    work = WorkRecord(idx, n, args, rec, rng, counts, rng.choice(BODIES))
     try:
-        with lock:
-            try:
-                start = time.monotonic()
-                hold = lock._hold()
-                client = hold.session.client
-                sid, pw = client._session_id, client._session_passwd
-                rec.session(sid, pw)
-                rec.write(ev="begin", id=hold_id, name=name, start=start, token=lock.token, sid=sid)
-                begun = True
-                hold_until = start + hold_duration(rng, args.long_share)
-                if claim_long_hold(Path(args.dir), hold_id):
-                    rec.write(ev="long", id=hold_id, sid=sid, name=name, pid=os.getpid(), node=hold.contender.node)
-                    hold_until = start + args.session_timeout + 1.5
-                while time.monotonic() < hold_until:
-                    checkpoint()  # where on_lost="cancel" stops a thread
-                    time.sleep(0.002)  # a step of work
-                end = time.monotonic()
-                rec.write(ev="end", id=hold_id, end=end, valid=True, valid_until=end, reason=None)
-            except LockLost as exc:
-                end = time.monotonic()  # the work stopped before this
-                margin = exc.lease_end - clock.now() if getattr(exc, "lease_end", None) else None
-                if begun:
-                    rec.write(
-                        ev="end", id=hold_id, end=end, valid=False, valid_until=end, reason=exc.reason, margin=margin
-                    )
-                    counts["lost"] += 1
-            if begun:
-                counts["holds"] += 1
+        if work.body in ("steps", "swallow"):
+            _work_in_this_thread(work, name, rng)
+        else:
+            _work_from_a_task(work, name, rng)
     except LockTimeout:
         counts["timeouts"] += 1
         return 0
-    except LockLost:
-        pass  # stopped before the work began (between the grant and the first line of the body)
+    except LockLost as exc:
+        work.end(exc)  # nothing when it came before the work began (between the grant and the body's first line)
     except ZkUnavailable:
         counts["unavailable"] += 1
         time.sleep(0.1)
         return 0
-    return int(begun)
+    return int(work.begun)
+
+
+def _work_in_this_thread(work: WorkRecord, name: str, rng: random.Random) -> None:
+    from zklocks import LockLost, zk_lock
+
+    swallowed = None
+    with zk_lock(name, timeout=rng.uniform(1.0, 6.0), on_lost="cancel") as lock:
+        hold_until = work.begin(lock, name)
+        while time.monotonic() < hold_until:
+            if work.body == "steps":
+                work.step()
+                continue
+            try:
+                work.step()
+            except LockLost as exc:  # the batch job's per-item except: it goes on to the next item
+                swallowed = exc
+                time.sleep(0.002)
+    work.end(swallowed)  # not reached when swallowed: the with statement raised LockLost (work_once ends it)
+
+
+def _work_from_a_task(work: WorkRecord, name: str, rng: random.Random) -> None:
+    import asyncio
+
+    from zklocks import LockOwnershipError, zk_lock
+
+    stopped = threading.Event()
+
+    def steps(hold_until: float) -> None:
+        try:
+            while time.monotonic() < hold_until:
+                work.step()
+        finally:
+            stopped.set()
+
+    async def body() -> None:
+        lock = zk_lock(name, timeout=rng.uniform(1.0, 6.0), on_lost="cancel")
+        async with lock:
+            hold_until = work.begin(lock, name)
+            if work.body == "child":
+
+                async def child() -> bool:
+                    got = False
+                    try:
+                        got = await lock.acquire_async(blocking=False)  # the parent holds it: False
+                    finally:
+                        try:
+                            lock.release()  # must never free the parent's hold
+                        except LockOwnershipError:
+                            pass
+                    return got
+
+                assert not await asyncio.create_task(child()), "a child task took its parent's lock"
+            await asyncio.to_thread(steps, hold_until)
+
+    try:
+        asyncio.run(body())
+    finally:
+        # The task may leave its hold (cancelled at the loss) before the thread reaches its next checkpoint: the
+        # work interval ends when the thread's last step did.
+        if work.begun and not stopped.wait(10):
+            raise RuntimeError("the work handed to a thread did not stop within 10 s of its task")
+    work.end()
 
 
 def hold_once(idx: int, n: int, args, rec: Recorder, rng: random.Random, counts: dict) -> int:
