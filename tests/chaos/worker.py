@@ -156,11 +156,14 @@ class WorkRecord:
         self.hold_id = f"{os.getpid()}-{idx}-{n + 1}"
         self.args, self.rec, self.rng, self.counts, self.body = args, rec, rng, counts, body
         self.begun = self.ended = False
-        self.last = 0.0
+        self.last = self.last_clock = 0.0
 
     def begin(self, lock, name: str) -> float:
         """Record the hold's start; the moment its work is to end."""
+        from zklocks.client import clock
+
         start = self.last = time.monotonic()
+        self.last_clock = clock.now()
         hold = lock._hold()
         client = hold.session.client
         sid, pw = client._session_id, client._session_passwd
@@ -177,21 +180,22 @@ class WorkRecord:
     def step(self) -> None:
         """One step of work, behind the checkpoint where on_lost="cancel" stops a thread."""
         from zklocks import checkpoint
+        from zklocks.client import clock
 
         checkpoint()
         time.sleep(0.002)
-        self.last = time.monotonic()
+        self.last, self.last_clock = time.monotonic(), clock.now()
 
     def end(self, exc=None) -> None:
-        from zklocks.client import clock
-
         if not self.begun or self.ended:
             return
         self.ended = True
         if exc is None:
             self.rec.write(ev="end", id=self.hold_id, end=self.last, valid=True, valid_until=self.last, reason=None)
         else:
-            margin = exc.lease_end - clock.now() if getattr(exc, "lease_end", None) else None
+            # How long before the lease's end the work stopped: its last step, not this record (an asyncio body
+            # ends its loop first, which may wait for a child task's call to ZooKeeper).
+            margin = exc.lease_end - self.last_clock if getattr(exc, "lease_end", None) else None
             self.rec.write(
                 ev="end", id=self.hold_id, end=self.last, valid=False, valid_until=self.last, reason=exc.reason,
                 margin=margin,
@@ -247,9 +251,10 @@ def _work_from_a_task(work: WorkRecord, name: str, rng: random.Random) -> None:
 
     from zklocks import LockOwnershipError, zk_lock
 
-    stopped = threading.Event()
+    started, stopped = threading.Event(), threading.Event()
 
     def steps(hold_until: float) -> None:
+        started.set()
         try:
             while time.monotonic() < hold_until:
                 work.step()
@@ -281,7 +286,9 @@ def _work_from_a_task(work: WorkRecord, name: str, rng: random.Random) -> None:
     finally:
         # The task may leave its hold (cancelled at the loss) before the thread reaches its next checkpoint: the
         # work interval ends when the thread's last step did.
-        if work.begun and not stopped.wait(10):
+        # asyncio.run has shut its executor down: a thread that never started (the task was cancelled first) never
+        # will.
+        if started.is_set() and not stopped.wait(10):
             raise RuntimeError("the work handed to a thread did not stop within 10 s of its task")
     work.end()
 
