@@ -45,7 +45,9 @@ from zklocks.testing.proxy import TcpProxy
 
 CONNECT_TIMEOUT = 2.0
 SESSION_TIMEOUT = 5.0
-SLACK = 1.0  # scheduling on a loaded two-core machine
+# Scheduling on a loaded two-core machine (a paused-server cell took 3.6 s with a chaos run beside it); the bound
+# stays below SESSION_TIMEOUT, so a call that waited out the session still fails it.
+SLACK = 2.0
 NAMESPACE = "/outages"
 ALIAS = "default"
 
