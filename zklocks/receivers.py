@@ -24,4 +24,6 @@ def on_connection_created(*, connection, **kwargs) -> None:
     """Every database connection gets the checkpoint of ``on_lost="cancel"``: a query of a stopped holder raises
     LockLost instead of running (handles/stopping.py)."""
     if query_checkpoint not in connection.execute_wrappers:
-        connection.execute_wrappers.append(query_checkpoint)
+        # First, the outermost: Django's execute_wrapper() context manager pops the last entry as it leaves, and
+        # a connection opened inside one must not lose the user's wrapper instead of keeping ours.
+        connection.execute_wrappers.insert(0, query_checkpoint)

@@ -175,3 +175,51 @@ def test_terminate_kills_the_processes_the_task_started():
             return True
 
     assert wait_until(lambda: all(gone(p) for p in pids), 10)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.django_db(transaction=True)
+def test_a_swallowed_stop_never_commits_half_an_item(zk_server, kz):
+    """A batch in one transaction, each item in its own savepoint, the LockLost of an item caught: the item cut by
+    the loss is rolled back whole (the rollback to its savepoint runs, though it is a query), the items before it
+    stay, and nothing after the loss is written."""
+    from django.db import transaction
+
+    from tests.support.app.models import Stock
+
+    with zk_settings(zk_server.hosts, "/stop-savepoint"):
+        lock = zk_lock("batch", on_lost="cancel")
+        with pytest.raises(LockLost):
+            with lock, transaction.atomic():
+                for item in range(3):
+                    try:
+                        with transaction.atomic():
+                            Stock.objects.create(quantity=10 * item)
+                            if item == 1:
+                                force_release_later(kz, lock, 0).join()
+                                assert wait_until(lambda: not lock.is_held, 10)
+                            Stock.objects.create(quantity=10 * item + 1)
+                    except LockLost:
+                        pass  # a batch job's per-item except
+        assert sorted(Stock.objects.values_list("quantity", flat=True)) == [0, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_users_execute_wrapper_is_left_in_place():
+    """Django's execute_wrapper() pops the last wrapper as it leaves; ours, added when a connection opens inside
+    it, goes first, so the user's wrapper is the one that leaves."""
+    from django.db import connection
+
+    from zklocks.handles.stopping import query_checkpoint
+
+    seen = []
+
+    def blocker(execute, sql, params, many, context):
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    connection.close()
+    with connection.execute_wrapper(blocker):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")  # opens the connection: connection_created adds ours
+    assert seen and connection.execute_wrappers == [query_checkpoint]

@@ -85,9 +85,11 @@ def checkpoint() -> None:
 
 def note_armed(stopper: Stopper) -> None:
     """In the holder's context, as the acquire arms: its checkpoints, and those of work it starts, watch it. The
-    stoppers disarmed elsewhere (a release on commit, by another thread) go: the holder's own context never needs
+    holder's own stoppers disarmed elsewhere (a release on commit, by another thread) go: its context never needs
     them again."""
-    _armed_here.set((*(s for s in _armed_here.get() if s.armed), stopper))
+    owner = stopper.owner
+    # Another owner's stopper stays: this context is a helper's, started under that owner's hold.
+    _armed_here.set((*(s for s in _armed_here.get() if s.armed or s.owner is not owner), stopper))
 
 
 def note_disarmed(stoppers: list[Stopper]) -> None:
@@ -97,11 +99,23 @@ def note_disarmed(stoppers: list[Stopper]) -> None:
         _armed_here.set(tuple(s for s in here if s not in stoppers))
 
 
+# Statements that undo or end a savepoint: Django's atomic() rolls back through them, so they always run (a
+# refused rollback to a savepoint would let the outer transaction commit half an item).
+_UNDOING = ("ROLLBACK", "RELEASE", "SAVEPOINT")
+
+
 def query_checkpoint(execute: Callable, sql: str, params: Any, many: bool, context: dict) -> Any:
     """A Django ``execute_wrapper`` on every connection (receivers.py): a query of a stopped holder raises
-    LockLost instead of running."""
-    if _armed_here.get():
-        checkpoint()
+    LockLost instead of running. Inside an atomic block the transaction is marked for rollback too, so that a body
+    that catches the LockLost cannot commit what the refused query left half done."""
+    if _armed_here.get() and not (isinstance(sql, str) and sql.lstrip()[:9].upper().startswith(_UNDOING)):
+        try:
+            checkpoint()
+        except BaseException:
+            connection = context.get("connection")
+            if connection is not None and connection.in_atomic_block:
+                connection.needs_rollback = True
+            raise
     return execute(sql, params, many, context)
 
 
