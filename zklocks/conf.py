@@ -106,20 +106,21 @@ def _hosts(value: Any) -> tuple[str | None, str]:
 _LOOPBACK = re.compile(r"localhost|127\..*|\[::1\]|::1")
 
 
-def servers(hosts: str) -> frozenset[str]:
-    """The servers of a HOSTS string as ZooKeeper is reached: case-blind, port 2181 when none, addresses as the
-    resolver gives them (``vm``, ``0x7f000001`` and ``127.0.0.1`` are one loopback server)."""
+def servers(hosts: str, *, resolve: bool = False) -> frozenset[str]:
+    """The servers of a HOSTS string as ZooKeeper is reached: case-blind, port 2181 when none, address literals in
+    every form (``0x7f000001``, ``127.1`` and ``127.0.0.1`` are one loopback server). ``resolve``: host names too,
+    through the resolver (``vm`` may be loopback); only where a lookup may take its time (``manage.py check``)."""
     out = set()
     for part in filter(None, (p.strip().lower() for p in hosts.split(","))):
         host, _, port = part.rpartition(":") if re.search(r":\d+$", part) else (part, "", "2181")
-        out.add(_address(host) + ":" + port)
+        out.add(_address(host, resolve) + ":" + port)
     return frozenset(out)
 
 
 @functools.lru_cache(maxsize=256)
-def _address(host: str) -> str:
-    """``host`` as an address: a literal (``inet_aton``'s forms included), else the resolver's first answer; the
-    name itself when it does not resolve. Every loopback address is 127.0.0.1."""
+def _address(host: str, resolve: bool) -> str:
+    """``host`` as an address: a literal (``inet_aton``'s forms included), else, with ``resolve``, the resolver's
+    first answer; the name itself otherwise. Every loopback address is 127.0.0.1."""
     import ipaddress
     import socket
 
@@ -130,10 +131,12 @@ def _address(host: str) -> str:
         try:
             address = ipaddress.ip_address(socket.inet_aton(bare))  # 0x7f000001, 2130706433, 127.1
         except OSError:
+            if not resolve or _LOOPBACK.fullmatch(host):
+                return "127.0.0.1" if _LOOPBACK.fullmatch(host) else host
             try:
                 address = ipaddress.ip_address(socket.getaddrinfo(bare, None)[0][4][0])
             except (OSError, ValueError, IndexError, UnicodeError):
-                return "127.0.0.1" if _LOOPBACK.fullmatch(host) else host
+                return host
     return "127.0.0.1" if address.is_loopback else str(address)
 
 
@@ -142,7 +145,7 @@ def inside(inner: str, outer: str) -> bool:
     return inner.startswith(outer.rstrip("/") + "/")
 
 
-def nested(configs: dict[str, AliasConfig]) -> list[tuple[str, str]]:
+def nested(configs: dict[str, AliasConfig], *, resolve: bool = False) -> list[tuple[str, str]]:
     """(alias, outer alias) for each alias whose NAMESPACE lies inside another's on a server they share
     (zklocks.E042): each takes the other's nodes for its own, and their reapers delete them."""
     items = sorted(configs.items())
@@ -150,7 +153,9 @@ def nested(configs: dict[str, AliasConfig]) -> list[tuple[str, str]]:
         (alias, other)
         for alias, cfg in items
         for other, ocfg in items
-        if other != alias and inside(cfg.namespace, ocfg.namespace) and servers(cfg.hosts) & servers(ocfg.hosts)
+        if other != alias
+        and inside(cfg.namespace, ocfg.namespace)
+        and servers(cfg.hosts, resolve=resolve) & servers(ocfg.hosts, resolve=resolve)
     ]
 
 

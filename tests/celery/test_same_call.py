@@ -30,7 +30,8 @@ def test_a_queued_marker_is_shared_only_with_the_same_call(zklocks_settings):
     assert unique.claim("default", "report:7", "id-1", "t.report", 60, pdf) == "id-1"
     assert unique.claim("default", "report:7", "id-2", "t.report", 60, pdf) == "id-1"  # the same call
     assert unique.claim("default", "report:7", "id-3", "t.report", 60, csv) is None  # other arguments
-    assert unique.claim("default", "report:7", "id-4", "t.other", 60, pdf) is None  # another task
+    other_task = keys.call_digest("t.other", report, (7,), {"fmt": "pdf"})
+    assert unique.claim("default", "report:7", "id-4", "t.other", 60, other_task) is None  # another task
     assert unique.mark_running("default", "report:7", "id-1", "t.report", 60)
     assert node_data.parse(unique_marker("report:7"))["call"] == pdf  # "running" keeps which call it is
 

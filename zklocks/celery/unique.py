@@ -147,7 +147,7 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float, call:
                 bounded_call(pool, _set_data(path, mine, stat.version))
                 return task_id
             if is_live(pool, name, marker, stat):
-                if call is not None and (marker.get("task_name") != task_name or marker.get("call") != call):
+                if call is not None and marker.get("call") != call:  # the digest covers the task's name too
                     return None
                 return marker["task_id"]
             log.info(

@@ -94,13 +94,12 @@ class ConnectionHandler:
         if pool is not None:
             return pool
         cfg = conf.alias_config(alias)
-        clash = next(((a, o) for a, o in conf.nested(conf.get_config()[0]) if alias in (a, o)), None)
-        if clash is not None:
-            inner, outer = clash
+        outer = next((o for a, o in conf.nested(conf.get_config()[0]) if a == alias), None)
+        if outer is not None and not _silenced("zklocks.E042"):
             raise ZkConfigError(
-                f"zklocks alias {alias!r} is not started: alias {inner!r}'s NAMESPACE lies inside alias {outer!r}'s "
-                "on the same ZooKeeper servers, where each would take the other's nodes for its own locks and its "
-                "reaper would delete them (zklocks.E042). Give them sibling NAMESPACEs."
+                f"zklocks alias {alias!r} is not started: its NAMESPACE lies inside alias {outer!r}'s on the same "
+                "ZooKeeper servers, where each would take the other's nodes for its own locks and their reapers "
+                "would delete them (zklocks.E042). Give them sibling NAMESPACEs (or silence zklocks.E042)."
             )
         with self._lock:
             pool = self._pools.get(alias)
@@ -120,6 +119,12 @@ class ConnectionHandler:
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             pool.drop()
+
+
+def _silenced(check_id: str) -> bool:
+    from django.conf import settings
+
+    return check_id in getattr(settings, "SILENCED_SYSTEM_CHECKS", ())
 
 
 connections = ConnectionHandler()

@@ -22,9 +22,10 @@ def nested_namespaces(configs: dict[str, conf.AliasConfig]) -> list[checks.Check
     """E042: an alias whose NAMESPACE lies inside another alias's on a server they share. The outer alias's lock
     named after the inner namespace's first step is the inner alias's namespace node, and its contenders look like
     empty lock nodes to the inner alias's reaper; the outer reaper deletes the inner namespace when it is empty.
-    Sessions of such aliases are refused too (client/pools.py), since gunicorn and Celery never run checks."""
+    The inner alias is refused at its first use too (client/pools.py), since gunicorn and Celery never run checks;
+    host names are resolved here only."""
     out: list[checks.CheckMessage] = []
-    for alias, other in conf.nested(configs):
+    for alias, other in conf.nested(configs, resolve=True):
         cfg, ocfg = configs[alias], configs[other]
         out.append(
             checks.Error(

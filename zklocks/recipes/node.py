@@ -314,6 +314,11 @@ class GuaranteedDelete:
         c = self.c
         if c.session.dead or c.node is None:
             return
+        if c.guards:
+            # A release under a lock-delay, retried: its mark and its guard's clearing go with it, as in the first
+            # try (NoNode, the whole transaction refused, if that one was applied after all).
+            c._send_delete(c.node, True).rawlink(self._on_delete)
+            return
         c.session.client.delete_async(c.node).rawlink(self._on_delete)
 
     def _on_delete(self, result) -> None:
