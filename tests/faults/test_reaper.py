@@ -124,3 +124,26 @@ def test_nested_namespaces_are_refused_when_a_session_would_start(zk_server, zkl
     settings.SILENCED_SYSTEM_CHECKS = ["zklocks.E042"]
     with zk_lock("b", using="inner"):
         pass
+
+
+def test_the_reaper_keeps_a_lock_delay_it_would_erase(zk_server, zklocks_settings):
+    """An empty lock node with the guard of a holder that left without releasing (force-released, nobody queued):
+    deleting it would let the next newcomer hold at once. The sweep turns the guard into a delay record instead,
+    and deletes the node once that delay is long over."""
+    from zklocks.ops.force_release import force_release
+
+    holder = zk_lock("guarded", lock_delay=2.0)
+    assert holder.acquire()
+    force_release("default", "guarded")
+    holder.release()
+    call_command("zklocks_reap", stdout=io.StringIO())
+    client = raw_client(zk_server.hosts)
+    try:
+        ns = alias_config().namespace
+        assert b'"lock_delay"' in client.get(f"{ns}/guarded")[0]  # kept, as a delay record
+        started = time.monotonic()
+        with zk_lock("guarded", lock_delay=2.0, timeout=10):
+            assert time.monotonic() - started >= 1.5  # the newcomer waited the delay out
+    finally:
+        client.stop()
+        client.close()

@@ -26,7 +26,7 @@ from .. import forking
 from ..client import pools
 from ..client.session import Session
 from ..conf import AliasConfig
-from ..recipes import layout
+from ..recipes import layout, lock_delay
 from ..recipes.layout import INTERNAL_CHILDREN, SEQUENCE_WARN
 
 log = logging.getLogger("zklocks")
@@ -86,6 +86,8 @@ def sweep(
             stat = client.exists(path)
             if stat is None or stat.numChildren:
                 continue
+        if stat.dataLength and lock_delay.shut_after_reaping(client, path):
+            continue  # a lock-delay in force, or a guard whose holder left without releasing (design.md §15)
         removed += _delete_if_empty(client, path, stat.version)
     if idle is not None:
         idle.clear()

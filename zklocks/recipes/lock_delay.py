@@ -57,16 +57,41 @@ def guard(child: str, seconds: float, acquired_at: float) -> bytes:
     ).encode()
 
 
-def guarded_by(raw: bytes | None) -> str | None:
-    """The holder a lock node's guard names, or None for any other data."""
+def guarded_by(raw: bytes | None) -> tuple[str, float] | None:
+    """(the holder, its lock-delay) of a lock node's guard, or None for any other data."""
     if not raw or GUARD.encode() not in raw:
         return None
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError):
         return None
-    holder = data.get(GUARD) is not None and data.get("holder") if isinstance(data, dict) else None
-    return holder if isinstance(holder, str) and holder else None
+    if not isinstance(data, dict):
+        return None
+    holder, seconds = data.get("holder"), data.get(GUARD)
+    if not isinstance(holder, str) or not holder or not valid(seconds):
+        return None
+    return holder, float(seconds)  # type: ignore[arg-type]  # valid() checked it
+
+
+def shut_after_reaping(client: Any, path: str) -> bool:
+    """For the reaper, before it deletes the empty lock node ``path``: whether its data still shuts the lock. A
+    guard says its holder left without releasing, and nobody came since: it becomes a delay record, started now
+    (deleting it would let the next newcomer hold at once). A delay record shuts it until its end."""
+    try:
+        raw, stat = client.get(path)
+    except NoNodeError:
+        return True  # gone already: nothing to delete
+    guarded = guarded_by(raw)
+    if guarded is not None:
+        try:
+            client.set(path, record(*guarded), version=stat.version)
+        except Exception:  # noqa: BLE001, S110 - changed or refused meanwhile: looked at again at the next sweep
+            pass
+        return True
+    until = until_ms(raw, stat.mtime)
+    # The server's clock is not ours: this host's, with a minute's room for the difference (a delay record long
+    # over is deleted a minute late, never early by less than the two clocks differ).
+    return until is not None and time.time() * 1000 < until + 60_000
 
 
 def until_ms(raw: bytes | None, mtime_ms: int) -> int | None:
@@ -177,8 +202,8 @@ def _wait_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) -
     if vanished is None:
         # Nobody queued saw it go: a guard left by a holder other than us says it went without its release.
         guarded = guarded_by(raw)
-        if guarded is not None and guarded != contender.name:
-            vanished = guarded
+        if guarded is not None and guarded[0] != contender.name:
+            vanished = guarded[0]
     end = None
     until = until_ms(raw, stat.mtime)
     if until is not None:
