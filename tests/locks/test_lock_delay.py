@@ -453,32 +453,35 @@ def test_a_hold_ended_by_max_hold_is_a_clean_release_and_delays_nobody(aliases):
 def test_a_newcomer_after_a_force_release_with_nobody_queued_waits_the_delay(aliases):
     """The holder's guard in the lock node names a node that is gone without clearing it: the newcomer (another
     session, nobody queued when the node went) starts the delay and waits it out."""
-    holder = zk_lock("alone", lock_delay=DELAY)
-    assert holder.acquire()
-    newcomer = None
-    try:
+
+    def lose(holder):
         assert [c.node for c in force_release("default", "alone").deleted]
-        after = server_now("c")
-        newcomer = Waiter(zk_lock("alone", using="b", lock_delay=DELAY), timeout=20)
-        newcomer.join()
-        assert newcomer.result is True, newcomer.error
-        assert newcomer.server_after - after >= DELAY - SLACK
-    finally:
-        holder.release()
-        if newcomer is not None:
-            newcomer.stop()
+        return server_now("c")
+
+    a_newcomer_waits_the_delay("alone", lose)
 
 
 def test_a_newcomer_after_an_expired_holder_with_nobody_queued_waits_the_delay(aliases, zk_expire):
     """As after a kill -9: the holder's session expires for real with nobody queued; a newcomer of another
     session (the holder's process remembers nothing for it) arrives after the node went, and waits."""
-    holder = zk_lock("expired-alone", lock_delay=DELAY)
+
+    def lose(holder):
+        _, after = expire(zk_expire, aliases)
+        assert wait_until(lambda: not holder.is_held, 10)
+        return after
+
+    a_newcomer_waits_the_delay("expired-alone", lose)
+
+
+def a_newcomer_waits_the_delay(name, lose):
+    """'default' holds ``name`` under a lock-delay and ``lose(holder)`` takes it away uncleanly (returning the
+    server's clock after the loss); a newcomer of session 'b', nobody queued before, holds only after the delay."""
+    holder = zk_lock(name, lock_delay=DELAY)
     assert holder.acquire()
     newcomer = None
     try:
-        _, after = expire(zk_expire, aliases)
-        assert wait_until(lambda: not holder.is_held, 10)
-        newcomer = Waiter(zk_lock("expired-alone", using="b", lock_delay=DELAY), timeout=20)
+        after = lose(holder)
+        newcomer = Waiter(zk_lock(name, using="b", lock_delay=DELAY), timeout=20)
         newcomer.join()
         assert newcomer.result is True, newcomer.error
         assert newcomer.server_after - after >= DELAY - SLACK

@@ -17,7 +17,7 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 
-from tests.support.helpers import raw_client, wait_until, zk_settings
+from tests.support.helpers import wait_until, zk_settings
 from zklocks import LockLost, checkpoint, zk_lock
 
 
@@ -26,14 +26,6 @@ def force_release_later(kz, lock, after: float) -> threading.Timer:
     timer = threading.Timer(after, kz.delete, args=(node,))
     timer.start()
     return timer
-
-
-@pytest.fixture
-def kz(zk_server):
-    client = raw_client(zk_server.hosts)
-    yield client
-    client.stop()
-    client.close()
 
 
 @pytest.mark.timeout(60)

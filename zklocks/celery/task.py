@@ -24,6 +24,7 @@ from ..client.pools import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..handles.locks import ZkLock
 from ..handles.semaphores import ZkSemaphore
+from ..handles.stopping import lost_after_body
 from ..owners import current_owner
 from ..recipes import layout, node_data
 from . import conf as celery_conf
@@ -303,7 +304,7 @@ class SingleExecutionTask(QueuedMarkers, Task):
             node_data.current_task.reset(token)
             held.discard(key)
             request.zk_lock = previous
-        lost = lock._left_stopped(stoppers)
+        lost = lost_after_body(stoppers)
         if lost is not None:
             raise lost  # the body ran on after the loss: the task fails, as a with statement would
         return result

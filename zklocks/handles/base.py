@@ -41,6 +41,7 @@ from .decorator import F, decorate
 from .enforce import Enforcing
 from .hold_registry import Grant, Hold
 from .on_commit import release_after_commit
+from .stopping import lost_after_body
 
 
 class BaseHandle(Enforcing, Acquirable):
@@ -383,7 +384,7 @@ class BaseHandle(Enforcing, Acquirable):
                             self._release(False, released)
                     raise
         if exc_type is None:
-            lost = self._left_stopped(stoppers)
+            lost = lost_after_body(stoppers)
             if lost is not None:
                 raise lost
 

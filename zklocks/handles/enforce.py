@@ -1,6 +1,5 @@
 """``on_lost`` and ``max_hold`` on a handle: arm a stopper (stopping.py) when an acquire succeeds, disarm it first
-thing in the release, turn the cancellation of an ``async with`` into LockLost, tell a stopped thread's ``with``
-statement that the lock was lost, and end a hold at its cap.
+thing in the release, turn the cancellation of an ``async with`` into LockLost, and end a hold at its cap.
 
 A part of :class:`~zklocks.handles.base.BaseHandle`: the attributes annotated here are the handle's.
 """
@@ -14,7 +13,6 @@ from collections.abc import Callable
 
 from .. import owners
 from ..client import worker_threads
-from ..exceptions import LockLost
 from .hold_registry import Hold
 from .stopping import Stopper, check_max_hold, check_on_lost, note_armed, note_disarmed
 
@@ -99,13 +97,6 @@ class Enforcing:
                 self._stops[owner] = kept
             else:
                 del self._stops[owner]
-
-    def _left_stopped(self, stoppers: list[Stopper]) -> LockLost | None:
-        """At the end of a ``with`` body that raised nothing: LockLost if the hold was lost under "cancel". The
-        body ran on to its end without reaching a checkpoint, or caught the LockLost one raised: either way the
-        caller must not read the work as done under the lock."""
-        fired = next((s for s in stoppers if s.stopped_thread), None)
-        return None if fired is None else fired.lost_error()
 
     # -- async with --
 

@@ -16,7 +16,7 @@ from .async_bridge import acquire_off_loop, run_off_loop
 from .decorator import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
-from .stopping import check_max_hold, check_on_lost
+from .stopping import check_max_hold, check_on_lost, lost_after_body
 
 MemberSpec = str | tuple[str, str] | ZkLock
 
@@ -168,9 +168,9 @@ class ZkMultiLock(Acquirable):
                 except BaseException:
                     self._release(False, done or self._release_flags())
                     raise
-        lost = next((s.lost_error() for s in stoppers if s.stopped_thread), None) if exc_type is None else None
+        lost = lost_after_body(stoppers) if exc_type is None else None
         if lost is not None:
-            raise lost  # as a single lock's with statement (enforce._left_stopped)
+            raise lost  # as a single lock's with statement
 
     async def __aenter__(self):
         await acquire_off_loop(self, None, None)

@@ -119,6 +119,14 @@ def query_checkpoint(execute: Callable, sql: str, params: Any, many: bool, conte
     return execute(sql, params, many, context)
 
 
+def lost_after_body(stoppers: list[Stopper]) -> LockLost | None:
+    """At the end of a body that raised nothing: LockLost if a hold was lost under "cancel" in a thread. The body
+    ran on to its end without reaching a checkpoint, or caught the LockLost one raised: either way the caller must
+    not read the work as done under the lock."""
+    fired = next((s for s in stoppers if s.stopped_thread), None)
+    return None if fired is None else fired.lost_error()
+
+
 class Stopper:
     """Stops one holder (a thread, an asyncio task or a worker process) when its hold is lost."""
 
