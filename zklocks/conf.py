@@ -131,8 +131,10 @@ def _address(host: str, resolve: bool) -> str:
         try:
             address = ipaddress.ip_address(socket.inet_aton(bare))  # 0x7f000001, 2130706433, 127.1
         except OSError:
-            if not resolve or _LOOPBACK.fullmatch(host):
-                return "127.0.0.1" if _LOOPBACK.fullmatch(host) else host
+            if _LOOPBACK.fullmatch(host):
+                return "127.0.0.1"
+            if not resolve:
+                return host
             try:
                 address = ipaddress.ip_address(socket.getaddrinfo(bare, None)[0][4][0])
             except (OSError, ValueError, IndexError, UnicodeError):

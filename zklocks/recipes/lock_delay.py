@@ -31,7 +31,7 @@ from kazoo.exceptions import NoNodeError
 from .. import forking
 from ..exceptions import LockNotAcquired, ZkAuthError
 from ..lock_delay_option import valid
-from . import layout
+from . import layout, node_data
 from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
 from .step_runner import NewWaker, Request, Sleep, Steps
 
@@ -52,9 +52,7 @@ GUARD = "guard"
 def guard(child: str, seconds: float, acquired_at: float) -> bytes:
     """The lock node's data while an exclusive holder under a lock-delay holds: who, since when (a hold record
     the admin reads, node_data.parse_hold_record), and that its release clears it."""
-    return json.dumps(
-        {"v": 1, "holder": child, "acquired_at": round(acquired_at, 3), GUARD: seconds}, separators=(",", ":")
-    ).encode()
+    return node_data.hold_record(child, acquired_at, **{GUARD: seconds})
 
 
 def guarded_by(raw: bytes | None) -> tuple[str, float] | None:

@@ -47,9 +47,11 @@ def marks_release_only(raw: bytes | None) -> bool:
     return raw is not None and _PROMISE in raw
 
 
-def hold_record(child: str, acquired_at: float) -> bytes:
-    """The lock node's data while an exclusive holder that waited has held for long: who, and since when."""
-    return json.dumps({"v": 1, "holder": child, "acquired_at": round(acquired_at, 3)}, separators=(",", ":")).encode()
+def hold_record(child: str, acquired_at: float, **extra: Any) -> bytes:
+    """The lock node's data while an exclusive holder that waited has held for long: who, and since when (and, for
+    a lock-delay's guard, ``extra``: lock_delay.guard)."""
+    data = {"v": 1, "holder": child, "acquired_at": round(acquired_at, 3), **extra}
+    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def parse_hold_record(raw: bytes | None) -> tuple[str, float] | None:
