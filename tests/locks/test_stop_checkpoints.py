@@ -137,6 +137,35 @@ def test_work_handed_to_threads_stops_at_its_checkpoints_even_after_the_task_lef
     assert after == "ran"
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("leave", ["release_async(wait=True)", "shield(__aexit__)"])
+def test_work_started_after_an_async_release_of_a_lost_hold_is_not_stopped(zk_server, kz, leave):
+    """A lost hold left through a coroutine that runs in a copy of the task's context (a release off the loop, or
+    an exit under asyncio.shield): the threads the task starts afterwards carry no stopper of it."""
+
+    async def holder(lock):
+        await lock.acquire_async()
+        try:
+            await asyncio.to_thread(force_release_later(kz, lock, 0).join)
+            await asyncio.sleep(20)  # cancelled at the loss
+        except asyncio.CancelledError:
+            asyncio.current_task().uncancel()
+        assert not lock.is_held
+        if leave == "shield(__aexit__)":
+            with pytest.raises(LockLost):
+                await asyncio.shield(lock.__aexit__(None, None, None))
+        else:
+            await lock.release_async(wait=True)
+        during = await asyncio.to_thread(lambda: (checkpoint(), "ran")[1])
+        return during, lock._mine
+
+    with zk_settings(zk_server.hosts, "/stop-after-release"):
+        lock = zk_lock(f"after-{leave[:6]}", on_lost="cancel")
+        during, mine = asyncio.run(asyncio.wait_for(holder(lock), 30))
+    assert during == "ran"
+    assert not mine
+
+
 DESCENDANTS = """
 import os, subprocess, sys, time
 from zklocks.celery.terminate import end_descendants

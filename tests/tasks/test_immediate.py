@@ -107,6 +107,19 @@ def test_unique_queued_returns_the_running_result(djtasks, outcomes):
     assert again.id != first.id and len(djtasks.RUNS) == 2
 
 
+def test_another_calls_record_is_left_alone_by_a_run_inside_the_enqueue(djtasks):
+    """The key's live record is another call's (other arguments): the immediate run of this call neither takes it
+    over nor removes it, and that call's producers still share its execution."""
+    from zklocks.tasks import markers
+
+    markers.write("default", "unique:6", "other-id", "tests.support.djtasks.unique_report", "queued", 60, "other")
+    before, _ = markers.read("default", "unique:6")
+    result = djtasks.unique_report.enqueue(6, seconds=0.01)
+    assert result.return_value is not None and [r[0] for r in djtasks.RUNS] == ["unique:6"]  # it ran, locked
+    after, _ = markers.read("default", "unique:6")
+    assert after == before
+
+
 def test_dummy_backend_unique_queued_keeps_one_queued_task(djtasks, outcomes):
     from zklocks.tasks.compat import task_backends
 

@@ -397,7 +397,9 @@ class BaseHandle(Enforcing, Acquirable):
     def __aexit__(self, exc_type, exc, tb) -> Coroutine[Any, Any, None]:
         # The owner is the task that calls __aexit__ (``async with``, or the owner handing the coroutine to
         # asyncio.shield or wait_for), taken now: the task that later runs the coroutine may be another.
-        return self._aexit(owners.current_owner(), exc_type, exc, tb)
+        owner = owners.current_owner()
+        self._unlist_top(owner)
+        return self._aexit(owner, exc_type, exc, tb)
 
     async def _aexit(self, owner: object, exc_type, exc, tb) -> None:
         with owners.acting_as(owner):
@@ -412,7 +414,9 @@ class BaseHandle(Enforcing, Acquirable):
     def release_async(self, wait: bool = False) -> Coroutine[Any, Any, None]:
         """``release`` for coroutines: the same ``wait``, without blocking the event loop. It releases for the
         task that calls it, wherever the coroutine is awaited."""
-        return self._release_async(owners.current_owner(), wait)
+        owner = owners.current_owner()
+        self._unlist_top(owner)
+        return self._release_async(owner, wait)
 
     async def _release_async(self, owner: object, wait: bool) -> None:
         with owners.acting_as(owner):

@@ -68,19 +68,30 @@ class Enforcing:
 
     # -- disarming, first thing in a release --
 
-    def _disarm_top(self, owner: object) -> list[Stopper]:
-        """Disarm the stoppers of ``owner``'s innermost hold; idempotent (a release retried after a signal
-        handler's exception)."""
+    def _top_stoppers(self, owner: object) -> list[Stopper]:
+        """The stoppers of ``owner``'s innermost hold."""
         with self._mine_lock:
             stops = self._stops.get(owner)
             if not stops:
                 return []
             depth = len(self._mine.get(owner, ()))
-            mine = [s for d, s in stops if d >= depth]
+            return [s for d, s in stops if d >= depth]
+
+    def _disarm_top(self, owner: object) -> list[Stopper]:
+        """Disarm the stoppers of ``owner``'s innermost hold; idempotent (a release retried after a signal
+        handler's exception)."""
+        mine = self._top_stoppers(owner)
         for stopper in mine:
             stopper.disarm()
         note_disarmed(mine)
         return mine
+
+    def _unlist_top(self, owner: object) -> None:
+        """In the context of the task that calls ``__aexit__`` or ``release_async``: the coroutine that disarms
+        may run in a copy of it (``asyncio.shield``, a release off the loop), and this context must not hand the
+        stopper of an ended hold to the threads the task starts afterwards."""
+        if self._stops:
+            note_disarmed(self._top_stoppers(owner))
 
     def _forget_stops(self, owner: object) -> None:
         """After the pop of ``owner``'s innermost hold: drop the stoppers deeper than what is left."""

@@ -181,7 +181,10 @@ class ZkMultiLock(Acquirable):
 
     def __aexit__(self, exc_type, exc, tb) -> Coroutine[Any, Any, None]:
         # As BaseHandle.__aexit__: the owner is the task that calls it, taken now.
-        return self._aexit(owners.current_owner(), exc_type, exc, tb)
+        owner = owners.current_owner()
+        for lock in self.locks:
+            lock._unlist_top(owner)
+        return self._aexit(owner, exc_type, exc, tb)
 
     async def _aexit(self, owner: object, exc_type, exc, tb) -> None:
         lost = None

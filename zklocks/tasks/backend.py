@@ -115,7 +115,10 @@ class SingleExecutionBackend(BaseTaskBackend):
             existing = self._live_result(task, using, name, args, kwargs, call)
             if existing is _ANOTHER_CALL:
                 # The key's live record is another call's (another task, other arguments): nothing to share, and
-                # its record stays; ours is queued without one.
+                # its record stays; ours is queued without one, and a run inside the enqueue (ImmediateBackend)
+                # must not take that record over: the enqueue lock goes now.
+                runner.enqueuing.set(None)
+                gate.release()
                 return super().enqueue(task, args, kwargs)
             if existing is not None:
                 log.debug("zklocks: %s: %r is already queued or running as %r", task.module_path, name, existing.id)
