@@ -63,11 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-redis", action="store_true")
     p.add_argument("--quick", action="store_true", help="a short run (smoke test)")
     p.add_argument(
-        "--auth", action="store_true", help="zklocks on a guarded alias (AUTH): the handoff needs no listing"
+        "--open",
+        action="store_true",
+        help='zklocks on an open alias (AUTH="open") instead of the default guarded one: a waiter lists the queue',
     )
     args = p.parse_args(argv)
-    if args.auth:
-        os.environ["ZKLOCKS_BENCH_AUTH"] = "1"  # the contender processes configure Django from it too
+    if args.open:
+        os.environ["ZKLOCKS_BENCH_OPEN"] = "1"  # the contender processes configure Django from it too
     if args.quick:
         args.rounds, args.seconds, args.handoff_seconds, args.handoff_rounds = 2, 0.3, 1.0, 1
         args.contenders, args.waiters = "1,2,8", "1,10,50"

@@ -36,6 +36,7 @@ def _configure(hosts: str) -> None:
     from django.conf import settings
 
     settings.configure(
+        SECRET_KEY="zklocks-bench",  # noqa: S106 - the aliases derive their identity from it (guarded by default)
         INSTALLED_APPS=["zklocks"],
         USE_TZ=True,
         ZKLOCKS={

@@ -37,6 +37,7 @@ def _configure_django(hosts: str) -> None:
 
     wrapped = {"BACKEND": "zklocks.tasks.SingleExecutionBackend", "OPTIONS": {"BACKEND": IMMEDIATE}}
     settings.configure(
+        SECRET_KEY="zklocks-bench",  # noqa: S106 - the aliases derive their identity from it (guarded by default)
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
         DATABASES={},
         USE_TZ=True,

@@ -1,6 +1,6 @@
 """python -m benchmarks.view_cycle — the client CPU of the demo view's lock, thread by thread, against its floor.
 
-    python -m benchmarks.view_cycle [--cycles 3000] [--rounds 2] [--auth]
+    python -m benchmarks.view_cycle [--cycles 3000] [--rounds 2] [--open]
 
 In one process, on its own ZooKeeper (benchmarks.servers: forceSync on, the JVM's defaults): the demo view's lock
 cycle (``with zk_lock(name) as lock: lock.ensure_held()``) against the floor with the same check (raw kazoo on
@@ -25,11 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.view_cycle", description=__doc__.split("\n\n")[0])
     p.add_argument("--cycles", type=int, default=3000)
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--auth", action="store_true", help="a guarded alias (AUTH); the floor with the same AUTH and ACL")
+    p.add_argument("--open", action="store_true", help='an open alias (AUTH="open") instead of the default guarded one')
     args = p.parse_args(argv)
     exit_on_sigterm()
-    if args.auth:
-        os.environ["ZKLOCKS_BENCH_AUTH"] = "1"
+    if args.open:
+        os.environ["ZKLOCKS_BENCH_OPEN"] = "1"
     zk = start_zookeeper()
     try:
         configure_django(zk.hosts)

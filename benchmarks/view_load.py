@@ -343,7 +343,7 @@ def run(
     connections: int = 16,
     servers: tuple[str, ...] = ("sync", "async"),
     progress=None,
-    auth: bool = False,
+    open_alias: bool = False,
     rounds: int = 1,
     modes: tuple[str, ...] | None = None,
     spreads: tuple[int, ...] = SPREADS,
@@ -361,7 +361,7 @@ def run(
         "seconds": seconds,
         "connections": connections,
         "workers": WORKERS,
-        "auth": auth,
+        "open": open_alias,
         "rounds": rounds,
         "runs": [],
     }
@@ -377,7 +377,7 @@ def run(
             ZKLOCKS_BENCH_HOSTS=zk.hosts,
             ZKLOCKS_BENCH_REDIS=redis_server.url,
             ZKLOCKS_BENCH_PG_PORT=str(pg.port),
-            ZKLOCKS_BENCH_AUTH="1" if auth else "",
+            ZKLOCKS_BENCH_OPEN="1" if open_alias else "",
         )
         subprocess.run(
             [sys.executable, "-m", "django", "migrate", "--noinput", "-v", "0"], env=env, check=True, timeout=300
@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--connections", type=int, default=16, help="wrk connections")
     p.add_argument("--servers", default="sync,async", help="sync (gunicorn), async (uvicorn), or both")
     p.add_argument("--out", default="bench-results")
-    p.add_argument("--auth", action="store_true", help="a guarded alias (AUTH), as docs/security.md advises")
+    p.add_argument("--open", action="store_true", help='an open alias (AUTH="open") instead of the default guarded one')
     p.add_argument("--rounds", type=int, default=1, help="rounds that alternate the guards; rows are medians")
     p.add_argument("--modes", default="", help=f"only these guards, comma-separated (of {', '.join(MODE_NAMES)})")
     p.add_argument("--skus", default=",".join(map(str, SPREADS)), help="the SKU spreads, comma-separated")
@@ -520,17 +520,17 @@ def main(argv: list[str] | None = None) -> int:
         modes = ("none", *modes)  # every row is read against the no-lock throughput
     spreads = tuple(int(n) for n in args.skus.split(","))
     r = run(
-        args.seconds, args.connections, tuple(args.servers.split(",")), progress, args.auth, args.rounds, modes, spreads
+        args.seconds, args.connections, tuple(args.servers.split(",")), progress, args.open, args.rounds, modes, spreads
     )
     sys.stderr.write("\n")
     r["machine"] = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count()}
-    stem = "view_load_auth" if args.auth else "view_load"
+    stem = "view_load_open" if args.open else "view_load"
     (out_dir / f"{stem}.json").write_text(json.dumps(r, indent=2))
     table = markdown(r)
     (out_dir / f"{stem}.md").write_text(table)
     print(
         f"wrk -t 2 -c {args.connections}, {args.seconds:g} s per row, {args.rounds} round(s) (rows: the median; "
-        f"oversold: all rounds){', AUTH' if args.auth else ''}; versions: {r['versions']}"
+        f"oversold: all rounds){', open alias' if args.open else ''}; versions: {r['versions']}"
     )
     print(table)
     return 0

@@ -1,7 +1,7 @@
 """Django settings of the view benchmark (``python -m benchmarks.view_load``): the demo shop on PostgreSQL.
 
 Read from the environment the driver sets: ZKLOCKS_BENCH_HOSTS, ZKLOCKS_BENCH_REDIS, ZKLOCKS_BENCH_PG_PORT,
-ZKLOCKS_BENCH_AUTH.
+ZKLOCKS_BENCH_OPEN (AUTH="open" instead of the default guarded alias).
 """
 
 import os
@@ -32,8 +32,8 @@ ZKLOCKS = {
         "NAMESPACE": "/zklocks-view-bench",
         "SESSION_TIMEOUT": 10.0,
         "CONNECT_TIMEOUT": 10.0,
-        # --auth: a guarded alias, as docs/security.md advises for production (the floors use it too)
-        **({"AUTH": [("digest", "bench:bench-secret")]} if os.environ.get("ZKLOCKS_BENCH_AUTH") else {}),
+        # Guarded by default (the floors use the same identity and ACL); --open: ZooKeeper's open ACL
+        **({"AUTH": "open"} if os.environ.get("ZKLOCKS_BENCH_OPEN") else {}),
     }
 }
 REDIS_URL = os.environ.get("ZKLOCKS_BENCH_REDIS", "redis://127.0.0.1:6379")

@@ -23,6 +23,7 @@ def configure_django(hosts: str, namespace: str = "/zklocks-bench", pool_size: i
 
     if not settings.configured:
         settings.configure(
+            SECRET_KEY="zklocks-bench",  # noqa: S106 - the aliases derive their identity from it (guarded by default)
             INSTALLED_APPS=["zklocks"],
             USE_TZ=True,
             ZKLOCKS={
@@ -33,8 +34,9 @@ def configure_django(hosts: str, namespace: str = "/zklocks-bench", pool_size: i
                     "CONNECT_TIMEOUT": 10.0,
                     "POOL_SIZE": pool_size,
                     "REAP_INTERVAL": 0,
-                    # --auth: a guarded alias (its nodes refuse writes by anyone else), inherited by the contenders
-                    **({"AUTH": [("digest", "bench:bench-secret")]} if os.environ.get("ZKLOCKS_BENCH_AUTH") else {}),
+                    # Guarded by default (an identity derived from SECRET_KEY); --open: ZooKeeper's open ACL. The
+                    # contender processes configure Django from the same environment.
+                    **({"AUTH": "open"} if os.environ.get("ZKLOCKS_BENCH_OPEN") else {}),
                 }
             },
         )

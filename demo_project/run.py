@@ -8,7 +8,8 @@
 3. Migrates the SQLite database (.demo/demo.sqlite3), seeds the shop, creates the admin user and prints its login.
 4. A Celery worker, the development server and a small load generator.
 
-DEBUG is off unless DJANGO_DEBUG=1, and the SECRET_KEY is drawn at start unless DJANGO_SECRET_KEY is set.
+DEBUG is off unless DJANGO_DEBUG=1, and the SECRET_KEY is drawn on the first run (then kept in the data directory:
+the nodes ZooKeeper keeps grant the identity derived from it) unless DJANGO_SECRET_KEY is set.
 
 Ctrl-C (SIGINT) or SIGTERM stops everything it started: each child runs in its own process group and the
 whole group is stopped. Logs are under .demo/logs/. While it runs, .demo/services.json holds the ZooKeeper hosts
@@ -267,14 +268,25 @@ class Demo:
         services = {key: self.env[key] for key in ("ZKLOCKS_HOSTS", "CELERY_BROKER_URL") if key in self.env}
         (self.data / "services.json").write_text(json.dumps(services))
 
+    def secret_key(self) -> str:
+        """The demo's SECRET_KEY: drawn on the first run, then read from its data directory (mode 0600)."""
+        path = self.data / "secret_key"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_urlsafe(50))
+        return path.read_text().strip()
+
     def run(self) -> int:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.env["ZKLOCKS_DEMO_DIR"] = str(self.data)
         self.env["DJANGO_SETTINGS_MODULE"] = "demo_project.settings"
         self.env["PYTHONPATH"] = str(ROOT) + os.pathsep + self.env.get("PYTHONPATH", "")
         self.env.setdefault("PYTHONUNBUFFERED", "1")
-        # One random key for every process it starts (settings.py would draw one per process otherwise).
-        self.env["DJANGO_SECRET_KEY"] = os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50)
+        # One key for every process it starts (settings.py would draw one per process otherwise), kept with the
+        # demo's data: the lock nodes that ZooKeeper keeps between runs grant the identity derived from it.
+        self.env["DJANGO_SECRET_KEY"] = os.environ.get("DJANGO_SECRET_KEY") or self.secret_key()
         signal.signal(signal.SIGINT, _raise_stop)
         signal.signal(signal.SIGTERM, _raise_stop)
         try:

@@ -20,9 +20,14 @@ def _service(name: str, default: str) -> str:
     return os.environ.get(name) or _SERVICES.get(name) or default
 
 
-# A fresh random key unless DJANGO_SECRET_KEY is set (`make demo` sets one for all the processes it starts), so no
-# published key signs the demo's sessions. DEBUG only when asked for: DJANGO_DEBUG=1.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50)
+# DJANGO_SECRET_KEY, or the key `make demo` drew on its first run and keeps in its data directory (the lock nodes
+# grant the ZooKeeper identity derived from it: a `manage.py zklocks_release` in another terminal needs it too), or
+# else a fresh random one, so that no published key signs the demo's sessions. DEBUG only when asked: DJANGO_DEBUG=1.
+try:
+    _KEPT_KEY = (DATA_DIR / "secret_key").read_text().strip()
+except OSError:
+    _KEPT_KEY = ""
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or _KEPT_KEY or secrets.token_urlsafe(50)
 DEBUG = os.environ.get("DJANGO_DEBUG", "0") == "1"
 ALLOWED_HOSTS = ["*"]
 INSTALLED_APPS = [

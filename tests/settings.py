@@ -47,7 +47,12 @@ TEMPLATES = [
     }
 ]
 # Replaced per test by the zklocks_settings fixture; a real server is started by the suite.
-ZKLOCKS = {"default": {"HOSTS": os.environ.get("ZKLOCKS_HOSTS", "127.0.0.1:2181"), "NAMESPACE": "/zklocks-test"}}
+ZKLOCKS = {
+    "default": {
+        "HOSTS": os.environ.get("ZKLOCKS_HOSTS", "127.0.0.1:2181"),
+        "NAMESPACE": os.environ.get("ZKLOCKS_NAMESPACE", "/zklocks-test"),
+    }
+}
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
 STATIC_URL = "/static/"
 # The test project serves /metrics and /ht/ to anyone on purpose (the tests call them anonymously): it is no

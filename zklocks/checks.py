@@ -36,7 +36,7 @@ is no longer called through ``self``: no session would start; see zklocks/client
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
 W002 (the namespace or a node below it has a weaker ACL than configured), W003 (the ACLs could not be checked),
-W007 (an alias others may write: no AUTH, or an ACL granting world, ip: or a foreign digest; read from settings),
+W007 (an alias others may write: AUTH="open", or an ACL granting world, ip: or a foreign digest; read from settings),
 W005 (a parent of the namespace lets another identity delete or create it), W006 (ZooKeeper hides the digest ids
 of a node from this identity, which the configured ACL gives ADMIN), E018 (the audit stopped at
 security.DEPLOY_LIMIT nodes: the rest was not checked),
@@ -51,6 +51,7 @@ from __future__ import annotations
 import sys
 import time
 
+from django.conf import settings
 from django.core import checks
 
 from . import conf, middleware
@@ -58,13 +59,14 @@ from .celery import conf as celery_conf
 from .celery import discover
 from .client import kazoo_compat
 from .exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
+from .identity import project_keys
 from .ops import security_checks
 
 
 def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     discover.load_tasks()  # tasks declare their aliases (E012) when their classes are created
     _load_urlconf()  # so do views decorated with zk_lock(using=...), when their module is imported
-    configs, problems = conf.validate(_raw_setting())
+    configs, problems = conf.validate(_raw_setting(), project_keys(settings))
     messages: list[checks.CheckMessage] = []
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
@@ -146,15 +148,16 @@ def check_guarded_aliases(app_configs=None, **kwargs) -> list[checks.CheckMessag
         if not others:
             continue
         why = (
-            "it has no AUTH, so its nodes take ZooKeeper's open ACL"
-            if not cfg.auth and cfg.acl is None
+            'AUTH is "open", so its nodes take ZooKeeper\'s open ACL'
+            if cfg.identity == "open"
             else (f"its ACL lets {', '.join(others)} write or delete")
         )
         messages.append(
             checks.Warning(
                 f"ZKLOCKS[{alias!r}] is not guarded: {why}. Any client with that access can hand a held lock "
                 "over to a waiter or delete a holder's node.",
-                hint="Set AUTH to a digest credential of the alias's own (and an ACL of its identities only); "
+                hint="Leave AUTH out (an identity derived from SECRET_KEY) or set it to a digest credential of the "
+                "alias's own, with an ACL of its identities only; "
                 "docs/security.md says who can hand a lock over under each configuration.",
                 id="zklocks.W007",
             )

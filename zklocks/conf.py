@@ -21,6 +21,7 @@ from kazoo.security import ACL
 
 from . import lock_delay_option
 from .exceptions import ZkConfigError
+from .identity import derived_auth, project_keys
 
 DEFAULT_ALIAS = "default"
 # fmt: off
@@ -57,7 +58,7 @@ class AliasConfig:
     session_timeout: float = 10.0
     connect_timeout: float = 5.0
     pool_size: int = 1
-    auth: tuple[tuple[str, str], ...] = ()
+    auth: tuple[tuple[str, str], ...] = field(default=(), repr=False)  # credentials: never in a repr or a log
     acl: Any = None
     read_acl: str = "world"  # "world": anyone may read lock nodes; "auth": only the configured identity
     options: dict = field(default_factory=dict)
@@ -65,6 +66,9 @@ class AliasConfig:
     tick_time: float | None = None  # the servers' tickTime in seconds, if known (shortens lease proofs)
     layout: str = "kazoo"  # whose recipes' node names and ordering to follow: "kazoo" or "curator"
     lock_delay: float = 0.0  # seconds nobody holds a lock after an unclean loss (docs/design.md §15)
+    # Where ``auth`` comes from: "configured" (AUTH or ACL set), "derived" (from SECRET_KEY: identity.py) or
+    # "open" (AUTH="open": ZooKeeper's open ACL, chosen on purpose).
+    identity: str = "configured"
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,9 @@ def positive_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
 
 
-def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Problem]]:
+def _validate_alias(
+    alias: str, raw: Any, keys: tuple[str | bytes, ...] = ()
+) -> tuple[AliasConfig | None, list[Problem]]:
     problems: list[Problem] = []
     if not isinstance(raw, dict):
         return None, [
@@ -239,6 +245,22 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
             )
         )
     auth = raw.get("AUTH", ())
+    identity = "configured"
+    if auth == "open":
+        auth, identity = (), "open"
+    elif "AUTH" not in raw and raw.get("ACL") is None:
+        auth, identity = derived_auth(keys), "derived"
+        if not auth:
+            problems.append(
+                _problem(
+                    "zklocks.E019",
+                    alias,
+                    "no AUTH, and no SECRET_KEY to derive the alias's identity from: its nodes would be open to "
+                    "anyone who reaches a server.",
+                    "Set SECRET_KEY (every process of the project needs the same one), give AUTH a credential, or "
+                    'write AUTH="open" to choose ZooKeeper\'s open ACL on purpose.',
+                )
+            )
     if not isinstance(auth, (list, tuple)) or not all(
         isinstance(a, (list, tuple)) and len(a) == 2 and all(isinstance(x, str) for x in a) for a in auth
     ):
@@ -246,8 +268,8 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
             _problem(
                 "zklocks.E008",
                 alias,
-                "AUTH must be a list of (scheme, credential) pairs.",
-                'For example [("digest", "user:secret")].',
+                'AUTH must be a list of (scheme, credential) pairs, or "open".',
+                'For example [("digest", "user:secret")]; leave it out for an identity derived from SECRET_KEY.',
             )
         )
         auth = ()
@@ -392,11 +414,13 @@ def _validate_alias(alias: str, raw: Any) -> tuple[AliasConfig | None, list[Prob
         tick_time=float(tick_time) if tick_time is not None else None,
         layout=layout,
         lock_delay=float(lock_delay),
+        identity=identity,
     ), problems
 
 
-def validate(raw: Any) -> tuple[dict[str, AliasConfig], list[Problem]]:
-    """Validate a whole ZKLOCKS value. Pure: no I/O, no Django state."""
+def validate(raw: Any, keys: tuple[str | bytes, ...] = ()) -> tuple[dict[str, AliasConfig], list[Problem]]:
+    """Validate a whole ZKLOCKS value. Pure: no I/O, no Django state. ``keys``: the project's SECRET_KEY and its
+    fallbacks (identity.project_keys), which aliases without AUTH derive their identity from."""
     if raw is None:
         return {}, [
             Problem(
@@ -437,7 +461,7 @@ def validate(raw: Any) -> tuple[dict[str, AliasConfig], list[Problem]]:
                 )
             )
             continue
-        cfg, found = _validate_alias(alias, value)
+        cfg, found = _validate_alias(alias, value, keys)
         problems.extend(found)
         if cfg is not None:
             configs[alias] = cfg
@@ -463,7 +487,7 @@ def _mixed_layouts(configs: dict[str, AliasConfig]) -> list[Problem]:
 @functools.cache
 def get_config() -> tuple[dict[str, AliasConfig], tuple[Problem, ...]]:
     _warn_unless_installed()
-    configs, problems = validate(getattr(settings, "ZKLOCKS", None))
+    configs, problems = validate(getattr(settings, "ZKLOCKS", None), project_keys(settings))
     return configs, tuple(problems)
 
 

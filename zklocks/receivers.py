@@ -10,7 +10,7 @@ from .handles.stopping import query_checkpoint
 
 def on_setting_changed(*, setting: str, **kwargs) -> None:
     """``override_settings(ZKLOCKS=...)`` takes effect: forget the config and rebuild sessions lazily."""
-    if setting == "ZKLOCKS":
+    if setting in ("ZKLOCKS", "SECRET_KEY", "SECRET_KEY_FALLBACKS"):  # the last two: the derived identity
         conf.reset()
         celery_conf.reset_beat()  # USING is checked against the aliases
         connections.close_all(wait=True)

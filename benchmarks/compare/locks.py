@@ -46,6 +46,7 @@ class ZkLocks(Base):
         from django.conf import settings
 
         settings.configure(
+            SECRET_KEY="zklocks-bench",  # noqa: S106 - the aliases derive their identity from it (guarded by default)
             INSTALLED_APPS=["zklocks"],
             USE_TZ=True,
             ZKLOCKS={

@@ -33,12 +33,26 @@ def demo_settings(**env):
     return json.loads(proc.stdout)
 
 
-def test_a_random_secret_key_and_debug_off_unless_asked_for():
-    (key1, debug1), (key2, debug2) = demo_settings(), demo_settings()
+def test_a_random_secret_key_and_debug_off_unless_asked_for(tmp_path):
+    empty = str(tmp_path / "no-demo-yet")
+    (key1, debug1), (key2, debug2) = demo_settings(ZKLOCKS_DEMO_DIR=empty), demo_settings(ZKLOCKS_DEMO_DIR=empty)
     assert key1 != key2 and len(key1) >= 50 and "not-secret" not in key1
     assert debug1 is False and debug2 is False
     assert demo_settings(DJANGO_SECRET_KEY="given", DJANGO_DEBUG="1") == ["given", True]
-    assert demo_settings(DJANGO_DEBUG="0")[1] is False
+    assert demo_settings(DJANGO_DEBUG="0", ZKLOCKS_DEMO_DIR=empty)[1] is False
+
+
+def test_the_key_make_demo_keeps_is_the_key_of_every_later_process(tmp_path):
+    """`make demo` draws its key once and keeps it with its data: ZooKeeper keeps the lock nodes between runs, and
+    they grant the identity derived from that key (a `manage.py` command in another terminal needs it too)."""
+    from demo_project.run import Demo
+
+    demo = Demo.__new__(Demo)  # only its data directory: nothing is started
+    demo.data = tmp_path
+    first = demo.secret_key()
+    assert demo.secret_key() == first and len(first) >= 50
+    assert oct((tmp_path / "secret_key").stat().st_mode & 0o777) == "0o600"
+    assert demo_settings(ZKLOCKS_DEMO_DIR=str(tmp_path))[0] == first
 
 
 def test_the_demo_web_server_serves_the_admin_static_files_with_debug_off(tmp_path):

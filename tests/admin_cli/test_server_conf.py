@@ -106,6 +106,7 @@ def alias(hosts, **extra):
                 "SESSION_TIMEOUT": 0.3,
                 "CONNECT_TIMEOUT": 2.0,
                 "REAP_INTERVAL": 0,
+                "AUTH": "open",  # the server's conf is checked here; the ACL audit in test_zklocks_check.py
                 **extra,
             }
         }

@@ -123,8 +123,8 @@ def test_bad_timeouts_pool_and_options():
             id="zklocks.E007",
         ),
         Error(
-            "ZKLOCKS['default']: AUTH must be a list of (scheme, credential) pairs.",
-            hint='For example [("digest", "user:secret")].',
+            "ZKLOCKS['default']: AUTH must be a list of (scheme, credential) pairs, or \"open\".",
+            hint='For example [("digest", "user:secret")]; leave it out for an identity derived from SECRET_KEY.',
             id="zklocks.E008",
         ),
         Error(
@@ -443,7 +443,8 @@ def test_lock_delay_under_curators_layout_warns():
 
 def test_deploy_check_warns_about_an_alias_others_may_write():
     """W007 (check --deploy, from settings alone): an open alias, and an ACL with an ip: range or a foreign digest,
-    let someone other than the alias hand a lock over; a digest identity of its own does not."""
+    let someone other than the alias hand a lock over; a digest identity of its own does not, nor the identity
+    an alias without AUTH derives from SECRET_KEY."""
     from kazoo.security import ACL, Id, Permissions, make_digest_acl
 
     from zklocks.checks import check_guarded_aliases
@@ -454,6 +455,7 @@ def test_deploy_check_warns_about_an_alias_others_may_write():
     foreign = make_digest_acl("other", "pw", write=True)
     settings = {
         "default": dict(OK),
+        "open": {**OK, "NAMESPACE": "/o", "AUTH": "open"},
         "guarded": {**OK, "NAMESPACE": "/g", "AUTH": [own]},
         "guarded_reads": {
             **OK,
@@ -473,8 +475,8 @@ def test_deploy_check_warns_about_an_alias_others_may_write():
         messages = check_guarded_aliases()
     assert all(m.id == "zklocks.W007" for m in messages)
     by_alias = {m.msg.split("'")[1]: m.msg for m in messages}
-    assert sorted(by_alias) == ["default", "foreign", "ip"]
-    assert "no AUTH" in by_alias["default"]
+    assert sorted(by_alias) == ["foreign", "ip", "open"]
+    assert 'AUTH is "open"' in by_alias["open"]
     assert "ip:127.0.0.0/8" in by_alias["ip"]
     assert "digest:other:" in by_alias["foreign"]
 
@@ -494,7 +496,7 @@ def test_an_acl_entry_with_admin_alone_is_not_guarded():
 NOT_INSTALLED = """
 import django
 from django.conf import settings
-settings.configure(INSTALLED_APPS=[{apps}], ZKLOCKS={{"default": {{"HOSTS": "127.0.0.1:1"}}}})
+settings.configure(INSTALLED_APPS=[{apps}], SECRET_KEY="k", ZKLOCKS={{"default": {{"HOSTS": "127.0.0.1:1"}}}})
 django.setup()
 from zklocks import conf
 print(sorted(conf.get_config()[0]))

@@ -67,8 +67,9 @@ def deploy_messages():
 
 
 def make_locks(hosts, namespace, auth=None):
-    """A namespace with two lock nodes and a semaphore, created by the given identity; then all released."""
-    extra = {"AUTH": [auth]} if auth else {}
+    """A namespace with two lock nodes and a semaphore, created by the given identity ("open": none, the default:
+    the one derived from SECRET_KEY); then all released."""
+    extra = {"AUTH": auth if auth == "open" else [auth]} if auth else {}
     with settings_for(hosts, namespace, **extra):
         with zk_lock("reports:daily"), zk_lock("a/b"), zk_semaphore("pool", 2):
             pass
@@ -108,7 +109,7 @@ def test_a_healthy_alias_passes(zk_server, ns):
 
 
 def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(zk_server, ns):
-    make_locks(zk_server.hosts, ns)  # before AUTH was configured: ZooKeeper's open ACL
+    make_locks(zk_server.hosts, ns, auth="open")  # before AUTH was configured: ZooKeeper's open ACL
     with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
         lines, failed = run_check()
         assert failed == "zklocks_check: 6 problem(s) found"
@@ -203,13 +204,6 @@ def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
                 hint="Run `manage.py zklocks_check` once ZooKeeper is reachable with these settings.",
                 id="zklocks.W003",
             ),
-            Warning(
-                "ZKLOCKS['default'] is not guarded: it has no AUTH, so its nodes take ZooKeeper's open ACL. Any "
-                "client with that access can hand a held lock over to a waiter or delete a holder's node.",
-                hint="Set AUTH to a digest credential of the alias's own (and an ACL of its identities only); "
-                "docs/security.md says who can hand a lock over under each configuration.",
-                id="zklocks.W007",
-            ),
         ]
         assert time.monotonic() - started < 2.0
         # The network check is a deploy check: a plain `manage.py check` (and runserver, migrate...) skips it.
@@ -218,7 +212,7 @@ def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
         assert time.monotonic() - started < 0.5
 
 
-def test_a_new_namespace_and_an_alias_without_auth(zk_server, ns):
+def test_a_new_namespace_an_alias_without_auth_and_an_open_one(zk_server, ns):
     with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
         lines, failed = run_check()
         # ZooKeeper's "/" is open to everyone: anyone may make the namespace before the alias does.
@@ -228,11 +222,21 @@ def test_a_new_namespace_and_an_alias_without_auth(zk_server, ns):
             f"{ns} before this alias does, with an ACL of their own"
         )
         assert lines[-1] == f"default: ok {ns} does not exist yet; it is created with the configured ACL on first use"
-    make_locks(zk_server.hosts, ns)
-    with settings_for(zk_server.hosts, ns):
+    derived = ns.replace("/locks", "-derived/locks")  # a root of its own: its parent gets the derived ACL
+    make_locks(zk_server.hosts, derived)  # no AUTH: the identity derived from SECRET_KEY
+    with settings_for(zk_server.hosts, derived):
+        lines, failed = run_check()
+        assert failed is None, lines
+        assert (
+            "default: ok identity: derived from SECRET_KEY (manage.py zklocks_credential prints it for other "
+            "clients)" in lines
+        )
+        assert deploy_messages() == []
+    make_locks(zk_server.hosts, ns, auth="open")
+    with settings_for(zk_server.hosts, ns, AUTH="open"):
         lines, failed = run_check()
         assert failed is None
-        assert "default: note no AUTH or ACL configured: any client may create and delete lock nodes" in lines
+        assert 'default: note AUTH is "open": any client may create and delete lock nodes' in lines
         assert [m.id for m in deploy_messages()] == ["zklocks.W007"]  # an open alias, read from settings
 
 
@@ -244,12 +248,14 @@ def test_unknown_alias_is_a_failure(zk_server, ns):
 
 
 @pytest.mark.parametrize("reachable", [True, False])
-def test_exit_status_of_the_real_command(zk_server, reachable):
+def test_exit_status_of_the_real_command(zk_server, ns, reachable):
+    make_locks(zk_server.hosts, ns)  # by the identity the command's process derives from the same SECRET_KEY
     env = dict(
         os.environ,
         DJANGO_SETTINGS_MODULE="tests.settings",
         PYTHONPATH=str(ROOT),
         ZKLOCKS_HOSTS=zk_server.hosts if reachable else f"127.0.0.1:{free_port()}",
+        ZKLOCKS_NAMESPACE=ns,
     )
     proc = subprocess.run(
         [sys.executable, "-m", "django", "zklocks_check"],

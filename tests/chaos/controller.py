@@ -26,7 +26,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
 
 from tests.chaos.checker import Fault, Report, check, read_events
-from tests.support.helpers import ROOT, tree
+from tests.support.helpers import ROOT, project_auth, tree
 from zklocks.names import encode_name
 from zklocks.ops.reaper import sweep
 from zklocks.testing import ZkEnsemble, ZkStartError, expire_session
@@ -135,6 +135,7 @@ class ChaosRun:
                 hosts=self.ensemble.hosts,
                 timeout=4.0,
                 connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5},
+                auth_data=project_auth(),  # the workers' identity: the final sweep deletes their lock nodes
             ),
         )
         self.zk.start(timeout=30)

@@ -46,6 +46,7 @@ def setup(args) -> None:
     from django.conf import settings
 
     settings.configure(
+        SECRET_KEY="zklocks-tests",  # tests/settings.py's: the aliases derive their identity from it
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
         DATABASES={},
         ZKLOCKS={

@@ -1,6 +1,7 @@
 """No forged handoff: a waiter holds only on evidence that the releasing holder alone can produce, and a holder
 whose node is written or deleted by anyone else reports LockLost at once (docs/security.md)."""
 
+import threading
 import time
 
 import pytest
@@ -18,9 +19,9 @@ CREDENTIAL = "app:forge-proof"
 
 @pytest.fixture(params=["open", "auth", "ip"])
 def config(request, zk_server):
-    """open: no AUTH. auth: a digest identity of the alias's own. ip: the same, plus an ACL entry that lets the
+    """open: AUTH="open". auth: a digest identity of the alias's own. ip: the same, plus an ACL entry that lets the
     loopback range write, which a forger on this host is in: not guarded (kazoo_options.outside_writers)."""
-    extra = {"AUTH": [("digest", CREDENTIAL)]} if request.param != "open" else {}
+    extra: dict = {"AUTH": [("digest", CREDENTIAL)]} if request.param != "open" else {"AUTH": "open"}
     if request.param == "ip":
         loopback = ACL(Permissions.ALL, Id("ip", "127.0.0.0/8"))
         extra["ACL"] = [make_digest_acl(*CREDENTIAL.split(":"), all=True), loopback]
@@ -41,7 +42,7 @@ def test_a_forged_write_hands_nothing_to_the_waiter(config, zk_server):
     holder = HeldInThread(holder_lock)
     assert holder.acquired
     waiter = HeldInThread(zk_lock("forge-write", timeout=20), wait_for_acquire=False)
-    forger = raw_client(zk_server.hosts)  # anonymous
+    forger = raw_client(zk_server.hosts, anonymous=True)
     try:
         assert wait_until(lambda: len(forger.get_children(holder_lock.path)) == 2, timeout=5)
         node = holder_node(forger, holder_lock)
@@ -73,7 +74,7 @@ def test_a_forged_delete_is_lost_by_the_holder_at_once(config, zk_server):
     holder_lock = zk_lock("forge-delete")
     holder = HeldInThread(holder_lock)
     assert holder.acquired
-    forger = raw_client(zk_server.hosts)
+    forger = raw_client(zk_server.hosts, anonymous=True)
     try:
         node = holder_node(forger, holder_lock)
         forged_at = time.monotonic()
@@ -93,3 +94,57 @@ def test_a_forged_delete_is_lost_by_the_holder_at_once(config, zk_server):
         holder.release()
         forger.stop()
         forger.close()
+
+
+def test_an_interop_contenders_open_node_proves_nothing(zk_server):
+    """A guarded alias (the default identity), and a kazoo ``Lock`` contender of a peer that has the credential
+    but leaves kazoo's open default ACL on its node. An anonymous forger writes that node a release mark, the
+    contender then gives up: the zklocks waiter behind it must not take the lock from the holder ahead."""
+    from kazoo.exceptions import LockTimeout
+    from kazoo.recipe.lock import Lock
+
+    from tests.support.helpers import project_auth
+    from zklocks.recipes import node_data
+
+    with zk_settings(zk_server.hosts, "/forged-interop", SESSION_TIMEOUT=4.0):
+        holder_lock = zk_lock("interop")
+        holder = HeldInThread(holder_lock)
+        assert holder.acquired
+        peer = raw_client(zk_server.hosts, anonymous=True, auth_data=project_auth())  # open default ACL
+        forger = raw_client(zk_server.hosts, anonymous=True)
+        waiter = None
+        try:
+            contender = Lock(peer, holder_lock.path)
+            gave_up = []
+
+            def contend():
+                try:
+                    gave_up.append(contender.acquire(timeout=2.0))
+                except LockTimeout:
+                    gave_up.append(False)
+
+            thread = threading.Thread(target=contend)
+            thread.start()
+            assert wait_until(lambda: len(forger.get_children(holder_lock.path)) == 2, timeout=5)
+            node = sorted(forger.get_children(holder_lock.path), key=lambda c: c[-10:])[1]
+            # Forged before the waiter arrives, so that its first read of the node finds the release promise.
+            forger.set(f"{holder_lock.path}/{node}", node_data.hold_record(node, 0.0) + b" " + node_data._PROMISE)
+            waiter = HeldInThread(zk_lock("interop", timeout=20), wait_for_acquire=False)
+            assert wait_until(lambda: len(forger.get_children(holder_lock.path)) == 3, timeout=5)
+            time.sleep(0.2)
+            forger.set(f"{holder_lock.path}/{node}", b"")  # what the release's transaction looks like to a watch
+            thread.join(10)
+            assert gave_up == [False]  # the contender timed out and deleted its node
+            time.sleep(1.0)
+            assert waiter.acquired is None, "the waiter took the lock on a forged mark"
+            assert holder_lock.is_held
+            holder.release()
+            assert waiter.wait(10), waiter.error  # the real release hands over
+        finally:
+            if waiter is not None:
+                waiter.release()
+            holder.release()
+            for client in (peer, forger):
+                client.stop()
+                client.close()
+            close_all()

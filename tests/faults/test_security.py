@@ -27,7 +27,7 @@ def namespace():
 
 @pytest.fixture
 def secured(zk_server, namespace):
-    """'default' has the right password, 'wrong' a wrong one, 'open' no AUTH at all; one namespace."""
+    """'default' has the right password, 'wrong' a wrong one, 'open' AUTH="open"; one namespace."""
 
     def alias(**extra):
         return {
@@ -41,7 +41,11 @@ def secured(zk_server, namespace):
 
     def configure(**default_extra):
         override = override_settings(
-            ZKLOCKS={"default": alias(AUTH=[RIGHT], **default_extra), "wrong": alias(AUTH=[WRONG]), "open": alias()}
+            ZKLOCKS={
+                "default": alias(AUTH=[RIGHT], **default_extra),
+                "wrong": alias(AUTH=[WRONG]),
+                "open": alias(AUTH="open"),
+            }
         )
         override.enable()
         overrides.append(override)

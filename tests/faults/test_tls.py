@@ -301,7 +301,7 @@ def test_a_falsy_hostname_check_that_is_not_false_is_refused(value):
     from zklocks import conf
 
     options = {"use_ssl": True, "check_hostname": value}
-    configs, problems = conf.validate({"default": {"HOSTS": "zk1:2181", "OPTIONS": options}})
+    configs, problems = conf.validate({"default": {"HOSTS": "zk1:2181", "OPTIONS": options}}, keys=("k",))
     assert "default" not in configs
     assert [p.id for p in problems] == ["zklocks.E061"]
     assert repr(value) in problems[0].msg

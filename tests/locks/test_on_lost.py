@@ -103,8 +103,10 @@ def test_cancel_on_a_partition_from_the_server(zk_server):
 @pytest.mark.timeout(60)
 def test_cancel_never_lands_after_the_with_statement(zk_server):
     """Losses (a force-release from another client) at random moments around the end of the body: LockLost is
-    raised inside the with statement or not at all, never in the code after it nor in the release."""
-    with zk_settings(zk_server.hosts, "/onlost-race"):
+    raised inside the with statement or not at all, never in the code after it nor in the release. An open alias:
+    its holders watch their own node from the grant, so a delete within the first second is heard (a guarded
+    alias's holders set that watch once a hold has lasted one second)."""
+    with zk_settings(zk_server.hosts, "/onlost-race", AUTH="open"):
         kz = raw_client(zk_server.hosts)
         try:
             outcomes = {"inside": 0, "none": 0}

@@ -159,7 +159,11 @@ def ephemeral_nodes(kz, namespace: str) -> list[str]:
 def assert_nothing_left(kz, namespace: str) -> None:
     """No contender, holder or lease node of ours is left (the releases and give-backs sent without waiting
     are applied within a round trip; a node handed to the background delete within a few)."""
-    wait_until(lambda: not ephemeral_nodes(kz, namespace), timeout=5)
+    try:
+        wait_until(lambda: not ephemeral_nodes(kz, namespace), timeout=5)
+    except AssertionError:
+        left = {path: kz.get(path)[0] for path in ephemeral_nodes(kz, namespace)}
+        raise AssertionError(f"nodes left: {left}") from None
 
 
 def restart_session() -> None:

@@ -13,6 +13,7 @@ def main() -> int:
     from django.conf import settings
 
     settings.configure(
+        SECRET_KEY="zklocks-tests",  # tests/settings.py's: the aliases derive their identity from it
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
         DATABASES={},
         ZKLOCKS={"default": {"HOSTS": hosts, "NAMESPACE": namespace, "CONNECT_TIMEOUT": 5.0, "REAP_INTERVAL": 0}},

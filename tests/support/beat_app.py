@@ -34,7 +34,9 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
         USE_TZ=True,
         TIME_ZONE="UTC",
         DEFAULT_AUTO_FIELD="django.db.models.AutoField",
-        SECRET_KEY="zklocks-beat-tests",  # the beats sign their stamps with it, the fencing workers check them
+        # tests/settings.py's: the aliases' identity is derived from it; the beats sign their stamps with it, the
+        # fencing workers check them
+        SECRET_KEY="zklocks-tests",
         ZKLOCKS={
             "default": {
                 "HOSTS": os.environ.get("ZKLOCKS_TEST_HOSTS", "127.0.0.1:2181"),

@@ -18,6 +18,7 @@ from django.conf import settings
 
 if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
     settings.configure(
+        SECRET_KEY="zklocks-tests",  # tests/settings.py's: the aliases derive their identity from it
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
         DATABASES={},
         USE_TZ=True,

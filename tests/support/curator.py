@@ -67,8 +67,14 @@ class CuratorContenders:
         seconds: float = 4.0,
         hold_ms: int = 5,
         max_leases: int = 1,
+        credential: str | None = None,
     ) -> None:
         self.args = [hosts, path, recipe, str(threads), str(seconds), str(hold_ms), str(log), str(max_leases)]
+        if credential is None:  # the suite's aliases' identity (derived from its SECRET_KEY), as zklocks_credential
+            from tests.support.helpers import project_auth
+
+            credential = project_auth()[0][1]
+        self.credential = credential
         self.seconds = seconds
         self.proc: subprocess.Popen | None = None
         self.output = ""
@@ -81,6 +87,7 @@ class CuratorContenders:
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            env={**os.environ, "ZKLOCKS_CREDENTIAL": self.credential},
         )
         assert self.proc.stdout is not None
         lines = []

@@ -11,8 +11,10 @@ from kazoo.client import KazooClient
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spawn_worker(*args: str) -> subprocess.Popen:
+def spawn_worker(*args: str, secret_key: str | None = None) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    if secret_key is not None:
+        env["ZKLOCKS_TEST_SECRET_KEY"] = secret_key
     env.pop("DJANGO_SETTINGS_MODULE", None)
     return subprocess.Popen(
         [sys.executable, "-m", "tests.support.workers", *args], cwd=ROOT, env=env, start_new_session=True
@@ -62,8 +64,20 @@ def zk_settings(hosts: str, namespace: str, **options):
     return override_settings(ZKLOCKS={"default": cfg})
 
 
-def raw_client(hosts: str, **options) -> KazooClient:
-    """A started kazoo client of the test's own (not a zklocks session); ``options`` go to KazooClient."""
+def project_auth() -> list[tuple[str, str]]:
+    """The suite's project identity: what aliases without AUTH derive from tests/settings.py's SECRET_KEY."""
+    from tests import settings
+    from zklocks.identity import derived_credential
+
+    return [("digest", derived_credential(settings.SECRET_KEY))]
+
+
+def raw_client(hosts: str, *, anonymous: bool = False, **options) -> KazooClient:
+    """A started kazoo client of the test's own (not a zklocks session); ``options`` go to KazooClient. It
+    authenticates as the suite's project identity (it may write and delete what the suite's aliases made) unless
+    ``anonymous`` or given ``auth_data``."""
+    if not anonymous:
+        options.setdefault("auth_data", project_auth())
     client = KazooClient(hosts=hosts, **{"timeout": 4.0, **options})
     client.start(timeout=10)
     return client

@@ -16,6 +16,8 @@ def setup(hosts: str, namespace: str, session_timeout: float) -> None:
     from django.conf import settings
 
     settings.configure(
+        # tests/settings.py's unless a test gives another (a key rotation): the aliases derive their identity from it
+        SECRET_KEY=os.environ.get("ZKLOCKS_TEST_SECRET_KEY", "zklocks-tests"),
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "zklocks"],
         DATABASES={},
         ZKLOCKS={

@@ -27,12 +27,13 @@ import uuid
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
-from kazoo.security import ACL, Id, Permissions
+from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
 
 from .. import conf
 from ..client.kazoo_options import build_acl, identities
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
+from ..identity import USER
 from ..recipes import layout
 from ..recipes.kazoo_calls import translate
 
@@ -125,7 +126,7 @@ def _shown(scheme: str, ident: str) -> str:
 @dataclass
 class Finding:
     path: str
-    kind: str  # "weaker" | "no-access" | "ancestor" | "hidden"
+    kind: str  # "weaker" | "no-access" | "ancestor" | "hidden" | "old-key"
     detail: str
 
 
@@ -146,6 +147,11 @@ class AuditResult:
     @property
     def weaker(self) -> list[Finding]:
         return [f for f in self.findings if f.kind == "weaker"]
+
+    @property
+    def fixable(self) -> list[Finding]:
+        """What ``--fix-acls`` gives the expected ACL: weaker nodes, and nodes of an old key (a rotation)."""
+        return [f for f in self.findings if f.kind in ("weaker", "old-key")]
 
     @property
     def no_access(self) -> list[Finding]:
@@ -274,6 +280,16 @@ def _audit_ancestors(session: Session, result: AuditResult, deadline: float | No
     acl = found[at]
     if acl is None:
         return
+    if _made_under_another_key(acl, cfg):
+        result.findings.append(
+            Finding(
+                at,
+                "old-key",
+                "a parent of the namespace made under another SECRET_KEY of this project (the ACL zklocks gives its "
+                "nodes, for that key's identity)",
+            )
+        )
+        return
     for who, perms in sorted(_foreign_rights(acl, cfg).items()):
         if perms & bits:
             what = (
@@ -307,6 +323,15 @@ def _judge(
     missing = missing_rights(acl, cfg) if parent else 0
     if missing:
         result.findings.append(Finding(path, "no-access", f"the configured identity may not {perm_names(missing)}"))
+    elif cfg.identity == "derived" and not _grants_current_key(acl, cfg):
+        result.findings.append(
+            Finding(
+                path,
+                "old-key",
+                "made under a SECRET_KEY that is now only in SECRET_KEY_FALLBACKS: the current key's identity may "
+                "not write or delete it, and the node is lost to the project once that fallback goes",
+            )
+        )
     my_users = {ident.split(":", 1)[0] for _, ident in identities(cfg)}
     masked = sorted({_user(e.id) for e in acl if _masked(e.id)})
     if not missing and any(user in my_users for user in masked):
@@ -324,6 +349,30 @@ def _judge(
             )
         else:
             result.unproven.append(path)
+
+
+def _made_under_another_key(acl: list[ACL], cfg: conf.AliasConfig) -> bool:
+    """Whether a node whose ACL this alias could give (it has ADMIN there through one of its keys) is one zklocks
+    made under another key of the project: every entry able to write is a derived identity (identity.USER), one
+    of them this alias's, and the current key's ALL is missing or a key no longer configured is there besides."""
+    if cfg.identity != "derived":
+        return False
+    mine = identities(cfg)
+    writers = [e for e in acl if e.perms & ~Permissions.READ]
+    if not writers or any(e.id.scheme != "digest" or _user(e.id) != USER or _masked(e.id) for e in writers):
+        return False
+    if not any((e.id.scheme, e.id.id) in mine and e.perms & Permissions.ADMIN for e in writers):
+        return False
+    return not _grants_current_key(acl, cfg) or any((e.id.scheme, e.id.id) not in mine for e in writers)
+
+
+def _current_key_id(cfg: conf.AliasConfig) -> tuple[str, str]:
+    return ("digest", make_digest_acl_credential(*cfg.auth[0][1].split(":", 1)))
+
+
+def _grants_current_key(acl: list[ACL], cfg: conf.AliasConfig) -> bool:
+    """Whether ``acl`` gives the identity of the current SECRET_KEY (the first derived credential) ALL rights."""
+    return _grants(acl).get(_current_key_id(cfg), 0) & Permissions.ALL == Permissions.ALL
 
 
 def _remaining(deadline: float | None, cfg: conf.AliasConfig) -> float:
@@ -367,7 +416,7 @@ def fix(session: Session, result: AuditResult) -> list[str]:
     grants). Returns the paths fixed."""
     expected = expected_acl(session.cfg)
     fixed = []
-    for finding in result.weaker:
+    for finding in result.fixable:
         session.client.set_acls(finding.path, expected)
         fixed.append(finding.path)
     return fixed

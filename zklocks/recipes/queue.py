@@ -24,12 +24,14 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType
 
+from ..client.kazoo_options import outside_writers
 from ..client.session import Session
 from ..exceptions import (
     LockNotAcquired,
     LockTimeout,
     SemaphoreMismatch,
     SequenceExhausted,
+    ZkAuthError,
     ZkUnavailable,
 )
 from . import lock_delay, node_data, step_runner
@@ -179,18 +181,28 @@ class Contender(OwnNode):
         client = session.client
         path = f"{self.parent}/{blocker}"
         exclusive = _exclusive(layout_of(session), blocker)
-        # Only the alias's identity may write our contenders' nodes: then a write is the holder's own word.
+        # Only the alias's identities may write the blocker: then a write is its holder's own word. Our alias's
+        # ACL says so of our contenders' nodes; the blocker's own ACL, read beside the first read, says so of it
+        # (an interop contender with the credential may have made its node open to anyone).
         guarded = session.writes_guarded
+        own = [False]
         armed: list = []  # the read that set the current watch: ZooKeeper answers it before the watch can fire
+        acl_reads: list = []
 
         def arm():
             armed.append(client.get_async(path, watch=on_data))
             return armed[-1]
 
+        def arm_and_read_acl():
+            read = arm()
+            if guarded:
+                acl_reads.append(client.get_acls_async(path))  # pipelined: no round trip of its own
+            return read
+
         def on_data(watched) -> None:
             if watched.type == EventType.CHANGED:
                 self.vanished = ""  # written before it went: a release (lock_delay.py)
-                if not guarded:
+                if not own[0]:
                     # Anyone may write this node: a write proves nothing. Look, and hold only once it is gone.
                     if _rearmed():
                         return
@@ -223,13 +235,15 @@ class Contender(OwnNode):
         with session.waking(waker):
             try:
                 try:
-                    _, stat = yield Answer(arm(), session, deadline)
+                    _, stat = yield Answer(arm_and_read_acl(), session, deadline)
                 except (ConnectionLoss, OperationTimeoutError):
                     yield _connected(session, deadline)
-                    _, stat = yield Request(arm, session, deadline)
+                    _, stat = yield Request(arm_and_read_acl, session, deadline)
+                if acl_reads:
+                    own[0] = yield from _written_only_by_us(acl_reads[-1], session, deadline)
             except NoNodeError:
                 return True, False, True  # gone already
-            if stat.version > 0 and guarded:
+            if stat.version > 0 and own[0]:
                 held.append(True)
             # A thread wakes at least every third of the lease, so that a silent loss of the session is
             # noticed even if nothing wakes it; the session's keeper wakes every waiter at a loss.
@@ -441,6 +455,16 @@ def _wait_reading(contender: Contender, children: list[str], deadline: Deadline)
             return
         yield from contender.wait_steps(blocker, deadline)
         children = yield Listing(contender.parent, contender.session, deadline)
+
+
+def _written_only_by_us(acl_read, session: Session, deadline: Deadline) -> Steps:
+    """Whether the ACL ``acl_read`` answers with lets only the alias's identities write the node. Unknown (no
+    answer, no right to read it) is False: the waiter then looks, as on an open alias."""
+    try:
+        acl, _ = yield Answer(acl_read, session, deadline)
+    except (ConnectionLoss, OperationTimeoutError, ZkAuthError):
+        return False
+    return not outside_writers(acl, session.cfg)
 
 
 def _promised(read) -> bool:

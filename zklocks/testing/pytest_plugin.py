@@ -81,6 +81,25 @@ def zk_expire():
     return expire
 
 
+def _open_parent(server, path: str) -> None:
+    """Make ``path`` with ZooKeeper's open ACL, once per server: the first alias to use it would otherwise make it
+    with its own ACL, and tests of other identities (another SECRET_KEY, an AUTH) could not make their namespaces
+    below it."""
+    made = server.__dict__.setdefault("_zklocks_open_parents", set())
+    if path in made:
+        return
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=server.hosts, timeout=4.0)
+    client.start(timeout=10)
+    try:
+        client.ensure_path(path)
+    finally:
+        client.stop()
+        client.close()
+    made.add(path)
+
+
 @pytest.fixture
 def zklocks_settings(zk_server):
     """settings.ZKLOCKS = {"default": {...}} pointed at ``zk_server`` for this test: a fresh NAMESPACE
@@ -93,6 +112,7 @@ def zklocks_settings(zk_server):
 
     from zklocks.client.pools import close_all
 
+    _open_parent(zk_server, "/zklocks-test")
     namespace = f"/zklocks-test/{uuid.uuid4().hex[:12]}"
     overrides: list = []
 

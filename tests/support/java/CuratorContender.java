@@ -15,6 +15,7 @@
 
 import java.io.FileWriter;
 import java.io.PrintWriter;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.ThreadLocalRandom;
@@ -22,6 +23,7 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.api.ACLProvider;
 import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessLock;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
@@ -29,6 +31,10 @@ import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
 import org.apache.curator.retry.ExponentialBackoffRetry;
+import org.apache.zookeeper.ZooDefs;
+import org.apache.zookeeper.data.ACL;
+import org.apache.zookeeper.data.Id;
+import org.apache.zookeeper.server.auth.DigestAuthenticationProvider;
 
 public final class CuratorContender {
     private static final long WAIT_SECONDS = 30;
@@ -45,12 +51,30 @@ public final class CuratorContender {
         final int holdMs = Integer.parseInt(args[5]);
         final int maxLeases = args.length > 7 ? Integer.parseInt(args[7]) : 1;
         final PrintWriter log = new PrintWriter(new FileWriter(args[6], true));
-        CuratorFramework client = CuratorFrameworkFactory.builder()
+        CuratorFrameworkFactory.Builder builder = CuratorFrameworkFactory.builder()
                 .connectString(args[0])
                 .sessionTimeoutMs(4000)
                 .connectionTimeoutMs(4000)
-                .retryPolicy(new ExponentialBackoffRetry(50, 5))
-                .build();
+                .retryPolicy(new ExponentialBackoffRetry(50, 5));
+        // The zklocks alias's credential (manage.py zklocks_credential): the nodes zklocks makes let only that
+        // identity create below them, and ours get the same ACL as theirs.
+        final String credential = System.getenv("ZKLOCKS_CREDENTIAL");
+        if (credential != null && !credential.isEmpty()) {
+            final List<ACL> acl = new ArrayList<>();
+            acl.add(new ACL(ZooDefs.Perms.ALL, new Id("digest", DigestAuthenticationProvider.generateDigest(credential))));
+            acl.add(new ACL(ZooDefs.Perms.READ, ZooDefs.Ids.ANYONE_ID_UNSAFE));
+            builder = builder.authorization("digest", credential.getBytes(StandardCharsets.UTF_8)).aclProvider(
+                    new ACLProvider() {
+                        public List<ACL> getDefaultAcl() {
+                            return acl;
+                        }
+
+                        public List<ACL> getAclForPath(String p) {
+                            return acl;
+                        }
+                    });
+        }
+        CuratorFramework client = builder.build();
         client.start();
         if (!client.blockUntilConnected(20, TimeUnit.SECONDS)) {
             System.err.println("no session");

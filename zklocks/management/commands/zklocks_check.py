@@ -23,6 +23,7 @@ _FINDING = {
     "no-access": "{detail} (every lock would fail with NoAuth)",
     "ancestor": "a parent of the namespace: {detail}",
     "hidden": "{detail}",
+    "old-key": "{detail} (--fix-acls moves it to the current key)",
 }
 
 
@@ -81,7 +82,15 @@ class Command(BaseCommand):
             failures += self._check_servers(cfg)
             ids = sorted(user for _, user in acl_audit.identities(cfg))
             if acl_audit.expected_acl(cfg) is None:
-                self._note(name, "no AUTH or ACL configured: any client may create and delete lock nodes")
+                self._note(name, 'AUTH is "open": any client may create and delete lock nodes')
+            elif cfg.identity == "derived":
+                keys = len(cfg.auth)
+                self._ok(
+                    name,
+                    "identity: derived from SECRET_KEY"
+                    + (f" and {keys - 1} key(s) of SECRET_KEY_FALLBACKS" if keys > 1 else "")
+                    + " (manage.py zklocks_credential prints it for other clients)",
+                )
             elif ids:
                 self._ok(name, "identity: digest user(s) " + ", ".join(repr(i.split(":", 1)[0]) for i in ids))
             try:
@@ -97,7 +106,7 @@ class Command(BaseCommand):
                     name, f"{cfg.namespace} does not exist yet; it is created with the configured ACL on first use"
                 )
                 return failures
-            if fix_acls and result.weaker:
+            if fix_acls and result.fixable:
                 try:
                     for path in acl_audit.fix(session, result):
                         self._ok(name, f"fixed the ACL of {path}")
