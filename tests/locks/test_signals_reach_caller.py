@@ -333,3 +333,45 @@ def test_an_alarm_in_a_release_leaves_nothing_held(aliases, kz, form):
     rounds.check(ROUNDS * 10)
     assert_nothing_left(kz, aliases["NAMESPACE"])
     print(f"{form}: {ROUNDS * 10} alarms, {at_entry} on the first instruction of release or __exit__")
+
+
+def raise_after_yield_from(code, error: BaseException) -> list:
+    """A tracer that raises ``error`` in the first frame of ``code`` as its ``yield from`` returns, before the value
+    is stored: as a signal handler's exception can land there. The delegated generator's StopIteration, which the
+    tracer sees in that frame, is that moment."""
+    import sys
+
+    seen: list = []
+
+    def local(frame, event, arg):
+        if event == "exception" and arg[0] is StopIteration and not seen:
+            seen.append(frame.f_lineno)
+            raise error
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code is code and not seen else None
+
+    sys.settrace(tracer)
+    return seen
+
+
+def test_an_exception_as_the_granted_node_is_returned_gives_it_back(aliases, kz):
+    """The window the SIGALRM loop above found: an exception that lands in take_hold_steps as the recipe returns
+    the granted node, before any record of it (where no recipe's ``except`` runs), leaves no node behind."""
+    import sys
+
+    from zklocks.handles import hold_registry as registry_module
+
+    lock = zk_lock("sig-granted")
+    seen = raise_after_yield_from(registry_module.take_hold_steps.__code__, Alarm())
+    try:
+        with pytest.raises(Alarm):
+            lock.acquire()
+    finally:
+        sys.settrace(None)
+    assert len(seen) == 1
+    assert not lock.is_held and not held_here()
+    assert_nothing_left(kz, aliases["NAMESPACE"])
+    with zk_lock("sig-granted", using="other", timeout=5):
+        pass

@@ -22,6 +22,7 @@ from ..exceptions import ZkUnavailable
 from ..owners import current_owner
 from ..recipes import layout, lock_delay, node_data
 from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call, synced_exists
+from ..recipes.node import OwnNode, noting
 from ..recipes.queue import Contender, gone_again
 from ..recipes.step_runner import Steps
 
@@ -163,8 +164,12 @@ class Grant:
     __slots__ = ("contender", "hold")
 
     def __init__(self) -> None:
-        self.contender: Contender | None = None
+        self.contender: OwnNode | None = None
         self.hold: Hold | None = None  # its count includes this acquire
+
+    def note(self, contender: OwnNode) -> None:
+        """Each node the acquire makes, as it is made (node.noting): the latest is the one to give back."""
+        self.contender = contender
 
     def give_back(self) -> None:
         hold = self.hold
@@ -198,7 +203,11 @@ def take_hold_steps(
     late_gone = 0
     while True:
         grant.hold = None
-        contender = grant.contender = yield from take()
+        noting.set(grant.note)
+        try:
+            contender = grant.contender = yield from take()
+        finally:
+            noting.set(None)
         hold = grant.hold = Hold(alias, name, kind, contender, key)
         if contender.session.add_hold(hold):
             long_holds.add(hold, contender.waited)
@@ -238,7 +247,14 @@ class LongHolds:
             if self._ticking:
                 return
             self._ticking = True
-        worker_threads.get().call_later(LONG_HOLD, self._tick)
+        try:
+            worker_threads.get().call_later(LONG_HOLD, self._tick)
+        except BaseException:
+            # A signal handler's exception before the tick was scheduled: the next add schedules it, or no hold
+            # of this process would ever get its watch and its hold record.
+            with self._lock:
+                self._ticking = False
+            raise
 
     def _tick(self) -> None:
         now = time.monotonic()

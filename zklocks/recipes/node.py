@@ -4,6 +4,7 @@ session ends (docs/design.md §2: an abandoned node would block everyone behind 
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -29,6 +30,14 @@ from .step_runner import Request, Steps
 
 log = logging.getLogger("zklocks")
 
+# What the acquire under way does with each node it makes (handles/hold_registry.Grant.note): a node is noted the
+# moment it exists, before its create is sent. A signal handler's exception can land at any instruction of the
+# frames a granted node is returned through, where no recipe's ``except`` sees it: the acquire's give-back then
+# still finds the node.
+noting: contextvars.ContextVar[Callable[[OwnNode], None] | None] = contextvars.ContextVar(
+    "zklocks_noting", default=None
+)
+
 
 class OwnNode:
     """A node we create as ``<parent>/<guid><marker><seq>``; the guid is fresh for every acquire. It is the alias
@@ -46,6 +55,7 @@ class OwnNode:
         "guards",
         "_pending_create",
         "_abandoned",
+        "_left",
     )
 
     def __init__(self, session: Session, parent: str, marker: str) -> None:
@@ -63,6 +73,10 @@ class OwnNode:
         self.guards = False
         self._pending_create: Any = None  # an IAsyncResult, SENDING or None
         self._abandoned = False
+        self._left = False  # its delete was sent in full (delete, delete_nowait): abandon() has nothing to do
+        note = noting.get()
+        if note is not None:
+            note(self)
 
     def _find_own(self, children: list[str]) -> str | None:
         for child in children:
@@ -100,8 +114,9 @@ class OwnNode:
             return
         try:
             wait_result(self._send_delete(node, held), self.session, deadline)
+            self._left = True
         except (NoNodeError, SessionGone):
-            pass
+            self._left = True
         except ZkAuthError as exc:
             delete_failed(self, exc)
         except (KazooException, ZkLocksError, DeadlinePassed):
@@ -125,9 +140,11 @@ class OwnNode:
         client = self.session.client
         if client.chroot:  # kazoo's requests strip it from their answers
             self._send_delete(node, held).rawlink(self._on_deleted)
+            self._left = True
             return
         # _send_delete's request, answered to an outcome that the connection thread settles itself.
         client._call(_delete_request(node, held, self.parent if self.guards else None), _DeleteOutcome(self))
+        self._left = True  # after the send: an exception inside it leaves abandon() to make sure
 
     def _send_delete(self, node: str, held: bool):
         """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it.
@@ -161,10 +178,18 @@ class OwnNode:
 
     def abandon(self) -> None:
         """Remove our node with a guarantee, without blocking the caller. Once is enough."""
-        if self._abandoned:
+        if self._abandoned or self._left:
             return
-        self._abandoned = True
-        GuaranteedDelete(self).start()
+        try:
+            GuaranteedDelete(self).start()
+        except BaseException:
+            # A signal handler's exception landed in the hand-over (it runs on the caller's thread): hand the node
+            # over all the same, then let the exception go on. A second delete of a deleted node is NoNode, a
+            # success (delete_failed).
+            GuaranteedDelete(self).start()
+            raise
+        finally:
+            self._abandoned = True
 
 
 RELEASED = b"released"
