@@ -11,8 +11,8 @@ from django.core.management.base import SystemCheckError
 from kazoo.exceptions import NoAuthError
 from kazoo.security import ACL, Id, Permissions, make_digest_acl, make_digest_acl_credential
 
-from tests.admin_cli.test_zklocks_check import RIGHT, run_check, settings_for
-from tests.support.helpers import raw_client
+from tests.admin_cli.test_zklocks_check import RIGHT, settings_for
+from tests.support.helpers import raw_client, run_zklocks_check
 from tests.support.threads import hold
 from zklocks import zk_lock
 from zklocks.client.pools import close_all
@@ -72,7 +72,7 @@ def test_a_weakened_holder_node_is_reported(zk_server, ns, owner):
             owner.set_acls(
                 path, [make_digest_acl("app", "s3cret", all=True), ACL(Permissions.ALL, Id("world", "anyone"))]
             )
-            lines, failed = run_check()
+            lines, failed = run_zklocks_check()
             assert (
                 f"default: FAILED {path}: weaker ACL than configured: world:anyone may WRITE, CREATE, DELETE, ADMIN"
                 in lines
@@ -94,7 +94,7 @@ def test_a_second_password_of_the_same_user_is_no_longer_hidden(zk_server, ns, o
         rights = dict(read=True, write=True, create=True, delete=True)
         acl = [make_digest_acl("app", "s3cret", **rights), make_digest_acl("app", "intruder", **rights), WORLD_READ]
         owner.set_acls(f"{ns}/orders:2", acl)
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert failed == "zklocks_check: 1 problem(s) found", lines
         assert (
             f"default: FAILED {ns}/orders:2: this identity lacks the ADMIN the configured ACL gives it, so ZooKeeper "
@@ -110,7 +110,7 @@ def test_an_acl_without_admin_says_what_zookeeper_hides_and_proves_by_writing(zk
     with settings_for(zk_server.hosts, ns, AUTH=[RIGHT], ACL=acl):
         with zk_lock("orders:3"):
             pass
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert failed is None, lines
         assert (
             "default: note ZooKeeper shows digest ids without their password hash ('user:x') to a client without "
@@ -129,7 +129,7 @@ def test_an_open_parent_lets_anyone_replace_the_namespace_and_the_audit_says_so(
             pass
         if owner.exists(f"{ns}/orders:4"):
             owner.delete(f"{ns}/orders:4", recursive=True)  # the reaper's work: an empty namespace
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert failed == "zklocks_check: 1 problem(s) found", lines
         assert (
             f"default: FAILED {parent}: a parent of the namespace: world:anyone may CREATE, DELETE, ADMIN" in lines[3]
@@ -145,7 +145,7 @@ def test_an_open_parent_lets_anyone_replace_the_namespace_and_the_audit_says_so(
             anonymous.stop()
     missing = f"/zklocks-audit-{uuid.uuid4().hex[:10]}/locks"
     with settings_for(zk_server.hosts, missing, AUTH=[RIGHT]):
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert (
             "default: FAILED /: a parent of the namespace: world:anyone may CREATE, ADMIN there: they can create "
             f"{missing} before this alias does, with an ACL of their own"
@@ -172,7 +172,7 @@ def test_a_truncated_audit_says_so_and_fails_check_deploy(zk_server, ns, monkeyp
         )
         with pytest.raises(SystemCheckError, match="zklocks.E018"):
             call_command("check", "--deploy", stdout=io.StringIO(), stderr=io.StringIO())
-        lines, failed = run_check("--limit", "2")
+        lines, failed = run_zklocks_check("--limit", "2")
         assert failed is None
         assert f"default: note the audit stopped at --limit 2: 3 or more node(s) below {ns} were not checked" in lines
         with pytest.raises(CommandError):

@@ -2,13 +2,11 @@
 session timeout for the leader's PING, which is a tick only while every server negotiates at least two of the
 longest tick. ``zklocks_check`` and the deploy check E017 refuse what the lease cannot cover."""
 
-import io
-
 import pytest
 from django.core import checks
-from django.core.management import CommandError, call_command
 from django.test import override_settings
 
+from tests.support.helpers import run_zklocks_check
 from zklocks.client import serverconf
 from zklocks.client.pools import close_all
 from zklocks.client.serverconf import ServerConf
@@ -88,15 +86,6 @@ def test_servers_that_negotiate_different_timeouts_are_a_note():
     ]
 
 
-def run_check():
-    out = io.StringIO()
-    try:
-        call_command("zklocks_check", stdout=out)
-    except CommandError as exc:
-        return out.getvalue().splitlines(), str(exc)
-    return out.getvalue().splitlines(), None
-
-
 def alias(hosts, **extra):
     return override_settings(
         ZKLOCKS={
@@ -123,7 +112,7 @@ def short_min():
 def test_zklocks_check_and_the_deploy_check_refuse_sessions_shorter_than_two_ticks(short_min):
     with alias(short_min.hosts):
         try:
-            lines, failed = run_check()
+            lines, failed = run_zklocks_check()
             problem = (
                 f"{short_min.hosts} negotiates a 0.3s session (minSessionTimeout 200 ms, maxSessionTimeout 4000 ms), "
                 f"less than twice the tickTime of {short_min.hosts} (200 ms): without TICK_TIME, lease proofs wait "
@@ -137,7 +126,7 @@ def test_zklocks_check_and_the_deploy_check_refuse_sessions_shorter_than_two_tic
             close_all()
     with alias(short_min.hosts, TICK_TIME=0.2, SESSION_TIMEOUT=0.4):
         try:
-            lines, failed = run_check()
+            lines, failed = run_zklocks_check()
             assert failed is None, lines
             assert (
                 "default: ok tickTime 200 ms, session 0.4s on 1 server(s): the lease waits a whole tick for the "
@@ -151,7 +140,7 @@ def test_a_server_that_does_not_answer_conf_is_a_note():
     with ZkServer(tick_time=200, extra={"4lw.commands.whitelist": "srvr"}) as server:
         with alias(server.hosts, SESSION_TIMEOUT=2.0):
             try:
-                lines, failed = run_check()
+                lines, failed = run_zklocks_check()
                 assert failed is None, lines
                 assert (
                     f"default: note tickTime and session bounds not checked: {server.hosts} does not answer `conf` "

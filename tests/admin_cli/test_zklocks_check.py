@@ -1,7 +1,6 @@
 """``manage.py zklocks_check`` and the deploy system checks against a real server: connectivity, wrong
 credentials, namespaces created earlier with weaker ACLs, and an unreachable ensemble (never a hang)."""
 
-import io
 import os
 import subprocess
 import sys
@@ -11,12 +10,11 @@ import uuid
 import pytest
 from django.core import checks
 from django.core.checks import Error, Warning
-from django.core.management import CommandError, call_command
 from django.test import override_settings
 from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl
 
-from tests.support.helpers import ROOT, raw_client
+from tests.support.helpers import ROOT, raw_client, run_zklocks_check
 from zklocks import zk_lock, zk_semaphore
 from zklocks.client.pools import close_all
 from zklocks.testing import free_port
@@ -49,15 +47,6 @@ def settings_for(hosts, namespace, **extra):
             }
         }
     )
-
-
-def run_check(*args):
-    out = io.StringIO()
-    try:
-        call_command("zklocks_check", *args, stdout=out)
-    except CommandError as exc:
-        return out.getvalue().splitlines(), str(exc)
-    return out.getvalue().splitlines(), None
 
 
 def deploy_messages():
@@ -95,7 +84,7 @@ def parent_warning(parent, ns):
 def test_a_healthy_alias_passes(zk_server, ns):
     make_locks(zk_server.hosts, ns, auth=RIGHT)
     with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert failed is None, lines
         assert lines == [
             f"default: ok connected to {zk_server.hosts} (session timeout 2s)",
@@ -111,7 +100,7 @@ def test_a_healthy_alias_passes(zk_server, ns):
 def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(zk_server, ns):
     make_locks(zk_server.hosts, ns, auth="open")  # before AUTH was configured: ZooKeeper's open ACL
     with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert failed == "zklocks_check: 6 problem(s) found"
         parent = ns.rsplit("/", 1)[0]
         assert lines[3] == f"default: FAILED {parent}: {PARENT_OPEN.format(ns=ns)}"
@@ -131,7 +120,7 @@ def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(z
         ]
 
         # --fix-acls fixes the nodes of the namespace, never a parent (other projects may share it).
-        lines, failed = run_check("--fix-acls")
+        lines, failed = run_zklocks_check("--fix-acls")
         assert failed == "zklocks_check: 1 problem(s) found", lines
         assert f"default: ok fixed the ACL of {ns}" in lines
         assert f"default: FAILED {parent}: {PARENT_OPEN.format(ns=ns)}" in lines
@@ -141,7 +130,7 @@ def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(z
             client.set_acls(parent, [make_digest_acl("app", "s3cret", all=True)])
         finally:
             client.stop()
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert failed is None, lines
         assert f"default: ok ACLs as configured on {ns} and 4 node(s) below it" in lines
         assert deploy_messages() == []
@@ -156,7 +145,7 @@ def test_a_namespace_created_earlier_without_auth_is_reported_and_can_be_fixed(z
 def test_a_wrong_password_is_caught_before_the_first_lock(zk_server, ns):
     make_locks(zk_server.hosts, ns, auth=RIGHT)
     with settings_for(zk_server.hosts, ns, AUTH=[WRONG]):
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert failed == "zklocks_check: 7 problem(s) found"
         # The parent's entry for app (made by the right password) is masked and has ADMIN: not this identity.
         assert (
@@ -188,7 +177,7 @@ def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
     hosts = f"127.0.0.1:{free_port()}"
     with settings_for(hosts, ns, CONNECT_TIMEOUT=1.0):
         started = time.monotonic()
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert time.monotonic() - started < 2.0
         assert failed == "zklocks_check: 1 problem(s) found"
         assert lines == [
@@ -214,7 +203,7 @@ def test_unreachable_zookeeper_fails_fast_and_the_deploy_check_says_so(ns):
 
 def test_a_new_namespace_an_alias_without_auth_and_an_open_one(zk_server, ns):
     with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         # ZooKeeper's "/" is open to everyone: anyone may make the namespace before the alias does.
         assert failed == "zklocks_check: 1 problem(s) found"
         assert lines[-2] == (
@@ -225,7 +214,7 @@ def test_a_new_namespace_an_alias_without_auth_and_an_open_one(zk_server, ns):
     derived = ns.replace("/locks", "-derived/locks")  # a root of its own: its parent gets the derived ACL
     make_locks(zk_server.hosts, derived)  # no AUTH: the identity derived from SECRET_KEY
     with settings_for(zk_server.hosts, derived):
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert failed is None, lines
         assert (
             "default: ok identity: derived from SECRET_KEY (manage.py zklocks_credential prints it for other "
@@ -234,7 +223,7 @@ def test_a_new_namespace_an_alias_without_auth_and_an_open_one(zk_server, ns):
         assert deploy_messages() == []
     make_locks(zk_server.hosts, ns, auth="open")
     with settings_for(zk_server.hosts, ns, AUTH="open"):
-        lines, failed = run_check()
+        lines, failed = run_zklocks_check()
         assert failed is None
         assert 'default: note AUTH is "open": any client may create and delete lock nodes' in lines
         assert [m.id for m in deploy_messages()] == ["zklocks.W007"]  # an open alias, read from settings
@@ -242,7 +231,7 @@ def test_a_new_namespace_an_alias_without_auth_and_an_open_one(zk_server, ns):
 
 def test_unknown_alias_is_a_failure(zk_server, ns):
     with settings_for(zk_server.hosts, ns):
-        lines, failed = run_check("--alias", "reports")
+        lines, failed = run_zklocks_check("--alias", "reports")
         assert failed == "zklocks_check: 1 problem(s) found"
         assert lines == ["reports: FAILED unknown zklocks alias 'reports' (configured: 'default')"]
 

@@ -14,11 +14,12 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.test import override_settings
 from kazoo.exceptions import NoAuthError
-from kazoo.security import Permissions, make_digest_acl_credential
+from kazoo.security import Permissions
 
-from tests.support.helpers import raw_client, spawn_worker, wait_until, zk_settings
+from tests.support.helpers import raw_client, run_zklocks_check, spawn_worker, wait_until, zk_settings
 from zklocks import conf, zk_lock
 from zklocks.checks import check_guarded_aliases
+from zklocks.client.kazoo_options import digest_id
 from zklocks.client.pools import close_all, connections
 from zklocks.identity import derived_credential
 
@@ -44,22 +45,13 @@ def seer(zk_server):
     client.close()
 
 
-def digest_id(secret_key: str) -> tuple[str, str]:
-    return ("digest", make_digest_acl_credential(*derived_credential(secret_key).split(":", 1)))
+def key_id(secret_key: str) -> tuple[str, str]:
+    return digest_id(derived_credential(secret_key))
 
 
 def grants(kz, path: str) -> dict[tuple[str, str], int]:
     acl, _ = kz.get_acls(path)
     return {(entry.id.scheme, entry.id.id): entry.perms for entry in acl}
-
-
-def run_check(*args: str) -> tuple[list[str], str | None]:
-    out = io.StringIO()
-    try:
-        call_command("zklocks_check", *args, stdout=out)
-    except CommandError as exc:
-        return out.getvalue().splitlines(), str(exc)
-    return out.getvalue().splitlines(), None
 
 
 def test_an_alias_without_auth_refuses_writes_and_deletes_by_anyone_else(zk_server, seer):
@@ -72,7 +64,7 @@ def test_an_alias_without_auth_refuses_writes_and_deletes_by_anyone_else(zk_serv
             lock = zk_lock("orders:7")
             assert lock.acquire()
             node = lock._hold().contender.node
-            mine = digest_id(settings.SECRET_KEY)
+            mine = key_id(settings.SECRET_KEY)
             for path in (namespace.rsplit("/", 1)[0], namespace, f"{namespace}/orders:7", node):
                 assert grants(seer, path) == {mine: Permissions.ALL, ("world", "anyone"): Permissions.READ}
             assert connections["default"].session().writes_guarded
@@ -144,7 +136,7 @@ def test_a_key_rotated_with_its_fallback_keeps_locks_and_queues_and_fix_acls_mov
     with zk_settings(zk_server.hosts, namespace), on(OLD, []):
         with zk_lock("report"):
             pass
-    assert set(grants(seer, f"{namespace}/report")) == {digest_id(OLD), ("world", "anyone")}
+    assert set(grants(seer, f"{namespace}/report")) == {key_id(OLD), ("world", "anyone")}
     # The rolling deploy: a process still on the old key holds "report"; this one has the new key and the old as
     # its fallback, and queues behind it (under a lock node only the old identity may write).
     out = tmp_path / "old.jsonl"
@@ -161,28 +153,28 @@ def test_a_key_rotated_with_its_fallback_keeps_locks_and_queues_and_fix_acls_mov
             # A lock node made under the new key grants the old identity too: old processes can queue there.
             with zk_lock("fresh"):
                 pass
-            assert set(grants(seer, f"{namespace}/fresh")) == {digest_id(NEW), digest_id(OLD), ("world", "anyone")}
+            assert set(grants(seer, f"{namespace}/fresh")) == {key_id(NEW), key_id(OLD), ("world", "anyone")}
             follower = spawn_worker("hold", "--count", "3", *args[:4], "--name", "fresh", *args[6:], secret_key=OLD)
             assert follower.wait(60) == 0
             # The audit names the nodes of the old key only; --fix-acls gives them the alias's ACL.
-            lines, failed = run_check()
+            lines, failed = run_zklocks_check()
             assert failed is not None
             assert any(f"{namespace}/report: made under a SECRET_KEY" in line for line in lines), lines
-            lines, failed = run_check("--fix-acls")
+            lines, failed = run_zklocks_check("--fix-acls")
             assert failed is None, "\n".join(lines)
-            assert digest_id(NEW) in grants(seer, f"{namespace}/report")
+            assert key_id(NEW) in grants(seer, f"{namespace}/report")
         # The fallback goes: every lock works on the new key alone; the old key's grants are left to fix.
         with zk_settings(zk_server.hosts, namespace), on(NEW, []):
             for name in ("report", "fresh"):
                 with zk_lock(name):
                     pass
-            lines, failed = run_check()
+            lines, failed = run_zklocks_check()
             assert failed is not None and any("another password" in line for line in lines), lines
-            lines, failed = run_check("--fix-acls")
+            lines, failed = run_zklocks_check("--fix-acls")
             assert failed is None, "\n".join(lines)
             for name in ("report", "fresh"):
-                assert set(grants(seer, f"{namespace}/{name}")) == {digest_id(NEW), ("world", "anyone")}
-            lines, failed = run_check()
+                assert set(grants(seer, f"{namespace}/{name}")) == {key_id(NEW), ("world", "anyone")}
+            lines, failed = run_zklocks_check()
             assert failed is None, "\n".join(lines)
     finally:
         if old_process.poll() is None:

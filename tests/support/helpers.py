@@ -46,6 +46,20 @@ def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02):
     raise AssertionError(f"condition not met within {timeout}s")
 
 
+def run_zklocks_check(*args: str) -> tuple[list[str], str | None]:
+    """``manage.py zklocks_check *args`` in this process: its lines, and the CommandError's text (None: passed)."""
+    import io
+
+    from django.core.management import CommandError, call_command
+
+    out = io.StringIO()
+    try:
+        call_command("zklocks_check", *args, stdout=out)
+    except CommandError as exc:
+        return out.getvalue().splitlines(), str(exc)
+    return out.getvalue().splitlines(), None
+
+
 def zk_settings(hosts: str, namespace: str, **options):
     """``override_settings`` with one alias, 'default', on ``hosts``: short timeouts, no reaper, and the tick of
     the suite's servers (200 ms at most), unless ``options`` say otherwise."""

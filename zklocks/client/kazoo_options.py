@@ -21,13 +21,14 @@ def build_acl(cfg: conf.AliasConfig) -> list | None:
     return acl
 
 
+def digest_id(credential: str) -> tuple[str, str]:
+    """The (scheme, id) pair a digest credential ("user:password") is known by in ACLs."""
+    return ("digest", make_digest_acl_credential(*credential.split(":", 1)))
+
+
 def identities(cfg: conf.AliasConfig) -> set[tuple[str, str]]:
     """The (scheme, id) pairs the alias's AUTH makes it: one per digest credential."""
-    out = set()
-    for scheme, cred in cfg.auth:
-        if scheme == "digest" and ":" in cred:
-            out.add(("digest", make_digest_acl_credential(*cred.split(":", 1))))
-    return out
+    return {digest_id(cred) for scheme, cred in cfg.auth if scheme == "digest" and ":" in cred}
 
 
 def outside_writers(acl: list | None, cfg: conf.AliasConfig) -> list[str]:

@@ -27,10 +27,10 @@ import uuid
 from dataclasses import dataclass, field
 
 from kazoo.exceptions import AuthFailedError, NoAuthError, NoNodeError
-from kazoo.security import ACL, Id, Permissions, make_digest_acl_credential
+from kazoo.security import ACL, Id, Permissions
 
 from .. import conf
-from ..client.kazoo_options import build_acl, identities
+from ..client.kazoo_options import build_acl, digest_id, identities
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..identity import USER
@@ -366,13 +366,9 @@ def _made_under_another_key(acl: list[ACL], cfg: conf.AliasConfig) -> bool:
     return not _grants_current_key(acl, cfg) or any((e.id.scheme, e.id.id) not in mine for e in writers)
 
 
-def _current_key_id(cfg: conf.AliasConfig) -> tuple[str, str]:
-    return ("digest", make_digest_acl_credential(*cfg.auth[0][1].split(":", 1)))
-
-
 def _grants_current_key(acl: list[ACL], cfg: conf.AliasConfig) -> bool:
     """Whether ``acl`` gives the identity of the current SECRET_KEY (the first derived credential) ALL rights."""
-    return _grants(acl).get(_current_key_id(cfg), 0) & Permissions.ALL == Permissions.ALL
+    return _grants(acl).get(digest_id(cfg.auth[0][1]), 0) & Permissions.ALL == Permissions.ALL
 
 
 def _remaining(deadline: float | None, cfg: conf.AliasConfig) -> float:
