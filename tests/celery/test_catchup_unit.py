@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC
+from types import SimpleNamespace
 
 import pytest
 from celery import Celery
@@ -62,3 +64,19 @@ def test_the_option_is_read_from_options_or_headers_and_never_sent():
     assert catchup.option_of({"queue": "q"}) is None
     assert catchup.without_option({"zklocks_catch_up": "skip", "queue": "q"}) == {"queue": "q"}
     assert catchup.without_option({"headers": {"zklocks_catch_up": "skip", "x": 1}}) == {"headers": {"x": 1}}
+
+
+@pytest.mark.timeout(10)
+def test_a_tick_that_falls_due_after_the_election_is_no_missed_tick():
+    """The plan counts the ticks due before the election, as the stamp's ``catch_up`` does; one that falls due
+    while the new leader reads ZooKeeper is a regular send, not one of the backlog (a failover once sent only
+    one of the two catch-up sends that "each:2" promises, the other unmarked)."""
+    now = time.time()
+    entry = SimpleNamespace(name="e", schedule=schedule(2.0, app=app), options={catchup.OPTION: "each:5"})
+    entry.last_run_at = None
+    elected_at = now - 2.0
+    policy, backlog = catchup.plan(entry, now - 7.0, elected_at, catchup.parse("once"), UTC, logging.getLogger())
+    assert str(policy) == "each:5"
+    assert [round(t - now, 1) for t in backlog] == [-5.0, -3.0]
+    assert all(t < elected_at for t in backlog)
+    assert round(entry.last_run_at.timestamp() - now, 1) == -3.0

@@ -256,7 +256,10 @@ class LeaderScheduler(Scheduler):
         """Apply the entry's catch-up policy to the ticks missed since its last send (catchup.py)."""
         since = self._sent.get(entry.name)
         if since is not None:
-            policy, backlog = catchup.plan(entry, since, self.catch_up_default, self.app.timezone, logger)
+            # Missed means due before the election, as the stamp says (stamp()): a tick that falls due while this
+            # is planned is a regular send.
+            tz = self.app.timezone
+            policy, backlog = catchup.plan(entry, since, self.elected_at, self.catch_up_default, tz, logger)
             self.policies[entry.name] = policy
             self._backlog.extend((entry.name, due) for due in backlog)
 

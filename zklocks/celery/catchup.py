@@ -15,7 +15,6 @@ the election. Pure functions, apart from the schedule objects Celery gives them.
 from __future__ import annotations
 
 import math
-import time
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -146,15 +145,14 @@ def schedule_problems(beat_schedule: Any) -> list[tuple[str, str]]:
     return found
 
 
-def plan(entry: Any, since: float, default: Policy, tz: Any, log: Any) -> tuple[Policy, list[float]]:
-    """Apply ``entry``'s policy to the ticks it missed since ``since`` (its last send): move its last run, and
-    return (its policy, the missed due times to send now)."""
+def plan(entry: Any, since: float, now: float, default: Policy, tz: Any, log: Any) -> tuple[Policy, list[float]]:
+    """Apply ``entry``'s policy to the ticks it missed between ``since`` (its last send) and ``now`` (the
+    election): move its last run, and return (its policy, the missed due times to send now)."""
     try:
         policy = policy_of(entry, default)
     except ValueError as exc:
         log.error("beat: entry %s: %s; using %s", entry.name, exc, default)
         policy = default
-    now = time.time()
     ticks = missed_ticks(entry.schedule, since, now, tz)
     decision = decide(policy, ticks, now)
     if decision.last_run_at is not None:
