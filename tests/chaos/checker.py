@@ -184,8 +184,10 @@ def build_holds(
         holds.append(hold)
     for rev in revocations:
         for hold in holds:
-            # "at" is when the expiry began, "done" when it had surely happened.
-            if hold.sid == rev["sid"] and hold.start < rev["done"] and hold.end > rev["at"]:
+            # "at" is when the expiry began, "done" when it had surely happened. The victim counts even when its
+            # work ended before "at": a task cancelled by the loss before its first step of work (detection <= 0).
+            overlaps = hold.sid == rev["sid"] and hold.start < rev["done"] and hold.end > rev["at"]
+            if overlaps or hold.id == rev.get("hold"):
                 hold.revoked_at = max(rev["at"], hold.start)
                 hold.valid_until = min(hold.valid_until, hold.revoked_at)
     return holds, crashes, unfinished

@@ -438,7 +438,7 @@ class ChaosRun:
             except RuntimeError:
                 continue  # that session ended on its own meanwhile: ask for another holder
             ended = time.monotonic()
-            self.revocations.append({"sid": sid, "at": started, "done": ended})
+            self.revocations.append({"sid": sid, "at": started, "done": ended, "hold": victim["id"]})
             return Fault(
                 "expire-holder", started, ended, {"lock": victim["name"], "sid": hex(sid), "hold": victim["id"]}
             )

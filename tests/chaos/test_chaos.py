@@ -95,6 +95,16 @@ def test_checker_accounts_for_lost_killed_and_revoked_holds():
     assert [(a.id, b.id) for a, b in bad.overlaps] == [("c", "d")] and not bad.ok
 
 
+def test_checker_counts_a_victim_whose_work_ended_before_the_expiry_began():
+    """A task cancelled by the loss before its first step of work has an interval that ends at its start: the
+    expiry of its session still revoked that hold."""
+    events = [(1, begin("a", "x", 1.0, 10, sid=7)), (1, end("a", 1.0, valid=False, valid_until=1.0))]
+    report = check(events, [], {}, [{"sid": 7, "at": 1.2, "done": 1.3, "hold": "a"}], ["x"], progress_bound=4.2)
+    assert report.revoked_holds == 1 and report.detection == [-0.2] and report.ok
+    other = check(events, [], {}, [{"sid": 7, "at": 1.2, "done": 1.3, "hold": "b"}], ["x"], progress_bound=4.2)
+    assert other.revoked_holds == 0
+
+
 def test_checker_tells_a_holder_that_looked_late_from_one_that_went_on():
     # a's lease ended at 1.0 (its last look that saw it held); b started at 1.01, before a's next look.
     late = [
