@@ -248,6 +248,8 @@ class LockAdmin(admin.ModelAdmin):
             release_url=self._release_url(alias, node),
             changelist_url=reverse(f"{self.admin_site.name}:zklocks_lock_changelist"),
         )
+        if _read_only(alias):
+            context["can_release"] = False  # its identity may read, not delete
         request.current_app = self.admin_site.name
         return TemplateResponse(request, "admin/zklocks/lock/detail.html", context)
 
@@ -286,6 +288,8 @@ class LockAdmin(admin.ModelAdmin):
         if not self.has_force_release_permission(request):
             raise PermissionDenied
         alias, node = self._lookup(object_id)
+        if _read_only(alias):
+            raise PermissionDenied(f"zklocks alias {alias!r} is READ_ONLY")
         detail_url = self._detail_url(alias, node)
         if request.method == "POST" and request.POST.get("post") == "yes":
             # Only the holder nodes the confirmation page showed, each with the czxid it showed: never
@@ -366,3 +370,10 @@ class LockAdmin(admin.ModelAdmin):
 
 
 admin.site.register(Lock, LockAdmin)
+
+
+def _read_only(alias: str) -> bool:
+    try:
+        return conf.alias_config(alias).read_only
+    except ZkLocksError:
+        return False  # an alias that is not configured: the view says so

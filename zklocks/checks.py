@@ -2,7 +2,8 @@
 
 Stable ids: zklocks.E001 (no/invalid ZKLOCKS), E002 (alias not a dict / bad alias key), E003 (HOSTS),
 E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZE), E008 (AUTH),
-E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias),
+E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias), E022
+(READ_ONLY not a bool), W008 (a decorator or task takes locks on a READ_ONLY alias),
 W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
 E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E085 (LOCK_DELAY), W085 (LOCK_DELAY under Curator's
 layout: every handoff is delayed), E040 (unknown LAYOUT), E041 (two aliases with
@@ -83,6 +84,16 @@ def check_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
                     id="zklocks.E012",
                 )
             )
+        elif alias in configs and configs[alias].read_only:
+            messages.append(
+                checks.Warning(
+                    f"{where} takes locks on the zklocks alias {alias!r}, which is READ_ONLY: it would raise "
+                    "ZkConfigError.",
+                    hint="A READ_ONLY alias serves the admin, the health check and zklocks_status only; give this "
+                    "code an alias with the project's identity, or leave READ_ONLY out in this deployment.",
+                    id="zklocks.W008",
+                )
+            )
     return messages
 
 
@@ -116,6 +127,8 @@ def check_namespace_acls(app_configs=None, **kwargs) -> list[checks.CheckMessage
     configs, _ = conf.get_config()
     messages: list[checks.CheckMessage] = []
     for alias, cfg in sorted(configs.items()):
+        if cfg.read_only:
+            continue  # creates nothing, and its identity is not the one the nodes are meant for
         where = f"ZKLOCKS[{alias!r}]"
         try:
             session = acl_audit.connect(cfg)
@@ -145,7 +158,7 @@ def check_guarded_aliases(app_configs=None, **kwargs) -> list[checks.CheckMessag
     messages: list[checks.CheckMessage] = []
     for alias, cfg in sorted(configs.items()):
         others = outside_writers(build_acl(cfg), cfg)
-        if not others:
+        if not others or cfg.read_only:  # a READ_ONLY alias creates no node
             continue
         why = (
             'AUTH is "open", so its nodes take ZooKeeper\'s open ACL'

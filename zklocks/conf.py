@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from kazoo.client import KazooClient
-from kazoo.security import ACL
+from kazoo.security import ACL, make_digest_acl_credential
 
 from . import lock_delay_option
 from .exceptions import ZkConfigError
@@ -27,7 +27,7 @@ DEFAULT_ALIAS = "default"
 # fmt: off
 KNOWN_KEYS = frozenset({
     "HOSTS", "NAMESPACE", "SESSION_TIMEOUT", "CONNECT_TIMEOUT", "POOL_SIZE", "AUTH", "ACL", "OPTIONS", "READ_ACL",
-    "REAP_INTERVAL", "TICK_TIME", "LAYOUT", "LOCK_DELAY",
+    "REAP_INTERVAL", "TICK_TIME", "LAYOUT", "LOCK_DELAY", "READ_ONLY",
 })
 # fmt: on
 # Node layouts (recipes/layout.py): "kazoo" (kazoo's Lock/ReadLock/WriteLock/Semaphore) or "curator" (Apache
@@ -69,6 +69,12 @@ class AliasConfig:
     # Where ``auth`` comes from: "configured" (AUTH or ACL set), "derived" (from SECRET_KEY: identity.py) or
     # "open" (AUTH="open": ZooKeeper's open ACL, chosen on purpose).
     identity: str = "configured"
+    # READ_ONLY: for inspection only (the admin, the health check, zklocks_status); it never takes a lock, and
+    # its derived identity is the project's read-only one (identity.py).
+    read_only: bool = False
+    # The ids ("user:hash") granted READ, and nothing else, on the nodes the alias creates: the project's
+    # read-only identity, for a derived identity under READ_ACL="auth".
+    readers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,12 +250,26 @@ def _validate_alias(
                 "Most processes need 1; raise it for many threads holding locks at once.",
             )
         )
+    read_only = raw.get("READ_ONLY", False)
+    if not isinstance(read_only, bool):
+        problems.append(
+            _problem(
+                "zklocks.E022",
+                alias,
+                f"READ_ONLY must be True or False, not {read_only!r}.",
+                "True: an alias for the admin, the health check and zklocks_status only, under a read-only identity.",
+            )
+        )
+        read_only = False
     auth = raw.get("AUTH", ())
     identity = "configured"
+    readers: tuple[str, ...] = ()
     if auth == "open":
         auth, identity = (), "open"
     elif "AUTH" not in raw and raw.get("ACL") is None:
-        auth, identity = derived_auth(keys), "derived"
+        auth, identity = derived_auth(keys, reader=read_only), "derived"
+        if not read_only:
+            readers = tuple(make_digest_acl_credential(*c.split(":", 1)) for _, c in derived_auth(keys, reader=True))
         if not auth:
             problems.append(
                 _problem(
@@ -415,6 +435,8 @@ def _validate_alias(
         layout=layout,
         lock_delay=float(lock_delay),
         identity=identity,
+        read_only=read_only,
+        readers=readers,
     ), problems
 
 
@@ -519,6 +541,15 @@ def alias_config(alias: str = DEFAULT_ALIAS) -> AliasConfig:
         raise ZkConfigError("; ".join(mine))
     known = ", ".join(repr(a) for a in sorted(configs)) or "none"
     raise ZkConfigError(f"unknown zklocks alias {alias!r} (configured: {known})")
+
+
+def refuse_read_only(cfg: AliasConfig, what: str) -> None:
+    """Raise ZkConfigError when ``cfg`` is a READ_ONLY alias: ``what`` (a lock, a force-release) writes."""
+    if cfg.read_only:
+        raise ZkConfigError(
+            f"zklocks alias {cfg.alias!r} is READ_ONLY: it inspects locks (the admin, the health check, "
+            f"zklocks_status) and cannot {what}. Use an alias with the project's identity for that."
+        )
 
 
 def aliases() -> list[str]:

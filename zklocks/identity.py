@@ -20,13 +20,18 @@ from typing import Any
 # The user name of every derived credential: the password tells projects (and keys) apart.
 USER = "zklocks"
 _SALT = b"zklocks.zookeeper-identity"
+# The read-only identity: READ on every node the project's derived identity creates under READ_ACL="auth", and
+# nothing else. Read-only tools (the admin, the health check, zklocks_status) on a READ_ONLY alias use it.
+READER = "zklocks-reader"
+_READER_SALT = b"zklocks.zookeeper-reader"
 
 
-def derived_credential(secret_key: str | bytes) -> str:
-    """The digest credential ("user:password") that ``secret_key`` gives; the password reveals nothing of the key."""
+def derived_credential(secret_key: str | bytes, *, reader: bool = False) -> str:
+    """The digest credential ("user:password") that ``secret_key`` gives; the password reveals nothing of the key.
+    ``reader``: the read-only identity's, from which the project's own cannot be told."""
     key = secret_key.encode() if isinstance(secret_key, str) else secret_key
-    digest = hmac.new(key, _SALT, hashlib.sha256).digest()
-    return f"{USER}:{base64.urlsafe_b64encode(digest).decode().rstrip('=')}"
+    digest = hmac.new(key, _READER_SALT if reader else _SALT, hashlib.sha256).digest()
+    return f"{READER if reader else USER}:{base64.urlsafe_b64encode(digest).decode().rstrip('=')}"
 
 
 def project_keys(settings: Any) -> tuple[str | bytes, ...]:
@@ -41,6 +46,7 @@ def project_keys(settings: Any) -> tuple[str | bytes, ...]:
     return tuple(dict.fromkeys(k for k in (current, *fallbacks) if isinstance(k, (str, bytes)) and k))
 
 
-def derived_auth(keys: tuple[str | bytes, ...]) -> tuple[tuple[str, str], ...]:
-    """The AUTH an alias without one gets: the current key's credential first, then the fallbacks'."""
-    return tuple(dict.fromkeys(("digest", derived_credential(k)) for k in keys))
+def derived_auth(keys: tuple[str | bytes, ...], *, reader: bool = False) -> tuple[tuple[str, str], ...]:
+    """The AUTH an alias without one gets: the current key's credential first, then the fallbacks'. ``reader``:
+    the read-only identity's (a READ_ONLY alias)."""
+    return tuple(dict.fromkeys(("digest", derived_credential(k, reader=reader)) for k in keys))

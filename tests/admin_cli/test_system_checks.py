@@ -104,7 +104,7 @@ def test_bad_timeouts_pool_and_options():
         Warning(
             "ZKLOCKS['default']: unknown option(s) COLOUR.",
             hint="Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, LAYOUT, LOCK_DELAY, NAMESPACE, OPTIONS, POOL_SIZE, "
-            "READ_ACL, REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME.",
+            "READ_ACL, READ_ONLY, REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME.",
             id="zklocks.W001",
         ),
         Error(
@@ -257,7 +257,7 @@ def test_ports_out_of_range(hosts):
 
 def test_unknown_alias_option_suggests_the_closest_known_one():
     known = "Known options: ACL, AUTH, CONNECT_TIMEOUT, HOSTS, LAYOUT, LOCK_DELAY, NAMESPACE, OPTIONS, POOL_SIZE, "
-    known += "READ_ACL, REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME."
+    known += "READ_ACL, READ_ONLY, REAP_INTERVAL, SESSION_TIMEOUT, TICK_TIME."
     assert run({"default": {**OK, "SESION_TIMEOUT": 5, "namespace": "/x"}}) == [
         Warning(
             "ZKLOCKS['default']: unknown option(s) SESION_TIMEOUT, namespace.",

@@ -24,6 +24,7 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from .. import conf
 from ..client.pools import Pool, connections
 from ..client.session import Session
 from ..exceptions import ZkLocksError, ZkUnavailable
@@ -122,6 +123,7 @@ def claim(using: str, name: str, task_id: str, task_name: str, ttl: float, call:
     same ``call`` (keys.call_digest). None when a live marker is another call's (another task, other arguments):
     nothing is shared with it, and the marker stays its own."""
     pool = connections[using]
+    conf.refuse_read_only(pool.cfg, f"queue the task {task_name!r} uniquely")
     path = marker_path(pool, name)
     mine = marker_data(task_id, task_name, "queued", ttl, call)
     for _ in range(_ATTEMPTS):

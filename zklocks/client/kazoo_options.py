@@ -18,6 +18,8 @@ def build_acl(cfg: conf.AliasConfig) -> list | None:
     acl = [make_digest_acl(*cred.split(":", 1), all=True) for cred in digests]
     if cfg.read_acl == "world":
         acl.append(ACL(Permissions.READ, Id("world", "anyone")))
+    else:  # READ_ACL="auth": the project's read-only identity reads too (a READ_ONLY alias)
+        acl.extend(ACL(Permissions.READ, Id("digest", reader)) for reader in cfg.readers)
     return acl
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from kazoo.protocol.serialization import Exists
 from kazoo.protocol.states import EventType
 
-from .. import forking, signals
+from .. import conf, forking, signals
 from ..client import observe, worker_threads
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
@@ -200,6 +200,7 @@ def take_hold_steps(
     and is watched (LongHolds). If that session ended between the grant and now, ``take`` runs again on a fresh
     one, by the recipes' one rule for a session lost under an acquire (queue.gone_again: past the deadline once,
     a second time is an outage, never contention)."""
+    conf.refuse_read_only(conf.alias_config(alias), f"take the {kind} {name!r}")
     late_gone = 0
     while True:
         grant.hold = None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from .. import conf
 from ..client.pools import connections
 from ..exceptions import ZkLocksError
 from ..recipes.kazoo_calls import translate
@@ -35,6 +36,8 @@ def force_release(alias: str, node: str, holders: Mapping[str, int] | None = Non
 
     Raises ZkLocksError when the alias cannot be read or written, LookupError when the lock has no node.
     """
+    pool = connections[alias]
+    conf.refuse_read_only(pool.cfg, "release a lock by force")
     info, error = lock_info(alias, node=node)
     if error:
         raise ZkLocksError(error)
@@ -42,7 +45,6 @@ def force_release(alias: str, node: str, holders: Mapping[str, int] | None = Non
         raise LookupError(f"alias {alias!r} has no lock node {node!r}")
     targets = info.holders if holders is None else [h for h in info.holders if holders.get(h.node) == h.token]
     result = Released(lock=info, gone=[n for n in (holders or []) if n not in {h.node for h in targets}])
-    pool = connections[alias]
     client = pool.session().client
     for contender in targets:
         # Child names carry a fresh guid per acquire: this path can only ever be this holder's node.

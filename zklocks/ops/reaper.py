@@ -180,9 +180,9 @@ def install() -> None:
 
 
 def schedule(pool: Pool) -> None:
-    """Start the pool's sweeper thread once (REAP_INTERVAL=0 disables it)."""
+    """Start the pool's sweeper thread once (REAP_INTERVAL=0 disables it; a READ_ONLY alias deletes nothing)."""
     interval = pool.cfg.reap_interval
-    if not interval:
+    if not interval or pool.cfg.read_only:
         return
     with _started_lock:
         if id(pool) in _started:

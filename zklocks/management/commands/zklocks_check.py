@@ -11,7 +11,7 @@ cover fails. Exits non-zero on any problem. What ZooKeeper hides from the audit:
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
-from kazoo.exceptions import KazooException
+from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 
 from zklocks import conf
 from zklocks.client import serverconf
@@ -62,6 +62,32 @@ class Command(BaseCommand):
         if failures:
             raise CommandError(f"zklocks_check: {failures} problem(s) found")
 
+    def _check_reader(self, cfg: conf.AliasConfig, session, fix_acls: bool) -> int:
+        """A READ_ONLY alias: it must read the namespace, and it writes nothing (no audit, no write probe)."""
+        name = cfg.alias
+        source = "derived from SECRET_KEY" if cfg.identity == "derived" else "as configured"
+        self._ok(name, f"READ_ONLY: identity {source}; it takes no lock and fixes no ACL")
+        if fix_acls:
+            self._note(name, "--fix-acls skipped: a READ_ONLY alias changes nothing")
+        try:
+            children = session.client.get_children(cfg.namespace)
+        except NoNodeError:
+            self._ok(name, f"{cfg.namespace} does not exist yet: nothing to read")
+            return 0
+        except NoAuthError:
+            self._fail(
+                name,
+                f'cannot read {cfg.namespace}: its nodes do not grant this identity READ (READ_ACL="auth" '
+                "grants it to the project's read-only identity only: AUTH left out, or the credential "
+                "`manage.py zklocks_credential --reader` prints)",
+            )
+            return 1
+        except KazooException as exc:
+            self._fail(name, f"could not read {cfg.namespace}: {exc!r}")
+            return 1
+        self._ok(name, f"read {cfg.namespace}: {len(children)} node(s) below it")
+        return 0
+
     def check_alias(self, cfg: conf.AliasConfig, fix_acls: bool, limit: int | None) -> int:
         name = cfg.alias
         try:
@@ -80,6 +106,8 @@ class Command(BaseCommand):
                     "(minSessionTimeout, maxSessionTimeout in zoo.cfg); set SESSION_TIMEOUT within those bounds",
                 )
             failures += self._check_servers(cfg)
+            if cfg.read_only:
+                return failures + self._check_reader(cfg, session, fix_acls)
             ids = sorted(user for _, user in acl_audit.identities(cfg))
             if acl_audit.expected_acl(cfg) is None:
                 self._note(name, 'AUTH is "open": any client may create and delete lock nodes')

@@ -1,9 +1,11 @@
 """Print an alias's ZooKeeper credential, for clients outside Django that share its paths (Curator, kazoo, zkCli)."""
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from zklocks import conf
 from zklocks.exceptions import ZkConfigError
+from zklocks.identity import derived_auth, project_keys
 
 
 class Command(BaseCommand):
@@ -17,12 +19,21 @@ class Command(BaseCommand):
         parser.add_argument(
             "--bare", action="store_true", help="only the credential (user:password), for a script to read"
         )
+        parser.add_argument(
+            "--reader",
+            action="store_true",
+            help="the project's read-only credential instead: READ on the alias's nodes and nothing else, for a "
+            "READ_ONLY alias of the admin, the health check or zklocks_status on another host",
+        )
 
-    def handle(self, *args, alias: str, bare: bool, **options):
+    def handle(self, *args, alias: str, bare: bool, reader: bool, **options):
         try:
             cfg = conf.alias_config(alias)
         except ZkConfigError as exc:
             raise CommandError(str(exc)) from exc
+        if reader:
+            self.print_reader(cfg, bare)
+            return
         digests = [cred for scheme, cred in cfg.auth if scheme == "digest"]
         if not digests:
             what = 'AUTH is "open"' if cfg.identity == "open" else "its AUTH has no digest credential"
@@ -32,6 +43,10 @@ class Command(BaseCommand):
             self.stdout.write(credential)
             return
         source = "derived from SECRET_KEY" if cfg.identity == "derived" else "from AUTH"
+        if cfg.read_only:
+            self.stdout.write(f"# zklocks alias {alias!r} (READ_ONLY): read-only credential {source}.")
+            self.stdout.write(credential)
+            return
         self.stdout.write(f"# zklocks alias {alias!r}: digest credential {source}. Keep it secret.")
         self.stdout.write(credential)
         self.stdout.write("")
@@ -49,3 +64,24 @@ class Command(BaseCommand):
                 f"# and {len(digests) - 1} more credential(s) of this alias (SECRET_KEY_FALLBACKS while a key is "
                 "rotated): clients on the old key use those"
             )
+
+    def print_reader(self, cfg: conf.AliasConfig, bare: bool) -> None:
+        if cfg.identity != "derived":
+            raise CommandError(
+                f"zklocks alias {cfg.alias!r} has no derived identity (it sets AUTH or ACL): grant a reader of your "
+                "own READ in its ACL, and give that credential to the READ_ONLY alias"
+            )
+        credential = derived_auth(project_keys(settings), reader=True)[0][1]
+        if bare:
+            self.stdout.write(credential)
+            return
+        self.stdout.write(
+            f"# The read-only credential of alias {cfg.alias!r}'s project: READ on its nodes, nothing else "
+            '(needed where READ_ACL="auth"). For a process without this SECRET_KEY:'
+        )
+        self.stdout.write(credential)
+        self.stdout.write("")
+        self.stdout.write(f"ZKLOCKS = {{{cfg.alias!r}: {{")
+        self.stdout.write(f"    {'HOSTS'!r}: {cfg.hosts!r}, {'NAMESPACE'!r}: {cfg.namespace!r},")
+        self.stdout.write(f'    {"READ_ONLY"!r}: True, {"AUTH"!r}: [("digest", "{credential}")],')
+        self.stdout.write("}}")
