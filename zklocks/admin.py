@@ -192,6 +192,7 @@ class LockAdmin(admin.ModelAdmin):
             rows=rows,
             task_keys=task_keys,
             errors=[a.error for a in snap.errors],
+            skipped=[f"alias {a.alias!r}: {line}" for a in snap.aliases for line in a.skipped],
             answered=len(snap.aliases) - len(snap.errors),
             deadlocks=[d for f in found for d in f.cycles],
             deadlock_notes=[f for f in found if f.truncated],

@@ -4,12 +4,21 @@ kazoo sends one request per loop turn of its connection thread (about 0.1 ms eac
 one by one costs half a second. ``multiRead`` (opcode 22) carries up to a batch of getData/getChildren
 operations in one request and answers each one separately: a missing node fails only its own operation.
 A server older than 3.6 answers Unimplemented; we remember that per client and read one by one.
+
+The namespace may hold anything (an open alias, a hostile client), so every request is bounded:
+- in the bytes of its paths (REQUEST_BYTES): a server closes the connection of a request larger than its
+  ``jute.maxbuffer`` (1 MB), and with it every request of the shared session in flight (it is suspended);
+- in the size of its answer: a node holds up to 1 MB, and a server builds a multiRead's whole answer in memory
+  before it sends it, so a batch holds as many reads as REPLY_BYTES allows for the largest answer seen so far
+  (few at first; up to BATCH for nodes of zklocks' own size);
+- in requests outstanding (WINDOW): the next is sent when an answer arrives, so the server never holds more
+  than WINDOW answers for us.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections import namedtuple
+from collections import deque, namedtuple
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +36,12 @@ from kazoo.protocol.serialization import (
 )
 
 DATA, CHILDREN = "data", "children"
-BATCH = 200  # operations per request: answers stay far below ZooKeeper's 1 MB packet limit (data is <= 1 KB)
+BATCH = 200  # most operations per request (zklocks' own nodes hold at most about 1 KB)
+REQUEST_BYTES = 128 * 1024  # most path bytes per request, far below a server's jute.maxbuffer (1 MB)
+REPLY_BYTES = 4 * 1024 * 1024  # the answer a request aims at: BATCH reads of 20 KB, 4 reads of the largest node
+NODE_BYTES = 1024 * 1024  # the largest answer one read may have (a node's data is below jute.maxbuffer)
+WINDOW = 2  # requests outstanding at once
+_OP_BYTES = 16  # a read's own bytes in a request besides its path
 _UNSUPPORTED = (UnimplementedError,)  # what a server older than 3.6 answers to an unknown opcode
 multiread_support: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # client -> bool
 
@@ -87,39 +101,80 @@ def _send(client, ops: list[tuple[str, str]]):
     return result
 
 
-def fetch(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any]) -> list[Any]:
+def fetch(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any], keep: int | None = None) -> list[Any]:
     """Answer every ``(kind, path)`` read: ``(data, stat)``, a list of children, or None for a missing node.
 
-    Every request is sent before any answer is awaited; ``wait(async_result)`` returns a result's value or
-    raises. Errors other than NoNode (NoAuth, connection loss) propagate.
+    Batches are sent WINDOW at a time, each bounded as the module says; ``wait(async_result)`` returns a result's
+    value or raises. Errors other than NoNode (NoAuth, connection loss) propagate. ``keep``: data longer than
+    that many bytes is cut to ``keep + 1`` as it arrives (the reader sees that it was longer, and memory stays
+    bounded whatever the nodes hold).
     """
     if not ops:
         return []
-    supported = multiread_support.get(client)
+    if multiread_support.get(client) is False:
+        return [_cut(a, keep) for a in _one_by_one(client, ops, wait)]
     out: list[Any] = []
-    if supported is not False:
-        batches = [ops[i : i + BATCH] for i in range(0, len(ops), BATCH)]
-        pending = []
-        if supported is None:  # first use on this client: probe with one batch
-            first = _send(client, batches[0])
-            try:
-                answers = wait(first)
-            except _UNSUPPORTED:
-                multiread_support[client] = False
-                return fetch(client, ops, wait)
-            multiread_support[client] = True
-            out.extend(answers)
-            batches = batches[1:]
-        pending = [_send(client, batch) for batch in batches]
-        for result in pending:
-            out.extend(wait(result))
-        return [_unwrap(answer) for answer in out]
-    singles = [_single(client, kind, path) for kind, path in ops]
-    for result in singles:
+    largest = NODE_BYTES  # the largest answer seen; before any, a read may be as large as a node can be
+    pending: deque[Any] = deque()
+    sent = 0
+    while sent < len(ops) or pending:
+        # Until the server is known to take multiRead, one request at a time (the first tells).
+        window = WINDOW if multiread_support.get(client) else 1
+        while sent < len(ops) and len(pending) < window:
+            batch = _next_batch(ops, sent, max(1, min(BATCH, REPLY_BYTES // largest)))
+            pending.append(_send(client, batch))
+            sent += len(batch)
         try:
-            out.append(wait(result))
-        except NoNodeError:
-            out.append(None)
+            answers = wait(pending.popleft())
+        except _UNSUPPORTED:
+            if multiread_support.get(client) is None:
+                multiread_support[client] = False
+                return [_cut(a, keep) for a in _one_by_one(client, ops, wait)]
+            raise
+        multiread_support[client] = True
+        seen = max((_size(a) for a in answers), default=1)
+        largest = seen if not out else max(largest, seen)  # the first answer replaces the guess
+        out.extend(_cut(a, keep) for a in answers)
+    return [_unwrap(answer) for answer in out]
+
+
+def _next_batch(ops: list[tuple[str, str]], start: int, count: int) -> list[tuple[str, str]]:
+    """Up to ``count`` reads from ``start`` whose paths fit REQUEST_BYTES (always at least one)."""
+    size = 0
+    end = start
+    while end < len(ops) and end - start < count:
+        size += len(ops[end][1].encode()) + _OP_BYTES
+        if size > REQUEST_BYTES and end > start:
+            break
+        end += 1
+    return ops[start:end]
+
+
+def _cut(answer: Any, keep: int | None) -> Any:
+    if keep is not None and isinstance(answer, tuple) and answer[0] is not None and len(answer[0]) > keep + 1:
+        return (answer[0][: keep + 1], *answer[1:])
+    return answer
+
+
+def _size(answer: Any) -> int:
+    """About how many bytes a read's answer took."""
+    if isinstance(answer, tuple):
+        return len(answer[0] or b"") + stat_struct.size
+    if isinstance(answer, list):
+        return sum(len(child) + 4 for child in answer)
+    return 16
+
+
+def _one_by_one(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any]) -> list[Any]:
+    """A server without multiRead: one request per read, WINDOW * BATCH outstanding."""
+    out: list[Any] = []
+    for start in range(0, len(ops), WINDOW * BATCH):
+        singles = [_single(client, kind, path) for kind, path in ops[start : start + WINDOW * BATCH]]
+        for result in singles:
+            try:
+                out.append(wait(result))
+            except NoNodeError:
+                out.append(None)
     return out
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from kazoo.exceptions import NoAuthError, NoNodeError
 
 from ..client.multiread import CHILDREN, DATA, fetch
-from ..names import decode_name, encode_name, validate_name
+from ..names import MAX_NODE_LENGTH, decode_name, encode_name, shown, validate_name
 from ..recipes import lock_delay, node_data
 from ..recipes.kazoo_calls import translate
 from ..recipes.layout import KAZOO, LATEST, QUEUED, RETRY, TASK_MARKERS, Kind, Layout, get, sequence_trusted
@@ -63,6 +63,8 @@ class _Results:
 # Node data may come from anyone (docs/security.md, "Hostile node data"): each field is taken only with the type
 # and range a zklocks writes; any other value is dropped and the field named in Contender.invalid.
 TEXT_LIMIT = 200  # characters kept of a text field (zklocks writes at most 120)
+SKIPPED_LIMIT = 20  # lines about nodes not read, per alias
+SKIPPED_NAME = 60  # characters shown of a name not read
 RAW_LIMIT = 300  # characters kept of foreign data shown verbatim
 _INVALID = object()
 
@@ -173,23 +175,26 @@ def read_namespace(
     patience: float = 5.0,
     nodes: list[str] | None = None,
     layout: Layout = KAZOO,
+    skipped: list[str] | None = None,
 ) -> list[LockInfo]:
     """Every lock below ``namespace`` (or only the lock nodes in ``nodes``), sorted by name, read in the alias's
-    node ``layout``.
+    node ``layout``. A node whose name is longer than any zklocks makes is not read: ``skipped`` gets a line
+    for each (its path cut short).
 
     Raises NoAnswer if the server stops answering for ``patience`` seconds, NoAuthError if reads are refused.
     """
     results = _Results(patience)
     ns = namespace.rstrip("/")
+    skipped = [] if skipped is None else skipped
     if nodes is None:
         try:
             nodes = results.wait(client.get_children_async(ns))
         except NoNodeError:
             return []
+    nodes = _readable(ns, nodes, skipped)
     # Round 2: every lock node's data (a semaphore's marker) and children.
-    answers = fetch(
-        client, [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))], results.wait
-    )
+    ops: list[tuple[str, str]] = [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))]
+    answers = fetch(client, ops, results.wait, node_data.MAX_PARSE)
     found: list[tuple[LockInfo, list, list, bool, bool]] = []
     markers: dict[str, list[str]] = {}  # lock path: the task policies' nodes below it
     records: dict[str, tuple[str, float]] = {}  # lock path: an exclusive long hold's (child, acquired_at)
@@ -197,6 +202,7 @@ def read_namespace(
         data, children = answers[2 * idx], answers[2 * idx + 1]
         if data is None or children is None:
             continue  # reaped since the listing
+        children = _readable(f"{ns}/{node}", children, skipped)
         markers[f"{ns}/{node}"] = [m for m in TASK_MARKERS if m in children]
         record = node_data.parse_hold_record(data[0])
         if record is not None:
@@ -230,7 +236,7 @@ def read_namespace(
                 lock.kind = None if not held else Kind.EXCLUSIVE if layout.is_exclusive(held[0][1]) else Kind.SHARED
             found.append((lock, held, waiting, False, False))
     # Round 3: every holder's and waiter's data, the semaphores' internal mutex queues (and Curator's leases/).
-    ops: list[tuple[str, str]] = []
+    ops = []
     for lock, held, waiting, mutex, sub in found:
         ops.extend((DATA, f"{lock.path}/{child}") for _, _, child in held + waiting)
         if mutex:
@@ -238,7 +244,7 @@ def read_namespace(
         if sub:
             ops.append((CHILDREN, layout.leases_path(lock.path)))
         ops.extend((DATA, f"{lock.path}/{m}") for m in markers[lock.path])
-    replies = iter(fetch(client, ops, results.wait))
+    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE))
     later = []  # (list to fill, parent, mode, entries) for round 4
     for lock, held, waiting, mutex, sub in found:
         record = records.get(lock.path)
@@ -250,10 +256,12 @@ def read_namespace(
                 if c is not None:
                     target.append(c)
         if mutex:
-            order = layout.sort_contenders(next(replies) or [], layout.exclusive)
+            queue = _readable(layout.mutex_path(lock.path), next(replies) or [], skipped)
+            order = layout.sort_contenders(queue, layout.exclusive)
             later.append((lock.waiters, layout.mutex_path(lock.path), Kind.EXCLUSIVE.value, order))
         if sub:
-            taken = [(str(layout.sequence_of(c) or 0), "", c) for c in layout.leases(next(replies) or [])]
+            leases = _readable(layout.leases_path(lock.path), next(replies) or [], skipped)
+            taken = [(str(layout.sequence_of(c) or 0), "", c) for c in layout.leases(leases)]
             later.append((lock.holders, layout.leases_path(lock.path), "lease", taken))
         running = {h.task_id for h in lock.holders}
         for m in markers[lock.path]:
@@ -262,7 +270,7 @@ def read_namespace(
                 lock.queued_tasks.append(queued)
     # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order); Curator's leases.
     ops = [(DATA, f"{parent}/{child}") for _, parent, _, entries in later for _, _, child in entries]
-    replies = iter(fetch(client, ops, results.wait))
+    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE))
     for target, _, mode, entries in later:
         for seq, _, child in entries:
             c = _contender(child, mode, int(seq), next(replies))
@@ -271,6 +279,20 @@ def read_namespace(
     out = [entry[0] for entry in found]
     out.sort(key=lambda lock: lock.name)
     return out
+
+
+def _readable(parent: str, names: list[str], skipped: list[str]) -> list[str]:
+    """``names`` without those longer than any node name zklocks makes (names.MAX_NODE_LENGTH): a hostile
+    client's, which would only make every request that names them large. Each one left out is noted."""
+    kept = [n for n in names if len(n) <= MAX_NODE_LENGTH]
+    if len(kept) < len(names):
+        for name in names:
+            if len(name) > MAX_NODE_LENGTH and len(skipped) < SKIPPED_LIMIT:
+                skipped.append(
+                    f"{shown(parent + '/' + name[:SKIPPED_NAME])}…: a name of {len(name)} characters, longer than "
+                    f"any zklocks makes ({MAX_NODE_LENGTH}): not read"
+                )
+    return kept
 
 
 # -- Django side: every configured alias --
@@ -304,7 +326,13 @@ def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.
         if connected is not None:
             connected.set()
         snap.locks = read_namespace(
-            session.client, cfg.namespace, alias, patience=cfg.connect_timeout, nodes=nodes, layout=get(cfg.layout)
+            session.client,
+            cfg.namespace,
+            alias,
+            patience=cfg.connect_timeout,
+            nodes=nodes,
+            layout=get(cfg.layout),
+            skipped=snap.skipped,
         )
     except NoAuthError as exc:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")

@@ -132,6 +132,7 @@ class AliasSnapshot:
     locks: list[LockInfo] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0  # how long the read took
+    skipped: list[str] = field(default_factory=list)  # nodes not read (names too long to be zklocks'), as lines
 
 
 @dataclass
@@ -162,6 +163,7 @@ class Snapshot:
                     "namespace": a.namespace,
                     "error": a.error,
                     "seconds": round(a.seconds, 4),
+                    "skipped": a.skipped,
                     "locks": [lock.to_dict(self.taken_at) for lock in a.locks],
                 }
                 for a in self.aliases

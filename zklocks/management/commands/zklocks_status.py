@@ -28,6 +28,9 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(snap.to_dict(), indent=2, ensure_ascii=False))
         else:
             self._table(snap)
+            for a in snap.aliases:
+                for line in a.skipped:
+                    self.stderr.write(f"alias {a.alias!r}: {line}")
         if snap.errors:
             raise CommandError("; ".join(a.error or "" for a in snap.errors), returncode=1)
 
