@@ -50,6 +50,7 @@ def test_max_hold_seconds():
             result = run_check()
         assert result.error is not None
         assert "'nightly/report'" in str(result.error) and "'default'" in str(result.error)
+        time.sleep(0.06)  # the summary of every lock is read anew once a tenth of MAX_HOLD_SECONDS has passed
         assert run_check().error is None
 
 
@@ -101,3 +102,36 @@ def test_max_hold_seconds_leaves_out_elections():
                 result = run_check()
         assert result.error is not None
         assert "'nightly/report'" in str(result.error) and "celery-beat" not in str(result.error)
+
+
+@pytest.mark.zk
+def test_a_flood_of_requests_shares_one_read_and_names_ten_locks(kz, monkeypatch):
+    """The health URL is often open to anyone: concurrent requests share one read of every lock (a new one at
+    most every few seconds), and a failure names ten locks held too long and counts the others."""
+    import json
+    import threading
+
+    from zklocks import conf
+    from zklocks.names import encode_name
+    from zklocks.ops import read_model
+
+    reads = []
+    real = read_model.visit_locks
+    monkeypatch.setattr(read_model, "visit_locks", lambda *args: reads.append(1) or real(*args))
+    ns = conf.alias_config().namespace
+    long_ago = json.dumps({"v": 1, "host": "web-1", "pid": 4242, "acquired_at": time.time() - 1000}).encode()
+    for i in range(15):
+        kz.create(f"{ns}/{encode_name(f'stuck-{i:02d}')}/held__lock__", long_ago, ephemeral=True, sequence=True,
+                  makepath=True)  # fmt: skip
+    with override_settings(ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 100, "SHOW_LOCK_DETAILS": True}):
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(run_check())) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert len(results) == 8 and len(reads) == 1, reads
+        errors = {str(r.error) for r in results}
+        assert len(errors) == 1
+        (error,) = errors
+        assert error.count("held for 1000s") == 10 and "and 5 more lock(s) held for longer" in error, error

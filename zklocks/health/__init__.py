@@ -9,7 +9,9 @@ trip; under an ACL that keeps READ to the alias's identity (READ_ACL="auth") the
 which a wrong AUTH password fails. It fails naming the alias and the cause. With ``settings.ZKLOCKS_HEALTH =
 {"MAX_HOLD_SECONDS": N}`` it also fails while some lock has been held longer than N seconds (read from
 zklocks.ops.read_model, the read model), and fails when that read has an error (the alias's namespace cannot be listed,
-e.g. NoAuth): a lock it cannot see may be the one held too long. For an alias whose nodes only its identity may
+e.g. NoAuth): a lock it cannot see may be the one held too long. That read is bounded (health.summary): a
+chunk of lock nodes at a time, ten locks named, and one read per SUMMARY_SECONDS for every request of the
+process. For an alias whose nodes only its identity may
 read (READ_ACL="auth", or an ACL without world READ) it counts the locks held too long without naming them, their
 hosts or pids, unless ``ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"]`` is True (False hides them for every alias).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import threading
 import time
 
 from health_check.base import HealthCheck
@@ -35,6 +38,11 @@ from ..client.pools import connections
 from ..exceptions import ZkLocksError
 from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
 from ..recipes.layout import Kind
+
+NAMED = 10  # locks held too long that a failure names; the others are counted
+SUMMARY_SECONDS = 5.0  # how long one read of every lock answers MAX_HOLD_SECONDS for the process's requests
+_summary_lock = threading.Lock()
+_summaries: dict[tuple, tuple[float, list[str], object]] = {}
 
 
 def probe(alias: str) -> str | None:
@@ -75,12 +83,23 @@ def world_readable(cfg: conf.AliasConfig) -> bool:
     )
 
 
+def _shows_details_or_not(alias: str) -> bool:
+    try:
+        return shows_details(alias)
+    except ZkLocksError:
+        return False  # an alias that is not configured: its read reports it
+
+
+def shows_details_setting() -> bool | None:
+    from django.conf import settings
+
+    return (getattr(settings, "ZKLOCKS_HEALTH", None) or {}).get("SHOW_LOCK_DETAILS")
+
+
 def shows_details(alias: str) -> bool:
     """Whether the check's output may name the alias's locks, hosts and pids: ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"]
     when set, else only for an alias whose nodes anyone may read anyway."""
-    from django.conf import settings
-
-    chosen = (getattr(settings, "ZKLOCKS_HEALTH", None) or {}).get("SHOW_LOCK_DETAILS")
+    chosen = shows_details_setting()
     if chosen is not None:
         return bool(chosen)
     return world_readable(conf.alias_config(alias))
@@ -89,30 +108,46 @@ def shows_details(alias: str) -> bool:
 def long_holds(aliases: list[str], max_hold: float) -> list[str]:
     """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder (or,
     where the alias's READ_ACL hides them, counting them), and the aliases whose locks could not be read (naming
-    the error). Elections are left out: their leader holds them for as long as it leads."""
-    from ..ops.read_model import snapshot
+    the error). Elections are left out: their leader holds them for as long as it leads. The locks are read a
+    chunk at a time, and at most NAMED locks are named (the others counted): time and memory stay bounded
+    whatever the namespaces hold."""
+    from ..ops.read_model import visit_locks
 
-    snap = snapshot(aliases)
     now = time.time()
-    found = []
+    named: list[str] = []
+    unnamed = 0
     hidden: dict[str, list[float]] = {}
-    for failed in snap.errors:
+    details = {alias: _shows_details_or_not(alias) for alias in aliases}
+
+    def look(locks) -> None:
+        nonlocal unnamed
+        for lock in locks:
+            if lock.kind == Kind.ELECTION:
+                continue
+            held_for = lock.held_for(now)
+            if held_for is None or held_for <= max_hold:
+                continue
+            if not details.get(lock.alias):
+                hidden.setdefault(lock.alias, []).append(held_for)
+            elif len(named) < NAMED:
+                who = ", ".join(f"{h.host or '?'} pid {h.pid or '?'}" for h in lock.holders[:3])
+                named.append(
+                    f"alias {lock.alias!r}: lock {lock.shown_name!r} held for {held_for:.0f}s > "
+                    f"MAX_HOLD_SECONDS={max_hold:g} (by {who})"
+                )
+            else:
+                unnamed += 1
+
+    snaps = visit_locks(aliases, look)
+    found = []
+    for failed in (a for a in snaps if a.error):
         error = str(failed.error)
         for prefix in (f"zklocks alias {failed.alias!r}: ", f"alias {failed.alias!r}: "):
             error = error.removeprefix(prefix)
         found.append(f"alias {failed.alias!r}: locks not checked against MAX_HOLD_SECONDS={max_hold:g}: {error}")
-    for lock in snap.locks:
-        if lock.kind == Kind.ELECTION:
-            continue
-        held_for = lock.held_for(now)
-        if held_for is not None and held_for > max_hold and not shows_details(lock.alias):
-            hidden.setdefault(lock.alias, []).append(held_for)
-        elif held_for is not None and held_for > max_hold:
-            who = ", ".join(f"{h.host or '?'} pid {h.pid or '?'}" for h in lock.holders)
-            found.append(
-                f"alias {lock.alias!r}: lock {lock.name!r} held for {held_for:.0f}s > MAX_HOLD_SECONDS={max_hold:g} "
-                f"(by {who})"
-            )
+    found += named
+    if unnamed:
+        found.append(f"and {unnamed} more lock(s) held for longer than MAX_HOLD_SECONDS={max_hold:g}")
     for alias, times in hidden.items():
         found.append(
             f"alias {alias!r}: {len(times)} lock(s) held for longer than MAX_HOLD_SECONDS={max_hold:g} (the longest "
@@ -120,6 +155,22 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
             '(ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"] = True shows them)'
         )
     return found
+
+
+def summary(aliases: list[str], max_hold: float) -> list[str]:
+    """``long_holds``, read at most once per SUMMARY_SECONDS (or a tenth of ``max_hold``, if shorter) in this
+    process: the health URL is often open to anyone, and a flood of its requests must not each read every lock.
+    Concurrent requests wait for the one read under way and share it. A settings change starts afresh."""
+    configs = conf.get_config()[0]  # a new object after every change of ZKLOCKS
+    key = (tuple(aliases), max_hold, shows_details_setting())
+    with _summary_lock:
+        hit = _summaries.get(key)
+        if hit is not None and hit[2] is configs and time.monotonic() - hit[0] < min(SUMMARY_SECONDS, max_hold / 10):
+            return hit[1]
+        found = long_holds(aliases, max_hold)
+        _summaries.clear()  # one summary kept: that of the settings in force
+        _summaries[key] = (time.monotonic(), found, configs)
+        return found
 
 
 def max_hold_seconds() -> float | None:
@@ -163,6 +214,6 @@ class ZooKeeperHealthCheck(HealthCheck):
         if max_hold is not None:
             reachable = [a for a in aliases if not any(p.startswith(f"alias {a!r}") for p in problems)]
             if reachable:
-                problems += long_holds(reachable, max_hold)
+                problems += summary(reachable, max_hold)
         if problems:
             raise ServiceUnavailable("; ".join(problems))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -64,6 +65,7 @@ class _Results:
 # and range a zklocks writes; any other value is dropped and the field named in Contender.invalid.
 TEXT_LIMIT = 200  # characters kept of a text field (zklocks writes at most 120)
 SKIPPED_LIMIT = 20  # lines about nodes not read, per alias
+VISIT_CHUNK = 1000  # lock nodes read at a time by a pass that visits every lock (the health check's)
 SKIPPED_NAME = 60  # characters shown of a name not read
 RAW_LIMIT = 300  # characters kept of foreign data shown verbatim
 _INVALID = object()
@@ -176,10 +178,12 @@ def read_namespace(
     nodes: list[str] | None = None,
     layout: Layout = KAZOO,
     skipped: list[str] | None = None,
+    visit: Callable[[list[LockInfo]], None] | None = None,
 ) -> list[LockInfo]:
     """Every lock below ``namespace`` (or only the lock nodes in ``nodes``), sorted by name, read in the alias's
     node ``layout``. A node whose name is longer than any zklocks makes is not read: ``skipped`` gets a line
-    for each (its path cut short).
+    for each (its path cut short). With ``visit``, the locks are read VISIT_CHUNK lock nodes at a time and
+    handed to it, and none are returned: what a pass over every lock keeps at once stays bounded.
 
     Raises NoAnswer if the server stops answering for ``patience`` seconds, NoAuthError if reads are refused.
     """
@@ -192,6 +196,17 @@ def read_namespace(
         except NoNodeError:
             return []
     nodes = _readable(ns, nodes, skipped)
+    if visit is None:
+        return _read_locks(client, ns, alias, nodes, layout, skipped, results)
+    for start in range(0, len(nodes), VISIT_CHUNK):
+        visit(_read_locks(client, ns, alias, nodes[start : start + VISIT_CHUNK], layout, skipped, results))
+    return []
+
+
+def _read_locks(
+    client, ns: str, alias: str, nodes: list[str], layout: Layout, skipped: list[str], results: _Results
+) -> list[LockInfo]:
+    """The locks of the lock nodes ``nodes`` below ``ns``, sorted by name."""
     # Round 2: every lock node's data (a semaphore's marker) and children.
     ops: list[tuple[str, str]] = [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))]
     answers = fetch(client, ops, results.wait, node_data.MAX_PARSE)
@@ -309,10 +324,15 @@ def _scrub(message: str, cfg) -> str:
     return message
 
 
-def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.Event | None = None) -> AliasSnapshot:
+def read_alias(
+    alias: str,
+    nodes: list[str] | None = None,
+    connected: threading.Event | None = None,
+    visit: Callable[[list[LockInfo]], None] | None = None,
+) -> AliasSnapshot:
     """One alias's locks (or only the lock nodes ``nodes``); problems become ``error``, never an exception.
 
-    ``connected`` is set once a session is at hand (or the attempt is over)."""
+    ``connected`` is set once a session is at hand (or the attempt is over). ``visit``: as read_namespace's."""
     from ..client.pools import connections
     from ..exceptions import ZkLocksError
 
@@ -333,6 +353,7 @@ def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.
             nodes=nodes,
             layout=get(cfg.layout),
             skipped=snap.skipped,
+            visit=visit,
         )
     except NoAuthError as exc:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
@@ -360,19 +381,30 @@ def read_alias(alias: str, nodes: list[str] | None = None, connected: threading.
     return snap
 
 
-def _read_all(wanted: list[tuple[str, list[str] | None]]) -> list[AliasSnapshot]:
+def _read_all(
+    wanted: list[tuple[str, list[str] | None]], visit: Callable[[list[LockInfo]], None] | None = None
+) -> list[AliasSnapshot]:
     """Read aliases in parallel. Getting a session is bounded by the alias's CONNECT_TIMEOUT even when another
-    thread is already starting one; the reads themselves are bounded by answers arriving (``_Results``)."""
+    thread is already starting one; the reads themselves are bounded by answers arriving (``_Results``).
+    ``visit`` (as read_namespace's) is called from those threads, one call at a time."""
     from .. import conf
 
     found: dict[int, AliasSnapshot] = {}
     running = []
+    serial = None
+    if visit is not None:
+        one_at_a_time, each = threading.Lock(), visit
+
+        def serial(locks: list[LockInfo]) -> None:
+            with one_at_a_time:
+                each(locks)
+
     for idx, (alias, nodes) in enumerate(wanted):
         connected = threading.Event()
 
         def run(idx=idx, alias=alias, nodes=nodes, connected=connected) -> None:
             try:
-                found[idx] = read_alias(alias, nodes, connected)
+                found[idx] = read_alias(alias, nodes, connected, serial)
             finally:
                 connected.set()
 
@@ -404,6 +436,12 @@ def snapshot(aliases: list[str] | None = None) -> Snapshot:
     wanted = list(conf.aliases() if aliases is None else aliases)
     taken_at = time.time()
     return Snapshot(taken_at=taken_at, aliases=_read_all([(alias, None) for alias in wanted]))
+
+
+def visit_locks(aliases: list[str], visit: Callable[[list[LockInfo]], None]) -> list[AliasSnapshot]:
+    """Hand every lock of ``aliases`` to ``visit``, a chunk at a time (bounded memory, whatever the namespace
+    holds); each alias's snapshot carries its error and its skipped nodes, and no locks."""
+    return _read_all([(alias, None) for alias in aliases], visit)
 
 
 def lock_info(alias: str, name: str | None = None, *, node: str | None = None) -> tuple[LockInfo | None, str | None]:
