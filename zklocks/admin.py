@@ -149,14 +149,21 @@ class LockAdmin(admin.ModelAdmin):
             refresh = 0
         refresh = refresh if refresh in REFRESH_CHOICES else 0
         aliases = conf.aliases()
-        snap = read_model.snapshot([alias_filter] if alias_filter in aliases else aliases)
+        names = read_model.listing([alias_filter] if alias_filter in aliases else aliases)
+        named = [lock for lock in names.locks if not query or query.casefold() in lock.name.casefold()]
+        # Up to FULL_READ_LIMIT lock nodes every lock is read (totals, the kind filter, deadlocks across the
+        # aliases); above it, only the page's, whatever the namespace holds.
+        partial = len(names.locks) > read_model.FULL_READ_LIMIT
+        if partial:
+            page = Paginator(named, PER_PAGE).get_page(request.GET.get(PAGE_VAR))
+            snap = read_model.read_locks(list(page.object_list), names)
+            page.object_list = snap.locks
+            matching = named
+        else:
+            snap = read_model.read_locks(named, names)
+            matching = [lock for lock in snap.locks if not kind_filter or lock.kind == kind_filter]
+            page = Paginator(matching, PER_PAGE).get_page(request.GET.get(PAGE_VAR))
         now = snap.taken_at
-        matching = [
-            lock
-            for lock in snap.locks
-            if (not query or query.casefold() in lock.name.casefold()) and (not kind_filter or lock.kind == kind_filter)
-        ]
-        page = Paginator(matching, PER_PAGE).get_page(request.GET.get(PAGE_VAR))
         rows = []
         for lock in page.object_list:
             rows.append(
@@ -207,9 +214,11 @@ class LockAdmin(admin.ModelAdmin):
             query=query,
             refresh=refresh,
             taken_at=_when(now),
-            total=len(snap.locks),
+            total=len(names.locks),
             held=sum(1 for lock in snap.locks if lock.holders),
             waiting=sum(lock.queue_length for lock in snap.locks),
+            partial=partial,
+            full_read_limit=read_model.FULL_READ_LIMIT,
             alias_filter=alias_filter,
             kind_filter=kind_filter,
             alias_choices=[{"value": a, "selected": a == alias_filter, "url": link(alias=a)} for a in aliases],

@@ -126,3 +126,21 @@ def test_release_of_a_semaphore_deletes_its_leases():
         for t in (a, b, c):
             t.release()
     assert isinstance(a.lost, LockLost) and isinstance(b.lost, LockLost)
+
+
+def test_status_reads_at_most_limit_locks_and_filters_by_name(kz):
+    from zklocks import conf
+
+    ns = conf.alias_config().namespace
+    kz.ensure_path(ns)
+    for i in range(5):
+        kz.create(f"{ns}/batch-{i}")
+    kz.create(f"{ns}/other-lock")
+    text = run("zklocks_status", "--limit", "2", "--name", "batch-")
+    rows = [line for line in text.splitlines() if "batch-" in line and not line.startswith("...")]
+    assert [row.split()[1] for row in rows] == ["batch-0", "batch-1"], text
+    assert "... and 3 more lock(s) not read" in text and "other-lock" not in text
+    data = json.loads(run("zklocks_status", "--json", "--limit", "1"))
+    assert data["not_read"] == 5 and sum(len(a["locks"]) for a in data["aliases"]) == 1
+    with pytest.raises(CommandError, match="--limit"):
+        run("zklocks_status", "--limit", "-1")

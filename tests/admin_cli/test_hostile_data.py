@@ -192,3 +192,35 @@ def test_a_foreign_name_cannot_pose_as_another_lock(admin_client, kz):
     call_command("zklocks_status", stdout=out)
     assert "\u202e" not in out.getvalue() and "\u2028" not in out.getvalue()
     assert "invoice-\\u202efdp.exe" in out.getvalue()
+
+
+def test_above_the_full_read_limit_a_page_reads_only_its_own_locks(admin_client, kz, monkeypatch):
+    """A namespace of more lock nodes than FULL_READ_LIMIT (100,000 forged ones, say): the list reads the names,
+    then only the locks of the page it shows, and says so."""
+    from zklocks.ops import read_model
+
+    monkeypatch.setattr(read_model, "FULL_READ_LIMIT", 50)
+    reads = []
+    real = read_model.read_locks
+    monkeypatch.setattr(
+        read_model, "read_locks", lambda wanted, listed: reads.append(len(wanted)) or real(wanted, listed)
+    )
+    ns = conf.alias_config().namespace
+    kz.ensure_path(ns)
+    transaction = kz.transaction()
+    for i in range(119):
+        transaction.create(f"{ns}/bulk-{i:03d}")
+    assert all(r is True or isinstance(r, str) for r in transaction.commit())
+    held = hold("bulk-zz-held", "holder-thread")
+    try:
+        first = admin_client.get(LIST).content.decode()
+        assert reads == [100] and first.count('<tr class="zk-lock"') == 100
+        assert "120 lock nodes, more than 50" in first and "page 1 of 2" in first
+        last = admin_client.get(LIST, {"p": "2"}).content.decode()
+        assert reads == [100, 20] and last.count('<tr class="zk-lock"') == 20
+        row = last[last.index('data-name="bulk-zz-held"') :]
+        assert "holder-thread" in row[: row.index("</tr>")]
+        searched = admin_client.get(LIST, {"q": "zz"}).content.decode()
+        assert reads[-1] == 1 and searched.count('<tr class="zk-lock"') == 1
+    finally:
+        held.release()

@@ -66,6 +66,7 @@ class _Results:
 TEXT_LIMIT = 200  # characters kept of a text field (zklocks writes at most 120)
 SKIPPED_LIMIT = 20  # lines about nodes not read, per alias
 VISIT_CHUNK = 1000  # lock nodes read at a time by a pass that visits every lock (the health check's)
+FULL_READ_LIMIT = 5000  # lock nodes above which a page reads only the locks it shows (admin, zklocks_status)
 SKIPPED_NAME = 60  # characters shown of a name not read
 RAW_LIMIT = 300  # characters kept of foreign data shown verbatim
 _INVALID = object()
@@ -179,11 +180,13 @@ def read_namespace(
     layout: Layout = KAZOO,
     skipped: list[str] | None = None,
     visit: Callable[[list[LockInfo]], None] | None = None,
+    names_only: bool = False,
 ) -> list[LockInfo]:
     """Every lock below ``namespace`` (or only the lock nodes in ``nodes``), sorted by name, read in the alias's
     node ``layout``. A node whose name is longer than any zklocks makes is not read: ``skipped`` gets a line
     for each (its path cut short). With ``visit``, the locks are read VISIT_CHUNK lock nodes at a time and
-    handed to it, and none are returned: what a pass over every lock keeps at once stays bounded.
+    handed to it, and none are returned: what a pass over every lock keeps at once stays bounded. With
+    ``names_only``, one request: each lock node as a LockInfo with its name only (kind None, nobody in it).
 
     Raises NoAnswer if the server stops answering for ``patience`` seconds, NoAuthError if reads are refused.
     """
@@ -196,6 +199,9 @@ def read_namespace(
         except NoNodeError:
             return []
     nodes = _readable(ns, nodes, skipped)
+    if names_only:
+        named = [LockInfo(alias=alias, name=decode_name(n), node=n, path=f"{ns}/{n}", kind=None) for n in nodes]
+        return sorted(named, key=lambda lock: lock.name)
     if visit is None:
         return _read_locks(client, ns, alias, nodes, layout, skipped, results)
     for start in range(0, len(nodes), VISIT_CHUNK):
@@ -329,10 +335,12 @@ def read_alias(
     nodes: list[str] | None = None,
     connected: threading.Event | None = None,
     visit: Callable[[list[LockInfo]], None] | None = None,
+    names_only: bool = False,
 ) -> AliasSnapshot:
     """One alias's locks (or only the lock nodes ``nodes``); problems become ``error``, never an exception.
 
-    ``connected`` is set once a session is at hand (or the attempt is over). ``visit``: as read_namespace's."""
+    ``connected`` is set once a session is at hand (or the attempt is over). ``visit`` and ``names_only``: as
+    read_namespace's."""
     from ..client.pools import connections
     from ..exceptions import ZkLocksError
 
@@ -354,6 +362,7 @@ def read_alias(
             layout=get(cfg.layout),
             skipped=snap.skipped,
             visit=visit,
+            names_only=names_only,
         )
     except NoAuthError as exc:
         snap = AliasSnapshot(alias=alias, namespace=cfg.namespace if cfg else "")
@@ -382,7 +391,9 @@ def read_alias(
 
 
 def _read_all(
-    wanted: list[tuple[str, list[str] | None]], visit: Callable[[list[LockInfo]], None] | None = None
+    wanted: list[tuple[str, list[str] | None]],
+    visit: Callable[[list[LockInfo]], None] | None = None,
+    names_only: bool = False,
 ) -> list[AliasSnapshot]:
     """Read aliases in parallel. Getting a session is bounded by the alias's CONNECT_TIMEOUT even when another
     thread is already starting one; the reads themselves are bounded by answers arriving (``_Results``).
@@ -404,7 +415,7 @@ def _read_all(
 
         def run(idx=idx, alias=alias, nodes=nodes, connected=connected) -> None:
             try:
-                found[idx] = read_alias(alias, nodes, connected, serial)
+                found[idx] = read_alias(alias, nodes, connected, serial, names_only)
             finally:
                 connected.set()
 
@@ -436,6 +447,39 @@ def snapshot(aliases: list[str] | None = None) -> Snapshot:
     wanted = list(conf.aliases() if aliases is None else aliases)
     taken_at = time.time()
     return Snapshot(taken_at=taken_at, aliases=_read_all([(alias, None) for alias in wanted]))
+
+
+def listing(aliases: list[str]) -> Snapshot:
+    """The lock nodes of ``aliases`` by name only (one request per alias): what a page reads before it reads
+    the locks it shows, where a namespace holds too many to read them all (FULL_READ_LIMIT)."""
+    return Snapshot(taken_at=time.time(), aliases=_read_all([(alias, None) for alias in aliases], names_only=True))
+
+
+def read_locks(wanted: list[LockInfo], listed: Snapshot) -> Snapshot:
+    """The locks of ``wanted`` (some of ``listed``, a ``listing``) read in full, in their order, those gone since
+    left out; each alias of ``listed`` keeps its listing's error and skipped nodes."""
+    by_alias: dict[str, list[str]] = {}
+    for lock in wanted:
+        by_alias.setdefault(lock.alias, []).append(lock.node)
+    read = {a.alias: a for a in _read_all(list(by_alias.items()))}
+    found = {(lock.alias, lock.node): lock for a in read.values() for lock in a.locks}
+    aliases = []
+    for a in listed.aliases:
+        r = read.get(a.alias) or AliasSnapshot(alias=a.alias, namespace=a.namespace)
+        mine = [
+            found[(a.alias, lock.node)] for lock in wanted if lock.alias == a.alias and (a.alias, lock.node) in found
+        ]
+        aliases.append(
+            AliasSnapshot(
+                alias=a.alias,
+                namespace=a.namespace,
+                locks=mine,
+                error=a.error or r.error,
+                seconds=a.seconds + r.seconds,
+                skipped=a.skipped + r.skipped,
+            )
+        )
+    return Snapshot(taken_at=time.time(), aliases=aliases)
 
 
 def visit_locks(aliases: list[str], visit: Callable[[list[LockInfo]], None]) -> list[AliasSnapshot]:

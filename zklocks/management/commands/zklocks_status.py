@@ -18,19 +18,34 @@ class Command(BaseCommand):
         parser.add_argument(
             "--beat", action="store_true", help="the Celery beat election (ZKLOCKS_BEAT) and its entries instead"
         )
+        parser.add_argument(
+            "--limit",
+            type=int,
+            default=read_model.FULL_READ_LIMIT,
+            help="read at most this many locks, the first by name; the others are counted (default: %(default)s)",
+        )
+        parser.add_argument("--name", default="", help="only locks whose name contains this text")
 
-    def handle(self, *args, alias=None, as_json=False, beat=False, **options):
+    def handle(self, *args, alias=None, as_json=False, beat=False, limit=None, name="", **options):
         if beat:
             self._beat(alias[0] if alias else None, as_json)
             return
-        snap = read_model.snapshot(alias or conf.aliases())
+        if limit is not None and limit < 0:
+            raise CommandError("--limit must be 0 or more")
+        # Names first (one request per alias), then only the locks shown: bounded whatever the namespace holds.
+        names = read_model.listing(alias or conf.aliases())
+        wanted = [lock for lock in names.locks if name.casefold() in lock.name.casefold()]
+        not_read = max(0, len(wanted) - limit) if limit is not None else 0
+        snap = read_model.read_locks(wanted[: len(wanted) - not_read], names)
         if as_json:
-            self.stdout.write(json.dumps(snap.to_dict(), indent=2, ensure_ascii=False))
+            self.stdout.write(json.dumps({**snap.to_dict(), "not_read": not_read}, indent=2, ensure_ascii=False))
         else:
             self._table(snap)
             for a in snap.aliases:
                 for line in a.skipped:
                     self.stderr.write(f"alias {a.alias!r}: {line}")
+            if not_read:
+                self.stdout.write(f"... and {not_read} more lock(s) not read (--limit {limit}; --name filters)")
         if snap.errors:
             raise CommandError("; ".join(a.error or "" for a in snap.errors), returncode=1)
 
