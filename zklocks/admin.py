@@ -345,6 +345,8 @@ class LockAdmin(admin.ModelAdmin):
             return HttpResponseRedirect(detail_url)
         info, error = read_model.lock_info(alias, node=node)
         now = time.time()
+        # A page of holders at a time (a shared lock may have thousands): the confirmation releases those shown.
+        page = Paginator(info.holders if info else [], PER_PAGE).get_page(request.GET.get(PAGE_VAR))
         context = self._context(
             request,
             "Force-release a lock: are you sure?",
@@ -353,7 +355,12 @@ class LockAdmin(admin.ModelAdmin):
             error=error,
             detail_url=detail_url,
             name=info.name if info else decode_name(node),
-            holders=[_contender_row(h, now) for h in info.holders] if info else [],
+            holders=[_contender_row(h, now) for h in page.object_list],
+            page=page,
+            page_links={
+                "previous": f"?{PAGE_VAR}={page.previous_page_number()}" if page.has_previous() else None,
+                "next": f"?{PAGE_VAR}={page.next_page_number()}" if page.has_next() else None,
+            },
             # Host, pid, thread, task and session are what the view permission shows: without it, the page
             # names each holder node and its token only (what the confirmation posts back).
             show_details=self.has_view_permission(request),

@@ -224,3 +224,22 @@ def test_above_the_full_read_limit_a_page_reads_only_its_own_locks(admin_client,
         assert reads[-1] == 1 and searched.count('<tr class="zk-lock"') == 1
     finally:
         held.release()
+
+
+def test_the_force_release_page_shows_a_page_of_holders_and_releases_those(admin_client, kz):
+    """150 readers hold a shared lock: the confirmation lists 100, the next page the other 50, and confirming a
+    page deletes only the holders it showed."""
+    import re
+
+    for _ in range(150):
+        forge_reader = f"{lock_node('many-readers')}/forged__rlock__"
+        kz.create(forge_reader, ours(), ephemeral=True, sequence=True, makepath=True)
+    url = detail_url("many-readers").replace("/change/", "/release/")
+    first = admin_client.get(url).content.decode()
+    assert first.count('name="holder"') == 100 and "these 100 of its 150 holders" in first
+    second = admin_client.get(url, {"p": "2"}).content.decode()
+    shown_there = re.findall(r'name="holder" value="([^"]+)"', second)
+    assert len(shown_there) == 50 and "holders 101–150 of 150" in second
+    response = admin_client.post(url, {"post": "yes", "holder": shown_there})
+    assert response.status_code == 302
+    assert len(kz.get_children(lock_node("many-readers"))) == 100
