@@ -134,8 +134,16 @@ class Beat:
 class Deployment:
     """Three beats of one scheduler kind, a worker, and the records of every execution."""
 
-    def __init__(self, ensemble: ZkEnsemble, redis_url: str, scheduler: str, *, fenced: bool = False) -> None:
-        self.env = CeleryEnv(ensemble.hosts, redis_url, session_timeout=SESSION_TIMEOUT)
+    def __init__(
+        self,
+        ensemble: ZkEnsemble,
+        redis_url: str,
+        scheduler: str,
+        *,
+        fenced: bool = False,
+        session_timeout: float = SESSION_TIMEOUT,
+    ) -> None:
+        self.env = CeleryEnv(ensemble.hosts, redis_url, session_timeout=session_timeout)
         self.hosts = ensemble.hosts
         self.servers = [s.hosts for s in ensemble.servers]
         self.scheduler = scheduler
