@@ -118,3 +118,49 @@ def test_modes_kinds_long_names_and_the_release_button(live_server, allow_orm_be
     finally:
         for t in (reader, writer, long_holder):
             t.release()
+
+
+def test_the_list_looks_like_a_django_changelist_at_1280_and_1920(
+    live_server, allow_orm_beside_playwright, kz, tmp_path
+):
+    """The lock list as Django lays out its own changelists: no horizontal overflow, the filter in the sidebar
+    beside the results, "Tasks by key" below them, and lock names wrapped without a name cell squeezed to a
+    few letters, with long names, holders, queues and queued tasks on the page."""
+    from zklocks import conf
+    from zklocks.celery.unique import marker_data
+    from zklocks.names import encode_name
+
+    User.objects.create_superuser("admin", password="pw-for-browser")
+    ns = conf.alias_config().namespace
+    long_name = "reports:monthly/" + "/".join(f"customer-{i:04d}" for i in range(12))
+    holders = [hold(long_name, "web-1", task=("9f1c", "shop.invoices.render")), hold("orders:7", "web-2")]
+    waiters = [queue_behind("orders:7", f"waiter-{i}", i + 1) for i in range(3)]
+    kz.create(
+        f"{ns}/{encode_name('export:' + 'x' * 180)}/__queued__",
+        marker_data("b" * 36, "shop.export", "queued", 60.0, None),
+        makepath=True,
+    )
+    try:
+        for width in (1280, 1920):
+            with chromium_page(viewport=(width, 900)) as page:
+                login(page, live_server.url)
+                scroll = page.evaluate("document.documentElement.scrollWidth")
+                assert scroll <= width, f"the list is {scroll}px wide in a {width}px window"
+                results = page.locator("#changelist .results").bounding_box()
+                sidebar = page.locator("#changelist-filter").bounding_box()
+                assert sidebar["x"] >= results["x"] + results["width"] - 1, (width, results, sidebar)
+                assert sidebar["y"] < results["y"] + results["height"]  # beside the results, not below them
+                tasks = page.locator("#zk-task-keys").bounding_box()
+                assert tasks["y"] >= results["y"] + results["height"], (width, results, tasks)
+                char = page.evaluate(
+                    "(() => { const c = document.createElement('canvas').getContext('2d');"
+                    " c.font = getComputedStyle(document.querySelector('a.zk-name')).font;"
+                    " return c.measureText('x').width; })()"
+                )
+                for cell in page.locator("#result_list th[scope=row]").all():
+                    box = cell.bounding_box()
+                    assert box["width"] >= 12 * char, (width, cell.inner_text()[:40], box["width"], char)
+                page.screenshot(path=str(tmp_path / f"list-{width}.png"), full_page=True)
+    finally:
+        for t in waiters + holders:
+            t.release()
