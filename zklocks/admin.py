@@ -158,11 +158,17 @@ class LockAdmin(admin.ModelAdmin):
             page = Paginator(named, PER_PAGE).get_page(request.GET.get(PAGE_VAR))
             snap = read_model.read_locks(list(page.object_list), names)
             page.object_list = snap.locks
-            matching = named
+            matching, shown_locks = named, snap.locks
         else:
-            snap = read_model.read_locks(named, names)
-            matching = [lock for lock in snap.locks if not kind_filter or lock.kind == kind_filter]
+            snap = read_model.read_locks(names.locks, names)  # all of them: totals and deadlocks whatever q says
+            wanted = {(lock.alias, lock.node) for lock in named}
+            matching = [
+                lock
+                for lock in snap.locks
+                if (lock.alias, lock.node) in wanted and (not kind_filter or lock.kind == kind_filter)
+            ]
             page = Paginator(matching, PER_PAGE).get_page(request.GET.get(PAGE_VAR))
+            shown_locks = matching
         now = snap.taken_at
         rows = []
         for lock in page.object_list:
@@ -187,7 +193,7 @@ class LockAdmin(admin.ModelAdmin):
         # Celery keys: what runs (holders that recorded a task id) and what is queued (the policies' nodes).
         task_keys = [
             {"lock": lock, "url": self._detail_url(lock.alias, lock.node), "running": lock.running_tasks}
-            for lock in matching
+            for lock in shown_locks
             if lock.queued_tasks or lock.running_tasks
         ][:PER_PAGE]
         found = [deadlocks.search(a.alias, a.locks) for a in snap.aliases]

@@ -3,7 +3,8 @@
 Stable ids: zklocks.E001 (no/invalid ZKLOCKS), E002 (alias not a dict / bad alias key), E003 (HOSTS),
 E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZE), E008 (AUTH),
 E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias), E022
-(READ_ONLY not a bool), W008 (a decorator or task takes locks on a READ_ONLY alias),
+(READ_ONLY not a bool), W008 (a decorator or task takes locks on a READ_ONLY alias), W009 (check --deploy: nodes
+the project's read-only identity may not read),
 W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
 E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E085 (LOCK_DELAY), W085 (LOCK_DELAY under Curator's
 layout: every handoff is delayed), E040 (unknown LAYOUT), E041 (two aliases with
@@ -251,6 +252,18 @@ def acl_messages(where: str, result) -> list[checks.CheckMessage]:
                 hint="Nodes keep the ACL they were created with, e.g. before AUTH was set. Run "
                 "`manage.py zklocks_check --fix-acls` to give them the configured ACL.",
                 id="zklocks.W002",
+            )
+        )
+    unread = result.of_kind("no-reader")
+    if unread:
+        more = f" (and {len(unread) - 1} more node(s))" if len(unread) > 1 else ""
+        out.append(
+            checks.Warning(
+                f"{where}: {unread[0].path}: the project's read-only identity may not read it{more}: a READ_ONLY "
+                "alias (the admin, the health check or zklocks_status on another host) cannot see those locks.",
+                hint="Nodes keep the ACL they were created with. Run `manage.py zklocks_check --fix-acls` to grant "
+                "the read-only identity READ on them.",
+                id="zklocks.W009",
             )
         )
     for finding in result.of_kind("ancestor"):

@@ -92,7 +92,7 @@ def test_a_read_only_alias_sees_every_holder_and_can_change_nothing(zk_server):
                 held.ensure_held()
                 lines, failed = run_zklocks_check("--alias", "monitor", "--fix-acls")
                 assert failed is None, lines
-                assert any("READ_ONLY" in line for line in lines) and any("node(s) below" in line for line in lines)
+                assert any("READ_ONLY" in line for line in lines) and any("lock(s) read" in line for line in lines)
             assert check_guarded_aliases() == []  # a READ_ONLY alias creates nothing: no W007 for it
     finally:
         for client in (anonymous, reader):
@@ -152,3 +152,54 @@ def test_code_that_takes_locks_on_a_read_only_alias_is_named_by_a_check(monkeypa
     with aliases("127.0.0.1:2181", "/zklocks-reader-check"):
         messages = [m for m in check_settings() if m.id == "zklocks.W008"]
     assert len(messages) == 1 and "reports.views.export" in messages[0].msg and "'monitor'" in messages[0].msg
+
+
+@pytest.mark.timeout(60)
+def test_nodes_that_do_not_grant_the_reader_are_reported_and_fixed(zk_server):
+    """A lock node made before READ_ACL="auth" granted the read-only identity (or by a peer) hides its locks
+    from a READ_ONLY alias: zklocks_check says so, --fix-acls grants it, and the READ_ONLY alias then reads."""
+    from kazoo.security import make_digest_acl
+
+    namespace = f"/zklocks-reader-{uuid.uuid4().hex[:10]}/locks"
+    project = derived_credential(KEY)
+    peer = raw_client(zk_server.hosts, anonymous=True, auth_data=[("digest", project)])
+    try:
+        with aliases(zk_server.hosts, namespace):
+            with zk_lock("made-first", timeout=5):
+                pass
+            # A peer given the project's credential (zklocks_credential's kazoo snippet) makes a lock node.
+            peer.create(f"{namespace}/made-by-a-peer", acl=[make_digest_acl(*project.split(":", 1), all=True)])
+            lines, failed = run_zklocks_check("--alias", "monitor")
+            assert failed is not None and any("could not read every lock" in line for line in lines), lines
+            lines, failed = run_zklocks_check("--alias", "default")
+            assert failed is not None and any("made-by-a-peer" in line and "read-only identity" in line
+                                              for line in lines), lines  # fmt: skip
+            lines, failed = run_zklocks_check("--alias", "default", "--fix-acls")
+            assert failed is None, lines
+            lines, failed = run_zklocks_check("--alias", "monitor")
+            assert failed is None and any("2 lock(s) read" in line for line in lines), lines
+            # Whatever path forgot to refuse first, the READ_ONLY alias's session sends no write.
+            from zklocks.client.pools import connections
+
+            session = connections["monitor"].session()
+            client = session.client
+            top = f"/zklocks-reader-{uuid.uuid4().hex[:10]}"  # below "/", open to all
+            for write in (
+                lambda: client.create(top, acl=session.acl, makepath=True),
+                lambda: client.ensure_path(f"{top}/a/b"),
+                lambda: client.set(namespace, b"x"),
+                lambda: client.delete(f"{namespace}/made-first"),
+                lambda: transaction_creating(client, top),
+            ):
+                with pytest.raises(ZkConfigError, match="READ_ONLY"):
+                    write()
+            assert client.exists(top) is None and client.exists(f"{namespace}/made-first") is not None
+    finally:
+        peer.stop()
+        peer.close()
+
+
+def transaction_creating(client, path: str):
+    transaction = client.transaction()
+    transaction.create(path)
+    return transaction.commit()

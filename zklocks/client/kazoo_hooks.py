@@ -55,6 +55,30 @@ def raise_through_wakeup(client: KazooClient) -> None:
     client.create_async = create_async
 
 
+# The requests that change something: create, delete, setData, setACL, multi, create2, createContainer,
+# createTTL, reconfig.
+WRITES = frozenset({1, 2, 5, 7, 14, 15, 16, 19, 21})
+
+
+def refuse_writes(client: KazooClient, alias: str) -> None:
+    """A READ_ONLY alias's client: every write fails before it is sent (ZkConfigError), whichever path forgot
+    to refuse first, so that its identity never makes a node (a namespace it made under an open "/" would be
+    the reader's, and lock the project out)."""
+    from ..exceptions import ZkConfigError
+
+    call = client._call
+
+    def _call(request, async_object):
+        if getattr(request, "type", None) in WRITES:
+            async_object.set_exception(
+                ZkConfigError(f"zklocks alias {alias!r} is READ_ONLY: it changes nothing in ZooKeeper")
+            )
+            return None
+        return call(request, async_object)
+
+    client._call = _call
+
+
 def send_close(client: KazooClient) -> None:
     """Queue kazoo's close request and wake its connection thread: what kazoo's ``stop()`` does the first time,
     and skips when its stop flag is already set (a stop cut short by a signal handler's exception after it set

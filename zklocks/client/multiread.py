@@ -9,10 +9,12 @@ The namespace may hold anything (an open alias, a hostile client), so every requ
 - in the bytes of its paths (REQUEST_BYTES): a server closes the connection of a request larger than its
   ``jute.maxbuffer`` (1 MB), and with it every request of the shared session in flight (it is suspended);
 - in the size of its answer: a node holds up to 1 MB, and a server builds a multiRead's whole answer in memory
-  before it sends it, so a batch holds as many reads as REPLY_BYTES allows for the largest answer seen so far
-  (few at first; up to BATCH for nodes of zklocks' own size);
-- in requests outstanding (WINDOW): the next is sent when an answer arrives, so the server never holds more
-  than WINDOW answers for us.
+  before it sends it (a long answer also delays the session's pings past kazoo's read timeout). The first
+  request asks for as many reads as REPLY_BYTES holds of the largest nodes; each next one for at most twice as
+  many as the last, and for no more than REPLY_BYTES holds of the largest answer seen, up to BATCH;
+- in requests outstanding (WINDOW): the next is sent when an answer arrives. Nodes as large as a node can be
+  are read four at a time; whatever the nodes hold, the server holds at most WINDOW * BATCH * 1 MB of answers
+  for us (a namespace of small nodes then large ones), and a server without multiRead at most SINGLES answers.
 """
 
 from __future__ import annotations
@@ -36,11 +38,12 @@ from kazoo.protocol.serialization import (
 )
 
 DATA, CHILDREN = "data", "children"
-BATCH = 200  # most operations per request (zklocks' own nodes hold at most about 1 KB)
+BATCH = 64  # most reads per request (nodes of zklocks' own hold about 1 KB; as fast as 200 per request here)
 REQUEST_BYTES = 128 * 1024  # most path bytes per request, far below a server's jute.maxbuffer (1 MB)
-REPLY_BYTES = 4 * 1024 * 1024  # the answer a request aims at: BATCH reads of 20 KB, 4 reads of the largest node
+REPLY_BYTES = 4 * 1024 * 1024  # the answer a request aims at, by the largest answer seen
 NODE_BYTES = 1024 * 1024  # the largest answer one read may have (a node's data is below jute.maxbuffer)
 WINDOW = 2  # requests outstanding at once
+SINGLES = 32  # single reads outstanding at once, against a server without multiRead
 _OP_BYTES = 16  # a read's own bytes in a request besides its path
 _UNSUPPORTED = (UnimplementedError,)  # what a server older than 3.6 answers to an unknown opcode
 multiread_support: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # client -> bool
@@ -112,16 +115,18 @@ def fetch(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any], keep: 
     if not ops:
         return []
     if multiread_support.get(client) is False:
-        return [_cut(a, keep) for a in _one_by_one(client, ops, wait)]
+        return _one_by_one(client, ops, wait, keep)
     out: list[Any] = []
-    largest = NODE_BYTES  # the largest answer seen; before any, a read may be as large as a node can be
+    largest = NODE_BYTES  # the largest answer seen so far; before any, as large as a node can be
+    count = 0  # reads in the last request
     pending: deque[Any] = deque()
     sent = 0
     while sent < len(ops) or pending:
         # Until the server is known to take multiRead, one request at a time (the first tells).
         window = WINDOW if multiread_support.get(client) else 1
         while sent < len(ops) and len(pending) < window:
-            batch = _next_batch(ops, sent, max(1, min(BATCH, REPLY_BYTES // largest)))
+            count = max(1, min(BATCH, REPLY_BYTES // largest, 2 * count if count else BATCH))
+            batch = _next_batch(ops, sent, count)
             pending.append(_send(client, batch))
             sent += len(batch)
         try:
@@ -129,11 +134,11 @@ def fetch(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any], keep: 
         except _UNSUPPORTED:
             if multiread_support.get(client) is None:
                 multiread_support[client] = False
-                return [_cut(a, keep) for a in _one_by_one(client, ops, wait)]
+                return _one_by_one(client, ops, wait, keep)
             raise
         multiread_support[client] = True
-        seen = max((_size(a) for a in answers), default=1)
-        largest = seen if not out else max(largest, seen)  # the first answer replaces the guess
+        seen = max(_size(a) for a in answers)
+        largest = seen if len(out) == 0 else max(largest, seen)  # the first answer replaces the guess
         out.extend(_cut(a, keep) for a in answers)
     return [_unwrap(answer) for answer in out]
 
@@ -157,24 +162,27 @@ def _cut(answer: Any, keep: int | None) -> Any:
 
 
 def _size(answer: Any) -> int:
-    """About how many bytes a read's answer took."""
+    """About how many bytes a read's answer took (at least 1)."""
     if isinstance(answer, tuple):
         return len(answer[0] or b"") + stat_struct.size
     if isinstance(answer, list):
-        return sum(len(child) + 4 for child in answer)
+        return 4 + sum(len(child) + 4 for child in answer)
     return 16
 
 
-def _one_by_one(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any]) -> list[Any]:
-    """A server without multiRead: one request per read, WINDOW * BATCH outstanding."""
+def _one_by_one(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any], keep: int | None) -> list[Any]:
+    """A server without multiRead: one request per read, SINGLES outstanding, each answer cut as it arrives."""
     out: list[Any] = []
-    for start in range(0, len(ops), WINDOW * BATCH):
-        singles = [_single(client, kind, path) for kind, path in ops[start : start + WINDOW * BATCH]]
-        for result in singles:
-            try:
-                out.append(wait(result))
-            except NoNodeError:
-                out.append(None)
+    pending: deque[Any] = deque()
+    sent = 0
+    while sent < len(ops) or pending:
+        while sent < len(ops) and len(pending) < SINGLES:
+            pending.append(_single(client, *ops[sent]))
+            sent += 1
+        try:
+            out.append(_cut(wait(pending.popleft()), keep))
+        except NoNodeError:
+            out.append(None)
     return out
 
 

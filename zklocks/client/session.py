@@ -34,7 +34,7 @@ from ..exceptions import ZkAuthError, ZkUnavailable
 from . import abandoned, clock, kazoo_compat, lease, observe, worker_threads
 from .interrupts import new_event, raised_by_signal_handler, unmasked
 from .iohandler import DEFAULT_HANDLER, read_without_select
-from .kazoo_hooks import raise_through_wakeup, send_close
+from .kazoo_hooks import raise_through_wakeup, refuse_writes, send_close
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
 from .kazoolog import KazooLog
 from .lease_keeping import LeaseKeeping
@@ -111,6 +111,8 @@ class Session(LeaseKeeping, OutageWatch):
         )
         self._instrument(self.client._connection)
         raise_through_wakeup(self.client)
+        if cfg.read_only:
+            refuse_writes(self.client, cfg.alias)
         read_without_select(self.client._connection)  # with zklocks' handler only
         self.client.add_listener(self._on_state)
 

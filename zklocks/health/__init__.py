@@ -32,7 +32,7 @@ from health_check.exceptions import ServiceUnavailable
 from kazoo.exceptions import NoNodeError
 from kazoo.security import Permissions
 
-from .. import conf
+from .. import conf, forking
 from ..client.kazoo_options import build_acl
 from ..client.pools import connections
 from ..exceptions import ZkLocksError
@@ -41,6 +41,7 @@ from ..recipes.layout import Kind
 
 NAMED = 10  # locks held too long that a failure names; the others are counted
 SUMMARY_SECONDS = 5.0  # how long one read of every lock answers MAX_HOLD_SECONDS for the process's requests
+SUMMARIES = 16  # summaries kept (one per set of aliases checked)
 _summary_lock = threading.Lock()
 _summaries: dict[tuple, tuple[float, list[str], object]] = {}
 
@@ -76,7 +77,10 @@ def probe(alias: str) -> str | None:
 
 
 def world_readable(cfg: conf.AliasConfig) -> bool:
-    """Whether anyone may read the alias's lock nodes (no ACL, or one that gives world:anyone READ)."""
+    """Whether anyone may read the alias's lock nodes (no ACL, or one that gives world:anyone READ). A READ_ONLY
+    alias reads nodes that other processes made, with an ACL its settings cannot tell: taken as not."""
+    if cfg.read_only:
+        return False
     acl = build_acl(cfg)
     return acl is None or any(
         e.id.scheme == "world" and e.id.id == "anyone" and e.perms & Permissions.READ for e in acl
@@ -119,8 +123,12 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
     hidden: dict[str, list[float]] = {}
     details = {alias: _shows_details_or_not(alias) for alias in aliases}
 
+    done = False
+
     def look(locks) -> None:
         nonlocal unnamed
+        if done:
+            return
         for lock in locks:
             if lock.kind == Kind.ELECTION:
                 continue
@@ -139,6 +147,7 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
                 unnamed += 1
 
     snaps = visit_locks(aliases, look)
+    done = True  # a read that outlived its connect timeout may still call look(): it no longer counts
     found = []
     for failed in (a for a in snaps if a.error):
         error = str(failed.error)
@@ -168,9 +177,21 @@ def summary(aliases: list[str], max_hold: float) -> list[str]:
         if hit is not None and hit[2] is configs and time.monotonic() - hit[0] < min(SUMMARY_SECONDS, max_hold / 10):
             return hit[1]
         found = long_holds(aliases, max_hold)
-        _summaries.clear()  # one summary kept: that of the settings in force
+        _summaries.pop(key, None)
         _summaries[key] = (time.monotonic(), found, configs)
+        while len(_summaries) > SUMMARIES:  # one per check registered (the global one, one per alias): a few
+            del _summaries[next(iter(_summaries))]
         return found
+
+
+def _reset_after_fork() -> None:
+    """A child forked while a read was under way must not wait for its parent's lock."""
+    global _summary_lock
+    _summary_lock = threading.Lock()
+    _summaries.clear()
+
+
+forking.register(_reset_after_fork)
 
 
 def max_hold_seconds() -> float | None:

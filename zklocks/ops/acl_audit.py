@@ -126,7 +126,7 @@ def _shown(scheme: str, ident: str) -> str:
 @dataclass
 class Finding:
     path: str
-    kind: str  # "weaker" | "no-access" | "ancestor" | "hidden" | "old-key"
+    kind: str  # "weaker" | "no-access" | "ancestor" | "hidden" | "old-key" | "no-reader"
     detail: str
 
 
@@ -150,8 +150,9 @@ class AuditResult:
 
     @property
     def fixable(self) -> list[Finding]:
-        """What ``--fix-acls`` gives the expected ACL: weaker nodes, and nodes of an old key (a rotation)."""
-        return [f for f in self.findings if f.kind in ("weaker", "old-key")]
+        """What ``--fix-acls`` gives the expected ACL: weaker nodes, nodes of an old key (a rotation), and nodes
+        the project's read-only identity may not read."""
+        return [f for f in self.findings if f.kind in ("weaker", "old-key", "no-reader")]
 
     @property
     def no_access(self) -> list[Finding]:
@@ -332,6 +333,16 @@ def _judge(
                 "not write or delete it, and the node is lost to the project once that fallback goes",
             )
         )
+    readers_granted = cfg.readers and cfg.read_acl == "auth"  # as build_acl grants them
+    if readers_granted and not _grants(acl).get(("digest", cfg.readers[0]), 0) & Permissions.READ:
+        result.findings.append(
+            Finding(
+                path,
+                "no-reader",
+                'the project\'s read-only identity may not read it (made before READ_ACL="auth" granted it, under '
+                "an old key, or by a peer): a READ_ONLY alias cannot see it",
+            )
+        )
     my_users = {ident.split(":", 1)[0] for _, ident in identities(cfg)}
     masked = sorted({_user(e.id) for e in acl if _masked(e.id)})
     if not missing and any(user in my_users for user in masked):
@@ -412,7 +423,7 @@ def fix(session: Session, result: AuditResult) -> list[str]:
     grants). Returns the paths fixed."""
     expected = expected_acl(session.cfg)
     fixed = []
-    for finding in result.fixable:
-        session.client.set_acls(finding.path, expected)
-        fixed.append(finding.path)
+    for path in dict.fromkeys(f.path for f in result.fixable):  # a node may have more than one finding
+        session.client.set_acls(path, expected)
+        fixed.append(path)
     return fixed

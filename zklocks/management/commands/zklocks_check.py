@@ -16,7 +16,7 @@ from kazoo.exceptions import KazooException, NoAuthError, NoNodeError
 from zklocks import conf
 from zklocks.client import serverconf
 from zklocks.exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
-from zklocks.ops import acl_audit
+from zklocks.ops import acl_audit, read_model
 
 _FINDING = {
     "weaker": "weaker ACL than configured: {detail}",
@@ -24,6 +24,7 @@ _FINDING = {
     "ancestor": "a parent of the namespace: {detail}",
     "hidden": "{detail}",
     "old-key": "{detail} (--fix-acls moves it to the current key)",
+    "no-reader": "{detail} (--fix-acls grants it)",
 }
 
 
@@ -85,7 +86,13 @@ class Command(BaseCommand):
         except KazooException as exc:
             self._fail(name, f"could not read {cfg.namespace}: {exc!r}")
             return 1
-        self._ok(name, f"read {cfg.namespace}: {len(children)} node(s) below it")
+        # Every lock, as the admin reads it: a lock node or contender that refuses this identity fails here.
+        snap = read_model.read_alias(cfg.alias)
+        if snap.error:
+            self._fail(name, f"could not read every lock: {snap.error} (manage.py zklocks_check --fix-acls, run "
+                       "with the project's identity, grants the read-only identity READ)")  # fmt: skip
+            return 1
+        self._ok(name, f"read {cfg.namespace}: {len(children)} lock node(s), {len(snap.locks)} lock(s) read")
         return 0
 
     def check_alias(self, cfg: conf.AliasConfig, fix_acls: bool, limit: int | None) -> int:

@@ -83,5 +83,12 @@ class Command(BaseCommand):
         self.stdout.write("")
         self.stdout.write(f"ZKLOCKS = {{{cfg.alias!r}: {{")
         self.stdout.write(f"    {'HOSTS'!r}: {cfg.hosts!r}, {'NAMESPACE'!r}: {cfg.namespace!r},")
+        self.stdout.write(f"    {'READ_ACL'!r}: {cfg.read_acl!r}, {'LAYOUT'!r}: {cfg.layout!r},")
         self.stdout.write(f'    {"READ_ONLY"!r}: True, {"AUTH"!r}: [("digest", "{credential}")],')
+        self.stdout.write("    # and the OPTIONS of TLS (use_ssl, ca, ...) if this alias has them")
         self.stdout.write("}}")
+        if len(cfg.auth) > 1:
+            self.stdout.write(
+                "# SECRET_KEY_FALLBACKS are set: nodes made under an old key grant its own reader until "
+                "`manage.py zklocks_check --fix-acls` moves them; --reader prints the current key's"
+            )
