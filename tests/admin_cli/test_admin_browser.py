@@ -116,7 +116,7 @@ def test_modes_kinds_long_names_and_the_release_button(live_server, allow_orm_be
             page.screenshot(path=str(tmp_path / "detail.png"), full_page=True)
             assert (tmp_path / "detail.png").stat().st_size > 10_000
     finally:
-        for t in (reader, writer, long_holder):
+        for t in (writer, reader, long_holder):  # the writer first: the reader queued behind it ends once it held
             t.release()
 
 
@@ -141,9 +141,11 @@ def test_the_list_looks_like_a_django_changelist_at_1280_and_1920(
         makepath=True,
     )
     try:
-        for width in (1280, 1920):
-            with chromium_page(viewport=(width, 900)) as page:
-                login(page, live_server.url)
+        with chromium_page(viewport=(1280, 900)) as page:
+            login(page, live_server.url)
+            for width in (1280, 1920):
+                page.set_viewport_size({"width": width, "height": 900})
+                page.reload()
                 scroll = page.evaluate("document.documentElement.scrollWidth")
                 assert scroll <= width, f"the list is {scroll}px wide in a {width}px window"
                 results = page.locator("#changelist .results").bounding_box()
@@ -162,5 +164,5 @@ def test_the_list_looks_like_a_django_changelist_at_1280_and_1920(
                     assert box["width"] >= 12 * char, (width, cell.inner_text()[:40], box["width"], char)
                 page.screenshot(path=str(tmp_path / f"list-{width}.png"), full_page=True)
     finally:
-        for t in waiters + holders:
+        for t in holders + waiters:  # holders first: a waiter's thread ends once it held
             t.release()
