@@ -120,7 +120,7 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
     now = time.time()
     named: list[str] = []
     unnamed = 0
-    hidden: dict[str, list[float]] = {}
+    hidden: dict[str, tuple[int, float]] = {}  # alias: how many held too long, and the longest (bounded)
     details = {alias: _shows_details_or_not(alias) for alias in aliases}
 
     done = False
@@ -136,7 +136,8 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
             if held_for is None or held_for <= max_hold:
                 continue
             if not details.get(lock.alias):
-                hidden.setdefault(lock.alias, []).append(held_for)
+                count, longest = hidden.get(lock.alias, (0, 0.0))
+                hidden[lock.alias] = (count + 1, max(longest, held_for))
             elif len(named) < NAMED:
                 who = ", ".join(f"{h.host or '?'} pid {h.pid or '?'}" for h in lock.holders[:3])
                 named.append(
@@ -157,10 +158,10 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
     found += named
     if unnamed:
         found.append(f"and {unnamed} more lock(s) held for longer than MAX_HOLD_SECONDS={max_hold:g}")
-    for alias, times in hidden.items():
+    for alias, (count, longest) in hidden.items():
         found.append(
-            f"alias {alias!r}: {len(times)} lock(s) held for longer than MAX_HOLD_SECONDS={max_hold:g} (the longest "
-            f"{max(times):.0f}s); names, hosts and pids not shown, as the alias's ACL keeps them from other readers "
+            f"alias {alias!r}: {count} lock(s) held for longer than MAX_HOLD_SECONDS={max_hold:g} (the longest "
+            f"{longest:.0f}s); names, hosts and pids not shown, as the alias's ACL keeps them from other readers "
             '(ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"] = True shows them)'
         )
     return found
