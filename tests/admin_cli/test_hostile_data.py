@@ -65,6 +65,16 @@ def detail_url(name: str) -> str:
     return reverse("admin:zklocks_lock_change", args=(quote(Lock.make_key("default", encode_name(name))),))
 
 
+def bulk_lock_nodes(kz, count: int) -> None:
+    """Lock nodes bulk-000 on, with nobody in them, in one transaction."""
+    ns = conf.alias_config().namespace
+    kz.ensure_path(ns)
+    transaction = kz.transaction()
+    for i in range(count):
+        transaction.create(f"{ns}/bulk-{i:03d}")
+    assert all(r is True or isinstance(r, str) for r in transaction.commit())
+
+
 def timed_get(client, url, **params):
     """The response and the faster of up to two tries: a 2-core machine busy with other servers can stall one
     request past FAST, while unbounded work (56 s for 81 forged nodes before the bound) is slow every time."""
@@ -114,12 +124,7 @@ def test_all_of_them_at_once(admin_client, kz):
 
 
 def test_the_list_is_paginated(admin_client, kz):
-    ns = conf.alias_config().namespace
-    kz.ensure_path(ns)
-    transaction = kz.transaction()
-    for i in range(250):
-        transaction.create(f"{ns}/bulk-{i:03d}")
-    assert all(r is True or isinstance(r, str) for r in transaction.commit())
+    bulk_lock_nodes(kz, 250)
     response, took = timed_get(admin_client, LIST)
     html = response.content.decode()
     assert response.status_code == 200 and took < FAST
@@ -205,12 +210,7 @@ def test_above_the_full_read_limit_a_page_reads_only_its_own_locks(admin_client,
     monkeypatch.setattr(
         read_model, "read_locks", lambda wanted, listed: reads.append(len(wanted)) or real(wanted, listed)
     )
-    ns = conf.alias_config().namespace
-    kz.ensure_path(ns)
-    transaction = kz.transaction()
-    for i in range(119):
-        transaction.create(f"{ns}/bulk-{i:03d}")
-    assert all(r is True or isinstance(r, str) for r in transaction.commit())
+    bulk_lock_nodes(kz, 119)
     held = hold("bulk-zz-held", "holder-thread")
     try:
         first = admin_client.get(LIST).content.decode()
