@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import queue
 import threading
 from collections.abc import Callable
 
@@ -18,14 +19,27 @@ from . import clock
 
 log = logging.getLogger("zklocks")
 
+# A wait for the next deadline is measured on the monotonic clock, which stops while the machine sleeps; waking at
+# least this often lets a deadline on the lease clock (which runs through a suspend) be seen soon after a resume.
+LONGEST_WAIT = 1.0
+
+_Call = tuple[float, int, Callable[[], object]]
+
 
 class Dispatcher:
+    """One daemon thread that runs callables at their time, in the order they were scheduled.
+
+    Scheduling is re-entrant: ``call_at`` takes no lock that the caller might already hold. A finalizer, a dying
+    generator's ``finally`` or a signal handler may schedule work from inside any code, including this thread's
+    own loop and another ``call_at``. Only the thread touches the heap, and it drops each callable outside any lock.
+    """
+
     def __init__(self, name: str = "zklocks-dispatch") -> None:
         self.name = name
-        self._cond = threading.Condition(threading.Lock())
-        self._heap: list[tuple[float, int, Callable[[], object]]] = []
+        self._inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()  # put() is re-entrant, unlike a Lock
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._start_lock = threading.RLock()
 
     def call_soon(self, fn: Callable[[], object]) -> None:
         self.call_at(0.0, fn)
@@ -34,26 +48,38 @@ class Dispatcher:
         self.call_at(clock.now() + delay, fn)
 
     def call_at(self, when: float, fn: Callable[[], object]) -> None:
-        with self._cond:
-            heapq.heappush(self._heap, (when, next(self._seq), fn))
+        self._inbox.put((when, next(self._seq), fn))
+        if self._thread is None:
+            self._start()
+
+    def _start(self) -> None:
+        with self._start_lock:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread.start()
-            self._cond.notify()
+                thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread = thread  # before start(): a call made while it starts must not start another
+                thread.start()
 
     def _run(self) -> None:
+        heap: list[_Call] = []
         while True:
-            with self._cond:
-                while True:
-                    now = clock.now()
-                    if self._heap and self._heap[0][0] <= now:
-                        _, _, fn = heapq.heappop(self._heap)
-                        break
-                    self._cond.wait(self._heap[0][0] - now if self._heap else None)
-            try:
-                fn()
-            except BaseException:  # nothing a callback raises may stop this thread
-                log.exception("zklocks background call %r failed", fn)
+            self._receive(heap)
+            if heap and heap[0][0] <= clock.now():
+                fn = heapq.heappop(heap)[2]
+                try:
+                    fn()
+                except BaseException:  # nothing a callback raises may stop this thread
+                    log.exception("zklocks background call %r failed", fn)
+                del fn  # its last reference may run a finalizer that schedules more: no lock is held here
+
+    def _receive(self, heap: list[_Call]) -> None:
+        """Move what was scheduled onto the heap; block until something is due or arrives."""
+        wait = min(LONGEST_WAIT, max(0.0, heap[0][0] - clock.now())) if heap else None  # None: until one arrives
+        try:
+            heapq.heappush(heap, self._inbox.get_nowait() if wait == 0.0 else self._inbox.get(timeout=wait))
+            while True:
+                heapq.heappush(heap, self._inbox.get_nowait())
+        except queue.Empty:
+            pass
 
 
 # Internal work (lease deadlines, clean-up) and signal receivers get separate threads: a receiver that blocks
