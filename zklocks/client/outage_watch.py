@@ -14,6 +14,7 @@ from kazoo.client import KazooClient
 
 from .. import conf
 from . import clock, worker_threads
+from .iohandler import poll_select
 from .kazoolog import KazooLog
 
 log = logging.getLogger("zklocks")
@@ -67,7 +68,9 @@ class OutageWatch:
             oldest = min((entry[0] for entry in list(self._sent.values())), default=None)
             silent_for = now - self.last_answer
             limit = RESPONSE_LIMIT * self.cfg.connect_timeout
-            if oldest is not None and now - oldest > limit and silent_for > limit:
+            late = oldest is not None and now - oldest > limit and silent_for > limit
+            # an answer that arrived but is unread excuses the silence, up to the whole CONNECT_TIMEOUT
+            if late and (silent_for >= self.cfg.connect_timeout or not self._answer_unread()):
                 if not self.unresponsive:
                     self.unresponsive = True
                     self._wake_waiters()
@@ -77,6 +80,23 @@ class OutageWatch:
                 except Exception:
                     log.debug("zklocks: probe of alias %r not sent", self.alias, exc_info=True)
         worker_threads.get().call_later(period, self._watch)
+
+    def _answer_unread(self) -> bool:
+        """The server's bytes wait in our socket: it answered, only this process has not read them yet.
+
+        On a loaded machine kazoo's reading thread may be starved for longer than RESPONSE_LIMIT; a server whose
+        answer has arrived is not silent, and its waiters must not raise ZkUnavailable for our own slowness.
+        """
+        sock = getattr(getattr(self.client, "_connection", None), "_socket", None)
+        if sock is None:
+            return False
+        try:
+            pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted, no longer in the kernel
+            if pending is not None and pending() > 0:
+                return True
+            return bool(poll_select([sock], [], [], 0)[0])
+        except (OSError, ValueError, TypeError):  # closed meanwhile by kazoo's thread
+            return False
 
     def _drop_if_still_down(self, down_since: float) -> None:
         """Disconnected for a whole session timeout: the session is over on every server that still knows it.
