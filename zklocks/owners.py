@@ -20,8 +20,10 @@ from . import forking
 _thread_local = threading.local()
 _numbers = itertools.count(1)
 _task_owners: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_task_owners_lock = threading.Lock()
-_numbers_lock = threading.Lock()
+# Re-entrant: a collection that runs inside these (a dying coroutine's ``async with`` exit asks for its owner)
+# must not wait for its own thread.
+_task_owners_lock = threading.RLock()
+_numbers_lock = threading.RLock()
 
 
 class Owner:
@@ -129,8 +131,8 @@ def acting_as(owner: object) -> Iterator[None]:
 def reset_after_fork() -> None:
     """The locks of a forked child start free (the forking thread may have held one)."""
     global _task_owners_lock, _numbers_lock
-    _task_owners_lock = threading.Lock()
-    _numbers_lock = threading.Lock()
+    _task_owners_lock = threading.RLock()
+    _numbers_lock = threading.RLock()
 
 
 forking.register(reset_after_fork)

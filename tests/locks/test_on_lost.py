@@ -358,3 +358,34 @@ def test_a_thread_body_that_swallows_the_stop_still_leaves_its_with_through_lock
         assert swallowed and isinstance(swallowed[0], LockLost)  # the stop did reach the body
         assert info.value.reason == "expired"
         assert not lock._mine
+
+
+@pytest.mark.timeout(60)
+def test_a_loss_completes_when_a_cancel_holders_loop_is_already_closed(zk_server, zk_expire):
+    """A task took a lock with on_lost="cancel" and its loop ended without releasing it. The loss cannot cancel
+    a task of a closed loop; the rest of the loss still happens: the next lock's stop, the signal, a new session."""
+    with zk_settings(zk_server.hosts, "/onlost-closed-loop"):
+
+        async def take_and_leave():
+            return await zk_lock("left", on_lost="cancel").acquire_async()
+
+        assert asyncio.run(take_and_leave())
+        heard = []
+
+        def on_lost(sender, **kwargs):
+            heard.append(kwargs.get("name"))
+
+        signals.lock_lost.connect(on_lost)
+        try:
+            other = zk_lock("beside", on_lost="cancel")
+            with pytest.raises(LockLost):
+                with other:
+                    session = session_of()
+                    zk_expire(zk_server.hosts, session)
+                    spin_until_stopped(15)
+            assert wait_until(lambda: {"left", "beside"} <= set(heard), timeout=10), heard
+            assert session.dead
+            with zk_lock("left", timeout=5) as again:
+                assert again.is_held
+        finally:
+            signals.lock_lost.disconnect(on_lost)

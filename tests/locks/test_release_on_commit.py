@@ -1,5 +1,6 @@
 """release_on_commit: the lock is released after the database commit, or at once on rollback."""
 
+import gc
 import threading
 import time
 
@@ -43,6 +44,34 @@ def test_rollback_releases_at_once():
             assert held_elsewhere("txn-rb")
             raise RuntimeError("boom")
     assert not held_elsewhere("txn-rb")
+
+
+def test_a_rolled_back_trigger_collected_inside_the_handles_own_lock_releases_soon_after():
+    # Caught in a reference cycle, the trigger dies when the collector runs: here while this thread holds the
+    # handle's lock, which the release needs. The release then runs on the worker thread instead of waiting here.
+    lock = zk_lock("txn-cycle", release_on_commit=True)
+    with pytest.raises(RuntimeError, match="boom"):  # noqa: PT012 the rollback is the whole block
+        with transaction.atomic():
+            with lock:
+                pass
+            cycle = [connection.run_on_commit[-1]]
+            cycle.append(cycle)
+            raise RuntimeError("boom")
+    assert held_elsewhere("txn-cycle")  # the cycle keeps the trigger alive past the rollback
+    del cycle
+    done = threading.Event()
+
+    def collect_inside_the_lock():
+        with lock._mine_lock:
+            gc.collect()
+        done.set()
+
+    threading.Thread(target=collect_inside_the_lock, daemon=True).start()
+    assert done.wait(10), "the collection waited for the lock its own thread holds"
+    deadline = time.monotonic() + 5
+    while held_elsewhere("txn-cycle") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not held_elsewhere("txn-cycle")
 
 
 def test_outside_a_transaction_it_releases_immediately():

@@ -115,8 +115,8 @@ class LeaseKeeping:
         """How long before the deadline the loss is declared: 0, or what the holds' on_lost needs to stop their
         work before the lease ends (handles/stopping.py), at most half the renewal lead so that a renewal
         round always gets its chance first."""
-        with self._lock:
-            wanted = max((getattr(hold, "stop_ahead", 0.0) for hold in self._holds), default=0.0)
+        holds = list(self._holds)  # a copy in one step: holds are removed without the lock (remove_hold)
+        wanted = max((getattr(hold, "stop_ahead", 0.0) for hold in holds), default=0.0)
         return min(wanted, self.renew_ahead() / 2)
 
     def _renew(self) -> None:

@@ -296,8 +296,9 @@ class Session(LeaseKeeping, OutageWatch):
         return True
 
     def remove_hold(self, hold: LossListener) -> None:
-        with self._lock:
-            self._holds.discard(hold)
+        # No lock: a discard is one step under the GIL, and this runs from finalizers too (a release by a dying
+        # generator), which may come while this very thread holds the session's lock.
+        self._holds.discard(hold)
 
     @contextmanager
     def waking(self, event: threading.Event) -> Iterator[threading.Event]:
@@ -312,8 +313,7 @@ class Session(LeaseKeeping, OutageWatch):
         try:
             yield event
         finally:
-            with self._lock:
-                self._waiters.discard(event)
+            self._waiters.discard(event)  # no lock: see remove_hold
 
     def _wake_waiters(self) -> None:
         with self._lock:

@@ -97,7 +97,10 @@ class Hold:
             # Our node may vanish with nobody watching it (the waiters of this process share the session).
             lock_delay.note_lost(self.alias, contender.parent, contender.name, contender.lock_delay)
         for stopper in list(self.stoppers):  # the work first: the signal's receivers may take their time
-            stopper.fire(reason)
+            try:
+                stopper.fire(reason)
+            except Exception:  # one stopper that fails must not keep the others, or the loss, from happening
+                log.exception("zklocks: stopping the work of lock %r failed", self.name)
         if observe.observers:
             observe.lost(self, reason)
         signals.send_async(

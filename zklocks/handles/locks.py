@@ -79,10 +79,13 @@ class ZkLock(BaseHandle):
         if self.rw and lay.read != lay.shared:
             key += ("rw",)  # Curator's read/write lock and its mutex are separate locks on one path
         if self.reentrant:
+            mine = hold_registry.registry.get(key)
+            if mine is not None:
+                mine.session.is_alive()  # declares an overdue loss, whose observers run outside the registry's lock
             with hold_registry.registry_lock:
                 existing = hold_registry.registry.get(key)
                 if existing is not None:
-                    if existing.lost or not existing.is_held:
+                    if existing.lost or existing.session.dead or existing.session.lease_expired():
                         reason = existing.lost_reason or "suspended"
                         raise LockLost(
                             f"lock {self.name!r} (alias {self.using!r}) is already held by this thread or task "

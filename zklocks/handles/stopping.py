@@ -169,7 +169,10 @@ class Stopper:
             if self.mode == "terminate":
                 pass  # outside the lock: it blocks until the process ends
             elif self.loop is not None:
-                self.loop.call_soon_threadsafe(self._cancel_task)
+                try:
+                    self.loop.call_soon_threadsafe(self._cancel_task)
+                except RuntimeError:  # the loop is closed: no task of it runs any more
+                    pass
                 return
             else:
                 return  # a thread: its next checkpoint raises (see the module docstring)
