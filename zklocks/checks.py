@@ -374,10 +374,21 @@ def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     raw = getattr(settings, "ZKLOCKS_BEAT", _UNSET)
     if raw is _UNSET:
         return messages
-    values, problems = celery_conf.validate_beat(raw, frozenset(conf.get_config()[0]))
+    configs = conf.get_config()[0]
+    values, problems = celery_conf.validate_beat(raw, frozenset(configs))
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
         messages.append(cls(p.msg, hint=p.hint, id=p.id))
+    using = values["USING"]
+    if isinstance(using, str) and using in configs and configs[using].read_only:
+        messages.append(
+            checks.Error(
+                f"ZKLOCKS_BEAT: USING={using!r} is a READ_ONLY alias; beat's election and its ticks write to "
+                "ZooKeeper, so no beat could ever lead.",
+                hint="Name an alias that may write (the project's own identity).",
+                id="zklocks.E031",
+            )
+        )
     scheduler = values["SCHEDULER"]
     if isinstance(scheduler, str) and scheduler.strip() and not any(p.id == "zklocks.E030" for p in problems):
         try:

@@ -142,5 +142,7 @@ def test_status_reads_at_most_limit_locks_and_filters_by_name(kz):
     assert "... and 3 more lock(s) not read" in text and "other-lock" not in text
     data = json.loads(run("zklocks_status", "--json", "--limit", "1"))
     assert data["not_read"] == 5 and sum(len(a["locks"]) for a in data["aliases"]) == 1
+    text = run("zklocks_status", "--limit", "0")  # counted, not read: never "no locks"
+    assert "no locks" not in text and "... and 6 more lock(s) not read" in text, text
     with pytest.raises(CommandError, match="--limit"):
         run("zklocks_status", "--limit", "-1")

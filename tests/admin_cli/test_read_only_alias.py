@@ -154,6 +154,16 @@ def test_code_that_takes_locks_on_a_read_only_alias_is_named_by_a_check(monkeypa
     assert len(messages) == 1 and "reports.views.export" in messages[0].msg and "'monitor'" in messages[0].msg
 
 
+def test_beat_on_a_read_only_alias_is_refused_by_a_check():
+    from zklocks.checks import check_beat_settings
+
+    with aliases("127.0.0.1:2181", "/zklocks-reader-beat"), override_settings(ZKLOCKS_BEAT={"USING": "monitor"}):
+        messages = [m for m in check_beat_settings() if m.id == "zklocks.E031"]
+    assert len(messages) == 1 and "READ_ONLY" in messages[0].msg, messages
+    with aliases("127.0.0.1:2181", "/zklocks-reader-beat"), override_settings(ZKLOCKS_BEAT={"USING": "default"}):
+        assert [m for m in check_beat_settings() if m.id == "zklocks.E031"] == []
+
+
 @pytest.mark.timeout(60)
 def test_nodes_that_do_not_grant_the_reader_are_reported_and_fixed(zk_server):
     """A lock node made before READ_ACL="auth" granted the read-only identity (or by a peer) hides its locks

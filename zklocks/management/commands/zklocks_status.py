@@ -40,7 +40,7 @@ class Command(BaseCommand):
         if as_json:
             self.stdout.write(json.dumps({**snap.to_dict(), "not_read": not_read}, indent=2, ensure_ascii=False))
         else:
-            self._table(snap)
+            self._table(snap, counted_only=not_read)
             for a in snap.aliases:
                 for line in a.skipped:
                     self.stderr.write(f"alias {a.alias!r}: {line}")
@@ -49,10 +49,12 @@ class Command(BaseCommand):
         if snap.errors:
             raise CommandError("; ".join(a.error or "" for a in snap.errors), returncode=1)
 
-    def _table(self, snap: snapshots.Snapshot) -> None:
+    def _table(self, snap: snapshots.Snapshot, counted_only: int = 0) -> None:
         now = snap.taken_at
         if not snap.locks:
-            if not snap.errors:  # an alias that could not be read is reported as the error, not as "no locks"
+            # an alias that could not be read is reported as the error, and locks only counted (--limit) by their
+            # count, never as "no locks"
+            if not snap.errors and not counted_only:
                 self.stdout.write("no locks")
             return
         rows = [["ALIAS", "NAME", "KIND", "HOLDER", "HELD FOR", "TOKEN", "QUEUE"]]
