@@ -155,6 +155,7 @@ class LockAdmin(admin.ModelAdmin):
         # aliases); above it, only the page's, whatever the namespace holds.
         partial = len(names.locks) > read_model.FULL_READ_LIMIT
         if partial:
+            kind_filter = ""  # a kind is known only once read: the filter is off, and its links go
             page = Paginator(named, PER_PAGE).get_page(request.GET.get(PAGE_VAR))
             snap = read_model.read_locks(list(page.object_list), names)
             page.object_list = snap.locks

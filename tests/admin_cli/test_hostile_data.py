@@ -222,6 +222,10 @@ def test_above_the_full_read_limit_a_page_reads_only_its_own_locks(admin_client,
         assert "holder-thread" in row[: row.index("</tr>")]
         searched = admin_client.get(LIST, {"q": "zz"}).content.decode()
         assert reads[-1] == 1 and searched.count('<tr class="zk-lock"') == 1
+        # the kind filter is off, and not shown as if it applied
+        kinded = admin_client.get(LIST, {"kind": "exclusive"}).content.decode()
+        assert 'data-filter-title="kind"' not in kinded and "kind=exclusive" not in kinded
+        assert kinded.count('<tr class="zk-lock"') == 100
     finally:
         held.release()
 
