@@ -27,8 +27,9 @@ MATRIX = [
     (interpreter("3.13"), "Django>=6.1,<6.2"),  # pyproject.toml's classifiers claim 3.13
 ]
 
-# The ends of pyproject.toml's kazoo range (zklocks.client.kazoo_compat.SUPPORTED): the lowest on the oldest Python, the
-# highest on the newest. zklocks hooks kazoo internals, so each end runs the lock tests and the self-check's.
+# The ends of pyproject.toml's kazoo range (zklocks.client.kazoo_adapter.compat.SUPPORTED): the lowest on the oldest
+# Python, the highest on the newest. zklocks hooks kazoo internals, so each end runs the lock tests and the
+# self-check's.
 KAZOO = [
     (interpreter("3.11"), "kazoo==2.9.0"),
     (interpreter("3.13"), "kazoo==2.11.0"),

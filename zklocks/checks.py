@@ -32,8 +32,9 @@ SingleExecutionBackend): E110 (its OPTIONS are invalid: no wrapped BACKEND, OPTI
 alias), W110 (an unknown key in its OPTIONS), E111 (a task option is invalid, e.g. a lock_key naming a missing
 argument: the task was refused with InvalidTask), W111 (a ``tasks`` module of an installed app failed to import).
 
-The installed kazoo: E060 (a kazoo internal that zklocks hooks for its lease is missing, has another signature or
-is no longer called through ``self``: no session would start; see zklocks/client/kazoo_compat.py).
+The installed kazoo: E060 (a kazoo internal that zklocks relies on is missing, has another signature or is no
+longer called through ``self``, or a record has other fields: no session would start; see
+zklocks/client/kazoo_adapter/compat.py).
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
@@ -59,7 +60,7 @@ from django.core import checks
 from . import conf, middleware
 from .celery import conf as celery_conf
 from .celery import discover
-from .client import kazoo_compat
+from .client.kazoo_adapter import compat as kazoo_compat
 from .exceptions import ZkAuthError, ZkConfigError, ZkUnavailable
 from .identity import project_keys
 from .ops import security_checks
@@ -213,7 +214,7 @@ def check_server_conf(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 
 
 def check_kazoo(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
-    """System check E060: the installed kazoo still has every internal zklocks hooks (kazoo_compat.verify)."""
+    """System check E060: the installed kazoo still has every internal zklocks relies on (kazoo_compat.verify)."""
     try:
         kazoo_compat.verify()
     except ZkConfigError as exc:

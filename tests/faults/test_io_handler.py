@@ -131,14 +131,14 @@ def connection(pair):
     """kazoo's own ConnectionHandler, unstarted, reading from one end of a socket pair with the short path."""
     from kazoo.client import KazooClient
 
-    from zklocks.client.iohandler import read_without_select
+    from zklocks.client.kazoo_adapter.hooks import read_without_select
 
     client = KazooClient(hosts="127.0.0.1:1", handler=PollingHandler())
     conn = client._connection
     a, b = pair
     a.setblocking(False)
     conn._socket = a
-    read_without_select(conn)
+    read_without_select(client)
     return conn, b
 
 

@@ -1,4 +1,5 @@
-"""The self-check of the kazoo internals zklocks hooks (zklocks.client.kazoo_compat, system check zklocks.E060)."""
+"""The self-check of the kazoo internals zklocks uses (zklocks.client.kazoo_adapter.compat, system check
+zklocks.E060)."""
 
 import pytest
 from django.core import checks as django_checks
@@ -7,7 +8,7 @@ from kazoo.protocol.connection import ConnectionHandler
 
 from zklocks import ZkConfigError, zk_lock
 from zklocks.checks import check_kazoo
-from zklocks.client import kazoo_compat
+from zklocks.client.kazoo_adapter import compat as kazoo_compat
 
 
 def _without(cls: type, name: str) -> type:
@@ -90,8 +91,17 @@ def test_a_request_record_with_other_fields_is_refused(monkeypatch):
     from kazoo.protocol import serialization
 
     # A kazoo whose Delete took its version first: a delete built as Delete(path, version) would go out garbled.
-    swapped = namedtuple("Delete", "version path")
-    records = tuple((swapped if r is serialization.Delete else r, f) for r, f in kazoo_compat._RECORDS)
-    monkeypatch.setattr(kazoo_compat, "_RECORDS", records)
+    monkeypatch.setattr(serialization, "Delete", namedtuple("Delete", "version path"))
     with pytest.raises(ZkConfigError, match=r"Delete is not a record of \(path, version\)"):
         kazoo_compat.verify(ConnectionHandler, KazooClient)
+
+
+def test_a_connection_without_its_wake_socket_or_a_kazoo_without_its_close_is_refused(monkeypatch):
+    from kazoo.protocol import serialization
+
+    monkeypatch.delattr(serialization, "CloseInstance")
+    with pytest.raises(ZkConfigError) as caught:
+        kazoo_compat.verify(_without(_without(_without(ConnectionHandler, "__init__"), "start"), "close"))
+    message = str(caught.value)
+    assert "ConnectionHandler no longer sets self._write_sock (the signal-safe send" in message
+    assert "kazoo.protocol.serialization.CloseInstance is missing" in message

@@ -7,8 +7,9 @@ few Python objects, each time. Under contention that is a large share of a hando
 
 - ``PollingHandler`` answers the same question with one ``poll(2)`` call. Like kazoo's own, it has no limit on
   descriptor numbers (``select(2)`` stops at 1024).
-- ``read_without_select`` lets the reads of an answer try the (non-blocking) socket first: the loop has just seen it
-  readable, and the body usually arrives with its length. Only a read that finds nothing waits in a select.
+- ``read_without_select`` (kazoo_adapter/hooks.py) lets the reads of an answer try the (non-blocking) socket first:
+  the loop has just seen it readable, and the body usually arrives with its length. Only a read that finds nothing
+  waits in a select.
 
 Where ``select.poll`` does not exist (Windows), ``PollingHandler`` uses kazoo's own select and the short read path
 stays off. Either way its results and Events are signal-safe (interrupts.py).
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import math
 import select as _select
-import socket
 import threading
 from typing import Any
 
@@ -82,32 +82,3 @@ class PollingHandler(SequentialThreadingHandler):
 
 # What sessions use unless OPTIONS names a handler.
 DEFAULT_HANDLER: type[SequentialThreadingHandler] = PollingHandler
-
-
-def read_without_select(conn: Any) -> None:
-    """Wrap the ``_read`` of kazoo's ``ConnectionHandler`` ``conn``, if it runs on a PollingHandler (see the
-    module's docstring).
-
-    Only plain sockets take the short path. A read that finds no data or a closed peer goes through kazoo's own
-    read, which waits or reports the dropped connection; a socket error is reported as kazoo's read reports it.
-    """
-    if not HAS_POLL or not isinstance(conn.handler, PollingHandler):
-        return  # another handler's sockets (gevent, eventlet) are not ours to read; no short path without poll(2)
-    kazoo_read = conn._read
-
-    def _read(length: int, timeout: float) -> bytes:
-        sock = conn._socket
-        if length <= 0 or type(sock) is not socket.socket:  # TLS has its own framing; a bad length is kazoo's
-            return kazoo_read(length, timeout)
-        with conn._socket_error_handling():  # a socket error is a dropped connection, in kazoo's words
-            try:
-                chunk = sock.recv(length)  # kazoo's sockets are non-blocking
-            except BlockingIOError:
-                return kazoo_read(length, timeout)
-        if len(chunk) == length:
-            return chunk
-        if not chunk:
-            return kazoo_read(length, timeout)  # closed by the peer: kazoo's read reports it
-        return chunk + kazoo_read(length - len(chunk), timeout)
-
-    conn._read = _read

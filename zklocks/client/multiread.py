@@ -37,6 +37,8 @@ from kazoo.protocol.serialization import (
     stat_struct,
 )
 
+from .kazoo_adapter.calls import children_request, data_request, operation_header, send
+
 DATA, CHILDREN = "data", "children"
 BATCH = 64  # most reads per request (nodes of zklocks' own hold about 1 KB; as fast as 200 per request here)
 REQUEST_BYTES = 128 * 1024  # most path bytes per request, far below a server's jute.maxbuffer (1 MB)
@@ -57,7 +59,7 @@ class MultiRead(namedtuple("MultiRead", "operations")):
     def serialize(self) -> bytearray:
         b = bytearray()
         for op in self.operations:
-            b.extend(MultiHeader(op.type, False, -1).serialize() + op.serialize())
+            b.extend(operation_header(op.type).serialize() + op.serialize())
         return b + multiheader_struct.pack(-1, True, -1)
 
     @classmethod
@@ -90,7 +92,7 @@ class MultiRead(namedtuple("MultiRead", "operations")):
 
 def _op(client, kind: str, path: str):
     full = (client.chroot or "") + path
-    return GetData(full, None) if kind == DATA else GetChildren(full, None)
+    return data_request(full) if kind == DATA else children_request(full)
 
 
 def _single(client, kind: str, path: str):
@@ -99,8 +101,8 @@ def _single(client, kind: str, path: str):
 
 def _send(client, ops: list[tuple[str, str]]):
     result = client.handler.async_result()
-    # kazoo has no public call for a request type it does not know; _call is how its own Transaction sends.
-    client._call(MultiRead([_op(client, kind, path) for kind, path in ops]), result)
+    # kazoo has no public call for a request type it does not know: sent as its own Transaction sends.
+    send(client, MultiRead([_op(client, kind, path) for kind, path in ops]), result)
     return result
 
 

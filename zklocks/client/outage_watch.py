@@ -15,6 +15,7 @@ from kazoo.client import KazooClient
 from .. import conf
 from . import clock, worker_threads
 from .iohandler import poll_select
+from .kazoo_adapter.calls import connection_socket
 from .kazoolog import KazooLog
 
 log = logging.getLogger("zklocks")
@@ -87,7 +88,7 @@ class OutageWatch:
         On a loaded machine kazoo's reading thread may be starved for longer than RESPONSE_LIMIT; a server whose
         answer has arrived is not silent, and its waiters must not raise ZkUnavailable for our own slowness.
         """
-        sock = getattr(getattr(self.client, "_connection", None), "_socket", None)
+        sock = connection_socket(self.client)
         if sock is None:
             return False
         try:

@@ -7,8 +7,8 @@ time. Past that moment every hold on the session is lost, the session is closed 
 must not keep our nodes alive) and the pool opens a fresh one for the next acquire.
 
 The keeper of the lease is in lease_keeping.py, the watch for a silent or refusing server in outage_watch.py
-(both parts of :class:`Session`), what is passed to KazooClient in kazoo_options.py and the hook on its request
-path in kazoo_hooks.py.
+(both parts of :class:`Session`), what is passed to KazooClient in kazoo_options.py and the hooks on its request
+path and its connection in kazoo_adapter/hooks.py.
 
 Holds are anything with ``mark_lost(reason)`` and the attributes ``lost``/``lost_reason`` (:class:`LossListener`):
 this module knows nothing of lock handles.
@@ -31,10 +31,11 @@ from kazoo.protocol.states import KazooState, KeeperState
 
 from .. import conf
 from ..exceptions import ZkAuthError, ZkUnavailable
-from . import abandoned, clock, kazoo_compat, lease, observe, worker_threads
+from . import abandoned, clock, lease, observe, worker_threads
 from .interrupts import new_event, raised_by_signal_handler, unmasked
-from .iohandler import DEFAULT_HANDLER, read_without_select
-from .kazoo_hooks import raise_through_wakeup, refuse_writes, send_close
+from .iohandler import DEFAULT_HANDLER
+from .kazoo_adapter import compat as kazoo_compat
+from .kazoo_adapter.hooks import raise_through_wakeup, read_without_select, refuse_writes, send_close, wrap_connection
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
 from .kazoolog import KazooLog
 from .lease_keeping import LeaseKeeping
@@ -109,11 +110,11 @@ class Session(LeaseKeeping, OutageWatch):
             connection_retry=retry,
             **options,
         )
-        self._instrument(self.client._connection)
+        self._instrument()
         raise_through_wakeup(self.client)
         if cfg.read_only:
             refuse_writes(self.client, cfg.alias)
-        read_without_select(self.client._connection)  # with zklocks' handler only
+        read_without_select(self.client)  # with zklocks' handler only
         self.client.add_listener(self._on_state)
 
     # -- lease evidence (runs on kazoo's connection thread: record only, never block) --
@@ -122,13 +123,12 @@ class Session(LeaseKeeping, OutageWatch):
         gap = lease.relay_gap(self.timeout, self.cfg.tick_time)
         return lease.Evidence(gap, horizon=self.timeout + gap + 1.0)
 
-    def _instrument(self, conn) -> None:
+    def _instrument(self) -> None:
         """Record send times and opcodes of requests, and their answers, from kazoo's I/O loop."""
         sent = self._sent
-        orig_submit, orig_read_header, orig_invoke = conn._submit, conn._read_header, conn._invoke
         zxid = [0]  # the highest zxid this connection has seen in an answer
 
-        def _submit(request, timeout, xid=None):
+        def submit(orig_submit, request, timeout, xid=None):
             self.last_sent = clock.now()
             if request.type in lease.UNTOUCHED:
                 return orig_submit(request, timeout, xid)  # answered without touching the session
@@ -136,7 +136,7 @@ class Session(LeaseKeeping, OutageWatch):
             sent.setdefault(xid, (clock.now(), request.type, zxid[0]))
             return orig_submit(request, timeout, xid)
 
-        def _read_header(timeout):
+        def read_header(orig_read_header, timeout):
             header, buf, offset = orig_read_header(timeout)
             self.last_answer = clock.now()
             self.unresponsive = False
@@ -153,7 +153,7 @@ class Session(LeaseKeeping, OutageWatch):
                 zxid[0] = header.zxid
             return header, buf, offset
 
-        def _invoke(timeout, request, xid=None):
+        def invoke(orig_invoke, timeout, request, xid=None):
             if not isinstance(request, Connect):
                 return orig_invoke(timeout, request, xid)
             # The connect handshake: kazoo reports CONNECTED (and our waiters go on) before its _connect returns,
@@ -185,7 +185,7 @@ class Session(LeaseKeeping, OutageWatch):
                         self._arm_keeper(clock.now(), force=True)  # the deadline moved earlier
             return answer
 
-        conn._submit, conn._read_header, conn._invoke = _submit, _read_header, _invoke
+        wrap_connection(self.client, submit=submit, read_header=read_header, invoke=invoke)
 
     def _has_interest(self) -> bool:
         return bool(self._holds or self._waiters)

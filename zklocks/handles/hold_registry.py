@@ -12,11 +12,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from kazoo.protocol.serialization import Exists
 from kazoo.protocol.states import EventType
 
 from .. import conf, forking, signals
 from ..client import observe, worker_threads
+from ..client.kazoo_adapter.calls import data_watchers, exists_request, send
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..owners import current_owner
@@ -319,7 +319,7 @@ def watch_own_node(hold: Hold) -> None:
         if client.chroot:  # kazoo's methods strip it
             client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
         else:
-            client._call(Exists(contender.node, on_own_node), _OwnNodeRead(hold, judge, on_failed))
+            send(client, exists_request(contender.node, on_own_node), _OwnNodeRead(hold, judge, on_failed))
 
     hold.own_watch = on_own_node
     rearm()
@@ -365,7 +365,7 @@ def forget_own_watch(hold: Hold) -> None:
     client = hold.session.client
     # kazoo keys its table by the path it sent (with the chroot, if any). A watch read not answered yet (a body
     # shorter than a round trip) registers after this: its notification then wakes a watcher that does nothing.
-    watchers = client._data_watchers.get((client.chroot or "") + (hold.contender.node or ""))
+    watchers = data_watchers(client, (client.chroot or "") + (hold.contender.node or ""))
     if watchers is not None:
         watchers.discard(watcher)
 

@@ -8,6 +8,7 @@ import collections
 import weakref
 
 from .. import forking
+from ..client.kazoo_adapter.calls import unanswered
 from ..client.session import Session
 from .kazoo_calls import Deadline, DeadlinePassed
 
@@ -17,8 +18,7 @@ IN_FLIGHT = 500
 
 
 def _in_flight(session: Session) -> int:
-    client = session.client
-    return len(client._queue) + len(client._pending)  # sent and unanswered, or not sent yet
+    return unanswered(session.client)  # sent and unanswered, or not sent yet
 
 
 class _Gate:

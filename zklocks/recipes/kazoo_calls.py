@@ -21,19 +21,16 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.serialization import Exists, GetChildren, Sync
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from ..client.interrupts import unmasked
+from ..client.kazoo_adapter.calls import children_request, create_contender_async, exists_request, send, sync_request
 from ..exceptions import ZkAuthError, ZkLocksError, ZkUnavailable
 
 if TYPE_CHECKING:
     from ..client.session import Session
 
 NOAUTH_HINT = "Check the alias's AUTH credentials and the ACL of its NAMESPACE."
-
-
-_EPHEMERAL_SEQUENTIAL = 1 | 2  # kazoo's create flags
 
 
 def create_contender(client, prefix: str, data: bytes, acl):
@@ -43,14 +40,14 @@ def create_contender(client, prefix: str, data: bytes, acl):
     kazoo's ``create_async`` hands its answer to its callback thread before the caller sees it: a thread hop per
     acquire, behind whatever callbacks were queued before it. Without a chroot (whose prefix kazoo's callback
     strips), its inner create is answered by the connection thread itself. As with kazoo's, an error of the send
-    is the result's; an exception raised by a signal handler reaches the caller (kazoo_hooks.py).
+    is the result's; an exception raised by a signal handler reaches the caller (kazoo_adapter/hooks.py).
     """
     if client.chroot:
         return client.create_async(prefix, data, acl=acl, ephemeral=True, sequence=True, include_data=True)
     if acl is None:
         acl = client.default_acl or OPEN_ACL_UNSAFE
     try:
-        return client._create_async_inner(prefix, data, acl, _EPHEMERAL_SEQUENTIAL, trailing=True, include_data=True)
+        return create_contender_async(client, prefix, data, acl)
     except KazooException as exc:  # the client is closed or its session ended: kazoo's create fails the result
         failed = client.handler.async_result()
         failed.set_exception(exc)
@@ -58,12 +55,12 @@ def create_contender(client, prefix: str, data: bytes, acl):
 
 
 def send_request(client, request):
-    """Send one of kazoo's request records through the client's request path (``_call``, with the session's hook:
-    kazoo_hooks.py); the result is answered by the connection thread. For paths that are clean already (built by
-    names.py and the layouts) on a client without a chroot: kazoo's public methods would check and normalize them
-    again on every call, which is most of their cost on the lock's path."""
+    """Send one of kazoo's request records through the client's request path (with the session's hooks:
+    kazoo_adapter/hooks.py); the result is answered by the connection thread. For paths that are clean already
+    (built by names.py and the layouts) on a client without a chroot: kazoo's public methods would check and
+    normalize them again on every call, which is most of their cost on the lock's path."""
     result = client.handler.async_result()
-    client._call(request, result)
+    send(client, request, result)
     return result
 
 
@@ -76,14 +73,14 @@ def synced_exists(client, path: str):
     """
     if client.chroot:
         return _AfterSync(client.sync_async(path), client.exists_async(path))
-    return _AfterSync(send_request(client, Sync(path)), send_request(client, Exists(path, None)))
+    return _AfterSync(send_request(client, sync_request(path)), send_request(client, exists_request(path)))
 
 
 def children_of(client, parent: str):
     """The children of ``parent`` (a result), read without a watch."""
     if client.chroot:
         return client.get_children_async(parent)
-    return send_request(client, GetChildren(parent, None))
+    return send_request(client, children_request(parent))
 
 
 def synced_children(client, parent: str):
@@ -94,7 +91,7 @@ def synced_children(client, parent: str):
     ZkUnavailable (as :func:`synced_exists`)."""
     if client.chroot:
         return _AfterSync(client.sync_async(parent), client.get_children_async(parent))
-    return _AfterSync(send_request(client, Sync(parent)), send_request(client, GetChildren(parent, None)))
+    return _AfterSync(send_request(client, sync_request(parent)), send_request(client, children_request(parent)))
 
 
 class CheckedResult:

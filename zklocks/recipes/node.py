@@ -19,9 +19,9 @@ from kazoo.exceptions import (
     RolledBackError,
     SessionExpiredError,
 )
-from kazoo.protocol.serialization import Delete, SetData, Transaction
 
 from ..client import worker_threads
+from ..client.kazoo_adapter.calls import delete_request, send, set_data_request, transaction_request
 from ..client.session import Session
 from ..exceptions import ZkAuthError, ZkLocksError
 from . import layout, step_runner
@@ -143,7 +143,7 @@ class OwnNode:
             self._left = True
             return
         # _send_delete's request, answered to an outcome that the connection thread settles itself.
-        client._call(_delete_request(node, held, self.parent if self.guards else None), _DeleteOutcome(self))
+        send(client, _delete_request(node, held, self.parent if self.guards else None), _DeleteOutcome(self))
         self._left = True  # after the send: an exception inside it leaves abandon() to make sure
 
     def _send_delete(self, node: str, held: bool):
@@ -203,11 +203,11 @@ def _delete_request(node: str, held: bool, guarded: str | None = None):
     """The release's request (see OwnNode._send_delete), as kazoo's record; ``guarded``: the lock node whose
     data holds our hold's lock-delay guard, cleared in the same transaction (a clean release)."""
     if not held:
-        return Delete(node, -1)
-    ops = [SetData(node, RELEASED, -1), Delete(node, -1)]
+        return delete_request(node)
+    ops = [set_data_request(node, RELEASED), delete_request(node)]
     if guarded is not None:
-        ops.append(SetData(guarded, b"", -1))
-    return Transaction(ops)
+        ops.append(set_data_request(guarded, b""))
+    return transaction_request(ops)
 
 
 class _DeleteOutcome:

@@ -1,11 +1,18 @@
-"""A hook on a KazooClient's request path, installed by every session (session.py)."""
+"""The hooks every session installs on its KazooClient (session.py): on its request path, and on its connection
+(the lease's view of the traffic, the short read path)."""
 
 from __future__ import annotations
+
+import functools
+import socket
+from collections.abc import Callable
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, KazooException
 from kazoo.protocol.serialization import CloseInstance
 from kazoo.protocol.states import KeeperState
+
+from ..iohandler import HAS_POLL, PollingHandler
 
 
 def raise_through_wakeup(client: KazooClient) -> None:
@@ -22,7 +29,7 @@ def raise_through_wakeup(client: KazooClient) -> None:
     kazoo_call = client._call
 
     def _call(request, async_object):
-        if client._state in (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION):
+        if client.client_state in (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION):
             return kazoo_call(request, async_object)  # fails the request at once, nothing is queued
         try:
             client._queue.append((request, async_object))
@@ -64,7 +71,7 @@ def refuse_writes(client: KazooClient, alias: str) -> None:
     """A READ_ONLY alias's client: every write fails before it is sent (ZkConfigError), whichever path forgot
     to refuse first, so that its identity never makes a node (a namespace it made under an open "/" would be
     the reader's, and lock the project out)."""
-    from ..exceptions import ZkConfigError
+    from ...exceptions import ZkConfigError
 
     call = client._call
 
@@ -96,3 +103,45 @@ def wake(client: KazooClient) -> None:
             write_sock.send(b"\0")
         except OSError:
             pass
+
+
+def wrap_connection(client: KazooClient, *, submit: Callable, read_header: Callable, invoke: Callable) -> None:
+    """Call each wrapper where kazoo's connection thread calls the method of the client's ConnectionHandler, with
+    kazoo's method first: ``submit(kazoo_submit, request, timeout, xid=None)`` for each request sent,
+    ``read_header(kazoo_read_header, timeout)`` for each answer (it returns ``(header, buffer, offset)``),
+    ``invoke(kazoo_invoke, timeout, request, xid=None)`` for the handshake's request. kazoo calls them through
+    ``self`` (compat.py checks that it does)."""
+    conn = client._connection
+    conn._submit = functools.partial(submit, conn._submit)
+    conn._read_header = functools.partial(read_header, conn._read_header)
+    conn._invoke = functools.partial(invoke, conn._invoke)
+
+
+def read_without_select(client: KazooClient) -> None:
+    """Wrap the ``_read`` of the client's ConnectionHandler, if it runs on a PollingHandler (iohandler.py): the reads
+    of an answer try the (non-blocking) socket first.
+
+    Only plain sockets take the short path. A read that finds no data or a closed peer goes through kazoo's own
+    read, which waits or reports the dropped connection; a socket error is reported as kazoo's read reports it.
+    """
+    conn = client._connection
+    if not HAS_POLL or not isinstance(conn.handler, PollingHandler):
+        return  # another handler's sockets (gevent, eventlet) are not ours to read; no short path without poll(2)
+    kazoo_read = conn._read
+
+    def _read(length: int, timeout: float) -> bytes:
+        sock = conn._socket
+        if length <= 0 or type(sock) is not socket.socket:  # TLS has its own framing; a bad length is kazoo's
+            return kazoo_read(length, timeout)
+        with conn._socket_error_handling():  # a socket error is a dropped connection, in kazoo's words
+            try:
+                chunk = sock.recv(length)  # kazoo's sockets are non-blocking
+            except BlockingIOError:
+                return kazoo_read(length, timeout)
+        if len(chunk) == length:
+            return chunk
+        if not chunk:
+            return kazoo_read(length, timeout)  # closed by the peer: kazoo's read reports it
+        return chunk + kazoo_read(length - len(chunk), timeout)
+
+    conn._read = _read

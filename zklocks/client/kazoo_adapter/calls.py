@@ -1,0 +1,70 @@
+"""The calls other modules make instead of naming kazoo's private attributes, and kazoo's request records built
+by position (compat.py checks their fields)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.protocol.serialization import Delete, Exists, GetChildren, GetData, MultiHeader, SetData, Sync, Transaction
+
+_EPHEMERAL_SEQUENTIAL = 1 | 2  # kazoo's create flags
+
+
+def send(client: KazooClient, request: Any, result: Any) -> None:
+    """Send a request record through the client's request path (with the session's hooks), as kazoo's own
+    Transaction does; the connection thread calls ``result.set`` or ``result.set_exception``."""
+    client._call(request, result)
+
+
+def create_contender_async(client: KazooClient, path: str, data: bytes, acl: Any) -> Any:
+    """Create an ephemeral sequential node, with its stat, answered by the connection thread (kazoo's callback
+    thread is skipped)."""
+    return client._create_async_inner(path, data, acl, _EPHEMERAL_SEQUENTIAL, trailing=True, include_data=True)
+
+
+def unanswered(client: KazooClient) -> int:
+    """The client's requests not sent yet, or sent and not answered yet."""
+    return len(client._queue) + len(client._pending)
+
+
+def data_watchers(client: KazooClient, path: str) -> set | None:
+    """The data watchers kazoo keeps for ``path`` (as sent: with the chroot), or None."""
+    return client._data_watchers.get(path)
+
+
+def connection_socket(client: Any) -> Any:
+    """The socket of the client's connection, or None."""
+    return getattr(getattr(client, "_connection", None), "_socket", None)
+
+
+def sync_request(path: str) -> Sync:
+    return Sync(path)
+
+
+def exists_request(path: str | None, watcher: Any = None) -> Exists:
+    return Exists(path, watcher)
+
+
+def children_request(path: str) -> GetChildren:
+    return GetChildren(path, None)
+
+
+def data_request(path: str) -> GetData:
+    return GetData(path, None)
+
+
+def delete_request(path: str) -> Delete:
+    return Delete(path, -1)  # any version
+
+
+def set_data_request(path: str, data: bytes) -> SetData:
+    return SetData(path, data, -1)  # any version
+
+
+def transaction_request(operations: list[Any]) -> Transaction:
+    return Transaction(operations)
+
+
+def operation_header(op_type: int) -> MultiHeader:
+    return MultiHeader(op_type, False, -1)  # of one operation in a multi request
