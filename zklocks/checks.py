@@ -34,7 +34,8 @@ argument: the task was refused with InvalidTask), W111 (a ``tasks`` module of an
 
 The installed kazoo: E060 (a kazoo internal that zklocks relies on is missing, has another signature or is no
 longer called through ``self``, or a record has other fields: no session would start; see
-zklocks/client/kazoo_adapter/compat.py).
+zklocks/client/kazoo_adapter/compat.py). The interpreter: W062 (a CPython internal of the signal-safe waits is
+missing: the standard library's Condition and Event are used instead; zklocks/client/interrupts.py).
 
 Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
 E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
@@ -214,19 +215,34 @@ def check_server_conf(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 
 
 def check_kazoo(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
-    """System check E060: the installed kazoo still has every internal zklocks relies on (kazoo_compat.verify)."""
+    """System check E060: the installed kazoo still has every internal zklocks relies on (kazoo_compat.verify);
+    W062: the interpreter lacks a CPython internal of the signal-safe waits (client/interrupts.py)."""
+    from .client import interrupts
+
+    messages: list[checks.CheckMessage] = []
     try:
         kazoo_compat.verify()
     except ZkConfigError as exc:
-        return [
+        messages.append(
             checks.Error(
                 f"{exc}.",
                 hint=f'Install a tested kazoo: pip install "{kazoo_compat.SUPPORTED}". Until then every lock '
                 "raises ZkConfigError instead of starting a session.",
                 id="zklocks.E060",
             )
-        ]
-    return []
+        )
+    missing = interrupts.cpython_internals_missing()
+    if missing:
+        messages.append(
+            checks.Warning(
+                f"This Python lacks {', '.join(missing)}: zklocks waits on the standard library's Condition and "
+                "Event, where an exception raised by a signal handler (Celery's soft time limit, a SIGALRM "
+                "handler) can leave one of their locks taken.",
+                hint="Run zklocks on a tested CPython (3.11 to 3.13), or silence this where no signal handler raises.",
+                id="zklocks.W062",
+            )
+        )
+    return messages
 
 
 def acl_messages(where: str, result) -> list[checks.CheckMessage]:

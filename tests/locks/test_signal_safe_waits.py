@@ -88,3 +88,18 @@ def test_an_alarm_in_a_set_loses_no_wake_up():
                 event.set()  # the alarm came before the set did anything: set now
             assert woken.wait(1.0), "the waiter was not woken although the flag is set"
     assert interrupted > 0, rounds
+
+
+def test_the_cpython_internals_are_checked_and_their_absence_falls_back_to_the_standard_library(monkeypatch):
+    from zklocks.checks import check_kazoo
+    from zklocks.client import interrupts
+
+    assert interrupts.cpython_internals_missing() == []  # the tested interpreters have them all
+    assert type(interrupts.new_event()) is interrupts.SafeEvent
+    assert not [m for m in check_kazoo() if m.id == "zklocks.W062"]
+    monkeypatch.setattr(interrupts, "RLOCK_INTERNALS", (*interrupts.RLOCK_INTERNALS, "_gone_in_a_later_python"))
+    (warning,) = [m for m in check_kazoo() if m.id == "zklocks.W062"]
+    assert "_thread.RLock._gone_in_a_later_python" in warning.msg
+    monkeypatch.setattr(interrupts, "_SAFE_WAITS", False)
+    assert type(interrupts.new_event()) is threading.Event
+    assert type(interrupts.new_condition()) is threading.Condition

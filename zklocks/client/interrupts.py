@@ -157,17 +157,40 @@ class SafeEvent(threading.Event):
                 raise
 
 
+# CPython's own names that SafeCondition and SafeEvent build on (threading.Condition and Event use the same ones).
+# An interpreter that lacks one gets the standard library's Condition and Event: correct, but with the window a
+# signal handler's exception can land in (system check zklocks.W062 says so).
+RLOCK_INTERNALS = ("_is_owned", "_release_save", "_acquire_restore", "_recursion_count", "_at_fork_reinit")
+EVENT_INTERNALS = ("_flag", "_cond")
+
+
+def cpython_internals_missing() -> list[str]:
+    """The CPython internals of :class:`SafeCondition` and :class:`SafeEvent` this interpreter lacks."""
+    missing = [f"_thread.RLock.{name}" for name in RLOCK_INTERNALS if not hasattr(_thread.RLock, name)]
+    event = threading.Event()
+    missing += [f"threading.Event().{name}" for name in EVENT_INTERNALS if not hasattr(event, name)]
+    return missing
+
+
+_SAFE_WAITS = not cpython_internals_missing()
+
+
 def green_threads() -> bool:
     """Whether gevent or eventlet has patched threads into greenlets: then their own locks must be used (a C lock
     taken by one greenlet would block every other one in the thread), and the stdlib's Condition and Event are."""
     return not isinstance(_thread.allocate_lock, BuiltinFunctionType)
 
 
+def safe_waits() -> bool:
+    """Whether waits use :class:`SafeCondition`: CPython's internals are there, and threads are not green."""
+    return _SAFE_WAITS and not green_threads()
+
+
 def new_condition() -> Any:
-    """A :class:`SafeCondition`, or with green threads threading's own Condition."""
-    return threading.Condition() if green_threads() else SafeCondition()
+    """A :class:`SafeCondition`, or threading's own Condition (green threads, or the internals missing)."""
+    return SafeCondition() if safe_waits() else threading.Condition()
 
 
 def new_event() -> threading.Event:
-    """A :class:`SafeEvent`, or with green threads threading's own Event."""
-    return threading.Event() if green_threads() else SafeEvent()
+    """A :class:`SafeEvent`, or threading's own Event (green threads, or the internals missing)."""
+    return SafeEvent() if safe_waits() else threading.Event()
