@@ -238,7 +238,8 @@ def check_kazoo(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
                 f"This Python lacks {', '.join(missing)}: zklocks waits on the standard library's Condition and "
                 "Event, where an exception raised by a signal handler (Celery's soft time limit, a SIGALRM "
                 "handler) can leave one of their locks taken.",
-                hint="Run zklocks on a tested CPython (3.11 to 3.13), or silence this where no signal handler raises.",
+                hint="Run a CPython that has them (3.12, 3.13, or a recent 3.11 release), or silence this where no "
+                "signal handler raises.",
                 id="zklocks.W062",
             )
         )

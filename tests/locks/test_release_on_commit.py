@@ -46,10 +46,12 @@ def test_rollback_releases_at_once():
     assert not held_elsewhere("txn-rb")
 
 
-def test_a_rolled_back_trigger_collected_inside_the_handles_own_lock_releases_soon_after():
+def test_a_rolled_back_trigger_collected_inside_the_handles_own_lock_releases_soon_after(request):
     # Caught in a reference cycle, the trigger dies when the collector runs: here while this thread holds the
     # handle's lock, which the release needs. The release then runs on the worker thread instead of waiting here.
     lock = zk_lock("txn-cycle", release_on_commit=True)
+    gc.disable()  # an automatic collection on this thread would release it before the test's own
+    request.addfinalizer(gc.enable)
     with pytest.raises(RuntimeError, match="boom"):  # noqa: PT012 the rollback is the whole block
         with transaction.atomic():
             with lock:

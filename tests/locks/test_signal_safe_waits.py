@@ -94,9 +94,9 @@ def test_the_cpython_internals_are_checked_and_their_absence_falls_back_to_the_s
     from zklocks.checks import check_kazoo
     from zklocks.client import interrupts
 
-    assert interrupts.cpython_internals_missing() == []  # the tested interpreters have them all
-    assert type(interrupts.new_event()) is interrupts.SafeEvent
-    assert not [m for m in check_kazoo() if m.id == "zklocks.W062"]
+    missing = interrupts.cpython_internals_missing()  # none on 3.12 and 3.13; early 3.11 releases lack one
+    assert (type(interrupts.new_event()) is interrupts.SafeEvent) == (not missing)
+    assert bool([m for m in check_kazoo() if m.id == "zklocks.W062"]) == bool(missing)
     monkeypatch.setattr(interrupts, "RLOCK_INTERNALS", (*interrupts.RLOCK_INTERNALS, "_gone_in_a_later_python"))
     (warning,) = [m for m in check_kazoo() if m.id == "zklocks.W062"]
     assert "_thread.RLock._gone_in_a_later_python" in warning.msg

@@ -7,6 +7,7 @@ session's, set by ``Session.__init__``.
 from __future__ import annotations
 
 import logging
+import select
 import threading
 from typing import TYPE_CHECKING
 
@@ -14,7 +15,7 @@ from kazoo.client import KazooClient
 
 from .. import conf
 from . import clock, worker_threads
-from .iohandler import poll_select
+from .iohandler import HAS_POLL, poll_select
 from .kazoo_adapter.calls import connection_socket
 from .kazoolog import KazooLog
 
@@ -63,24 +64,28 @@ class OutageWatch:
             if self.dead or not self._waiters:
                 self._watching = False
                 return
-        period = self.cfg.connect_timeout / 4
-        now = clock.now()
-        if self._connected.is_set():
-            oldest = min((entry[0] for entry in list(self._sent.values())), default=None)
-            silent_for = now - self.last_answer
-            limit = RESPONSE_LIMIT * self.cfg.connect_timeout
-            late = oldest is not None and now - oldest > limit and silent_for > limit
-            # an answer that arrived but is unread excuses the silence, up to the whole CONNECT_TIMEOUT
-            if late and (silent_for >= self.cfg.connect_timeout or not self._answer_unread()):
-                if not self.unresponsive:
-                    self.unresponsive = True
-                    self._wake_waiters()
-            elif oldest is None and now - self.last_sent >= period:
-                try:
-                    self.client.exists_async("/")
-                except Exception:
-                    log.debug("zklocks: probe of alias %r not sent", self.alias, exc_info=True)
-        worker_threads.get().call_later(period, self._watch)
+        period = next_look = self.cfg.connect_timeout / 4
+        try:
+            now = clock.now()
+            if self._connected.is_set():
+                oldest = min((entry[0] for entry in list(self._sent.values())), default=None)
+                silent_for = now - self.last_answer
+                limit = RESPONSE_LIMIT * self.cfg.connect_timeout
+                late = oldest is not None and now - oldest > limit and silent_for > limit
+                # an answer that arrived but is unread excuses the silence, up to the whole CONNECT_TIMEOUT
+                if late and (silent_for >= self.cfg.connect_timeout or not self._answer_unread()):
+                    if not self.unresponsive:
+                        self.unresponsive = True
+                        self._wake_waiters()
+                elif late:  # excused: look again when the excuse runs out, not a whole period later
+                    next_look = min(period, self.cfg.connect_timeout - silent_for)
+                elif oldest is None and now - self.last_sent >= period:
+                    try:
+                        self.client.exists_async("/")
+                    except Exception:
+                        log.debug("zklocks: probe of alias %r not sent", self.alias, exc_info=True)
+        finally:  # whatever failed above, the watch goes on while something waits
+            worker_threads.get().call_later(next_look, self._watch)
 
     def _answer_unread(self) -> bool:
         """The server's bytes wait in our socket: it answered, only this process has not read them yet.
@@ -91,11 +96,11 @@ class OutageWatch:
         sock = connection_socket(self.client)
         if sock is None:
             return False
+        # Only the kernel's buffer: an SSL object's own (pending()) is kazoo's thread's, which may be reading it.
         try:
-            pending = getattr(sock, "pending", None)  # TLS: bytes already decrypted, no longer in the kernel
-            if pending is not None and pending() > 0:
-                return True
-            return bool(poll_select([sock], [], [], 0)[0])
+            if HAS_POLL:
+                return bool(poll_select([sock], [], [], 0)[0])
+            return bool(select.select([sock], [], [], 0)[0])
         except (OSError, ValueError, TypeError):  # closed meanwhile by kazoo's thread
             return False
 

@@ -27,7 +27,7 @@ _Call = tuple[float, int, Callable[[], object]]
 
 
 class Dispatcher:
-    """One daemon thread that runs callables at their time, in the order they were scheduled.
+    """One daemon thread that runs callables at their time; calls due at the same time run in the order scheduled.
 
     Scheduling is re-entrant: ``call_at`` takes no lock that the caller might already hold. A finalizer, a dying
     generator's ``finally`` or a signal handler may schedule work from inside any code, including this thread's
@@ -39,6 +39,7 @@ class Dispatcher:
         self._inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()  # put() is re-entrant, unlike a Lock
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
+        self._starting = False
         self._start_lock = threading.RLock()
 
     def call_soon(self, fn: Callable[[], object]) -> None:
@@ -54,10 +55,15 @@ class Dispatcher:
 
     def _start(self) -> None:
         with self._start_lock:
-            if self._thread is None:
+            if self._thread is not None or self._starting:
+                return  # a call made while the thread starts (a finalizer on this thread): its work is queued
+            self._starting = True
+            try:
                 thread = threading.Thread(target=self._run, name=self.name, daemon=True)
-                self._thread = thread  # before start(): a call made while it starts must not start another
                 thread.start()
+                self._thread = thread  # only once it runs: a start that failed is tried again by the next call
+            finally:
+                self._starting = False
 
     def _run(self) -> None:
         heap: list[_Call] = []

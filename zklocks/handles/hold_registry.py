@@ -16,6 +16,7 @@ from kazoo.protocol.states import EventType
 
 from .. import conf, forking, signals
 from ..client import observe, worker_threads
+from ..client.interrupts import raised_by_signal_handler
 from ..client.kazoo_adapter.calls import data_watchers, exists_request, send
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
@@ -96,11 +97,15 @@ class Hold:
         if getattr(contender, "lock_delay", 0) and contender.name and reason != "max_hold":  # max_hold releases cleanly
             # Our node may vanish with nobody watching it (the waiters of this process share the session).
             lock_delay.note_lost(self.alias, contender.parent, contender.name, contender.lock_delay)
+        interrupted: BaseException | None = None
         for stopper in list(self.stoppers):  # the work first: the signal's receivers may take their time
             try:
                 stopper.fire(reason)
-            except Exception:  # one stopper that fails must not keep the others, or the loss, from happening
-                log.exception("zklocks: stopping the work of lock %r failed", self.name)
+            except Exception as exc:  # one stopper that fails must not keep the others, or the loss, from happening
+                if raised_by_signal_handler(exc):
+                    interrupted = interrupted or exc  # the caller's: raised once the loss is complete
+                else:
+                    log.exception("zklocks: stopping the work of lock %r failed", self.name)
         if observe.observers:
             observe.lost(self, reason)
         signals.send_async(
@@ -113,6 +118,8 @@ class Hold:
             reason=reason,
             task_id=self.task_id,
         )
+        if interrupted is not None:
+            raise interrupted
 
     def verdict(self, stat) -> str | None:
         """What a read of our node (its stat, or None) says of this hold: "deleted", "changed" (written by someone
@@ -272,8 +279,8 @@ class LongHolds:
                 if guarded:
                     watch_own_node(hold)  # only our identity may touch it: a force-release, heard from now on
                 record_acquired_at(hold, waited, acquired_at)
-        if next_at is not None:
-            worker_threads.get().call_at(next_at, self._tick)
+        if next_at is not None:  # on time.monotonic(): a delay, not a time on the dispatcher's clock
+            worker_threads.get().call_later(max(0.0, next_at - time.monotonic()), self._tick)
 
 
 def watch_own_node(hold: Hold) -> None:
