@@ -39,7 +39,10 @@ def allow_orm_beside_playwright(monkeypatch):
 def test_beat_page_and_status_command_show_the_election_and_every_entry(
     zk_server, redis_server, zklocks_settings, live_server, allow_orm_beside_playwright
 ):
-    d = Deployment(SimpleNamespace(hosts=zk_server.hosts, servers=[zk_server]), redis_server.url, PERSISTENT)
+    # The server's longest session (4 s), not the fault tests' 2 s: a CPU-starved machine must not move the
+    # leadership between the looks this test compares (it did once, with two copies of the suite side by side).
+    ensemble = SimpleNamespace(hosts=zk_server.hosts, servers=[zk_server])
+    d = Deployment(ensemble, redis_server.url, PERSISTENT, session_timeout=4.0)
     d.environ["ZKLOCKS_TEST_BEAT_CATCHUP"] = "1"  # five entries every 2 s, one per catch-up policy
     election = d.environ["ZKLOCKS_TEST_BEAT_ELECTION"]
     zklocks_settings(NAMESPACE=d.env.namespace)
