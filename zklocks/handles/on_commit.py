@@ -3,6 +3,7 @@ release waits for the commit (``transaction.on_commit``), and runs at once on ro
 
 from __future__ import annotations
 
+import collections
 import gc
 import threading
 import weakref
@@ -10,22 +11,21 @@ from typing import Any
 
 from ..owners import acting_as, current_owner
 
-# Threads inside a garbage collection. A rolled-back trigger normally dies in Django's own code, where this thread
-# holds none of our locks, and the release runs at once. One that was caught in a reference cycle dies whenever
-# the collector runs, perhaps inside one of our locks on this thread: its release goes to the worker thread.
-_collecting: set[int] = set()
+# Whether a garbage collection is under way: the collector calls this C method with ("start" | "stop", info),
+# which moves that key last. A C callable, so that no signal handler's exception can land in it and be lost
+# (the collector swallows what its callbacks raise). A rolled-back trigger normally dies in Django's own code,
+# where this thread holds none of our locks, and the release runs at once. One caught in a reference cycle dies
+# when the collector runs, perhaps inside one of our locks on this very thread: its release gets a thread.
+_phase: collections.OrderedDict[str, None] = collections.OrderedDict(start=None, stop=None)
 
 
-def _gc_phase(phase: str, _info: dict) -> None:
-    if phase == "start":
-        _collecting.add(threading.get_ident())
-    else:
-        _collecting.discard(threading.get_ident())
+def _in_collection() -> bool:
+    return next(reversed(_phase)) == "start"
 
 
 def _watch_collections() -> None:
-    if _gc_phase not in gc.callbacks:  # two threads may both add it: a second copy changes nothing
-        gc.callbacks.append(_gc_phase)
+    if _phase.move_to_end not in gc.callbacks:  # two threads may both add it: a second copy changes nothing
+        gc.callbacks.append(_phase.move_to_end)  # type: ignore[arg-type]  # info, a non-empty dict: last=True
 
 
 def release_after_commit(handle: Any, release_on_commit: bool | str) -> None:
@@ -71,10 +71,8 @@ class _OwnerRelease:
         self.fire()
 
     def on_rollback(self) -> None:
-        if threading.get_ident() in _collecting:
-            from ..client import worker_threads
-
-            worker_threads.get().call_soon(self.fire)
+        if _in_collection():  # not the worker thread's: a release may wait on ZooKeeper, lease deadlines may not
+            threading.Thread(target=self.fire, name="zklocks-rollback-release", daemon=True).start()
         else:
             self.fire()
 
