@@ -149,7 +149,7 @@ class LockAdmin(admin.ModelAdmin):
             refresh = 0
         refresh = refresh if refresh in REFRESH_CHOICES else 0
         aliases = conf.aliases()
-        names = read_model.listing([alias_filter] if alias_filter in aliases else aliases)
+        names = read_model.listing([alias_filter] if alias_filter in aliases else read_model.distinct_aliases(aliases))
         named = [lock for lock in names.locks if not query or query.casefold() in lock.name.casefold()]
         # Up to FULL_READ_LIMIT lock nodes every lock is read (totals, the kind filter, deadlocks across the
         # aliases); above it, only the page's, whatever the namespace holds.

@@ -154,6 +154,18 @@ def test_code_that_takes_locks_on_a_read_only_alias_is_named_by_a_check(monkeypa
     assert len(messages) == 1 and "reports.views.export" in messages[0].msg and "'monitor'" in messages[0].msg
 
 
+def test_a_read_only_alias_on_a_writable_aliass_namespace_is_listed_once():
+    from zklocks.ops.read_model import distinct_aliases
+
+    with aliases("127.0.0.1:2181", "/zklocks-reader-once"):
+        assert distinct_aliases(["default", "monitor"]) == ["default"]  # the admin and zklocks_status list these
+        assert distinct_aliases(["monitor"]) == ["monitor"]  # asked for by name, or alone on a monitoring host
+    with aliases("127.0.0.1:2181", "/zklocks-reader-once", reader={"NAMESPACE": "/elsewhere"}):
+        assert distinct_aliases(["default", "monitor"]) == ["default", "monitor"]
+    with aliases("127.0.0.1:2181", "/zklocks-reader-once", reader={"HOSTS": "0x7f000001:2181"}):
+        assert distinct_aliases(["default", "monitor"]) == ["default"]  # the same server, another spelling
+
+
 def test_beat_on_a_read_only_alias_is_refused_by_a_check():
     from zklocks.checks import check_beat_settings
 

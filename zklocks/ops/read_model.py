@@ -449,6 +449,22 @@ def snapshot(aliases: list[str] | None = None) -> Snapshot:
     return Snapshot(taken_at=taken_at, aliases=_read_all([(alias, None) for alias in wanted]))
 
 
+def distinct_aliases(aliases: list[str]) -> list[str]:
+    """``aliases`` less each READ_ONLY one that reads a namespace a writable alias of the list reads too (the
+    same servers, in any address form, and the same NAMESPACE): its locks are shown once, under the alias that
+    may release them. An alias whose settings are invalid stays, for its error to be seen."""
+    from .. import conf
+
+    configs = conf.get_config()[0]
+
+    def place(alias: str) -> tuple[frozenset[str], str]:
+        return conf.servers(configs[alias].hosts), configs[alias].namespace
+
+    valid = [a for a in aliases if a in configs]
+    writable = {place(a) for a in valid if not configs[a].read_only}
+    return [a for a in aliases if a not in configs or not configs[a].read_only or place(a) not in writable]
+
+
 def listing(aliases: list[str]) -> Snapshot:
     """The lock nodes of ``aliases`` by name only (one request per alias): what a page reads before it reads
     the locks it shows, where a namespace holds too many to read them all (FULL_READ_LIMIT)."""

@@ -33,7 +33,7 @@ class Command(BaseCommand):
         if limit is not None and limit < 0:
             raise CommandError("--limit must be 0 or more")
         # Names first (one request per alias), then only the locks shown: bounded whatever the namespace holds.
-        names = read_model.listing(alias or conf.aliases())
+        names = read_model.listing(alias or read_model.distinct_aliases(conf.aliases()))
         wanted = [lock for lock in names.locks if name.casefold() in lock.name.casefold()]
         not_read = max(0, len(wanted) - limit) if limit is not None else 0
         snap = read_model.read_locks(wanted[: len(wanted) - not_read], names)
