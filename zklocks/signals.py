@@ -23,7 +23,7 @@ task_deduplicated = Signal()
 
 
 def send_async(signal: Signal, sender: object, **kwargs: object) -> None:
-    """Queue ``signal`` for the dispatch thread; free when nobody listens."""
+    """Queue ``signal`` for the worker thread; free when nobody listens."""
     if not signal.receivers or not signal.has_listeners(sender):  # the first test costs nothing, the second a lock
         return
     worker_threads.signals().call_soon(lambda: signal.send_robust(sender, **kwargs))

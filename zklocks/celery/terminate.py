@@ -1,7 +1,7 @@
 """``on_lost="terminate"`` for SingleExecutionTask: the worker process that runs the task ends before the lease
 ends, and the task is recorded as failed with LockLost (docs/celery.md, "When the lock is lost").
 
-On the dispatch thread that decides the loss (handles/stopping.py, TERMINATE_AHEAD before the lease deadline):
+On the worker thread that decides the loss (handles/stopping.py, TERMINATE_AHEAD before the lease deadline):
 
 1. the failure is stored in the result backend, for as long as the lease leaves (a solo worker has no parent to
    record anything; a prefork child's parent records a WorkerLostError, which :func:`restore_lock_lost` turns
@@ -71,7 +71,7 @@ def _take_note(task_id: str) -> str | None:
 
 
 def terminator(task: Any, request: Any, lock: Any, name: str) -> Callable[[Any], None]:
-    """What the stopper of one execution calls to end its process (runs on the dispatch thread)."""
+    """What the stopper of one execution calls to end its process (runs on the worker thread)."""
     task_id = getattr(request, "id", None)
     if task_id is not None and not getattr(request, "is_eager", False):
         _warm(task.backend, task_id)

@@ -90,7 +90,7 @@ class LeaseKeeping:
         worker_threads.get().call_at(at, lambda: self._keep(gen))
 
     def _keep(self, gen: int) -> None:
-        """On the dispatch thread: declare the loss at the lease deadline, renew ahead of it."""
+        """On the worker thread: declare the loss at the lease deadline, renew ahead of it."""
         with self._lock:
             if gen != self._keeper_gen:
                 return  # replaced by a newer schedule

@@ -4,7 +4,7 @@ This module imports nothing of zklocks: client/session.py, handles/hold_registry
 and the observers register themselves here. With no observer registered every call is one test of an empty tuple.
 
 Observer methods (all optional; see :class:`Observer`) must be cheap and must not raise: they run on the
-acquiring thread, on kazoo's connection thread (session states) and on zklocks' dispatch thread (losses).
+acquiring thread, on kazoo's connection thread (session states) and on zklocks' worker thread (losses).
 """
 
 from __future__ import annotations

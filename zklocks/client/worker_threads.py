@@ -26,7 +26,7 @@ LONGEST_WAIT = 1.0
 _Call = tuple[float, int, Callable[[], object]]
 
 
-class Dispatcher:
+class WorkerThread:
     """One daemon thread that runs callables at their time; calls due at the same time run in the order scheduled.
 
     Scheduling is re-entrant: ``call_at`` takes no lock that the caller might already hold. A finalizer, a dying
@@ -34,7 +34,7 @@ class Dispatcher:
     own loop and another ``call_at``. Only the thread touches the heap, and it drops each callable outside any lock.
     """
 
-    def __init__(self, name: str = "zklocks-dispatch") -> None:
+    def __init__(self, name: str = "zklocks-worker") -> None:
         self.name = name
         self._inbox: queue.SimpleQueue[_Call] = queue.SimpleQueue()  # put() is re-entrant, unlike a Lock
         self._seq = itertools.count()
@@ -90,23 +90,23 @@ class Dispatcher:
 
 # Internal work (lease deadlines, clean-up) and signal receivers get separate threads: a receiver that blocks
 # must never delay the moment a lost lock is declared lost.
-dispatcher = Dispatcher("zklocks-dispatch")
-signal_dispatcher = Dispatcher("zklocks-signals")
+worker = WorkerThread("zklocks-worker")
+signal_worker = WorkerThread("zklocks-signals")
 
 
 def reset_after_fork() -> None:
     """In a forked child the threads are gone; start afresh and never run the parent's pending work."""
-    global dispatcher, signal_dispatcher
-    dispatcher = Dispatcher("zklocks-dispatch")
-    signal_dispatcher = Dispatcher("zklocks-signals")
+    global worker, signal_worker
+    worker = WorkerThread("zklocks-worker")
+    signal_worker = WorkerThread("zklocks-signals")
 
 
-def get() -> Dispatcher:
-    return dispatcher
+def get() -> WorkerThread:
+    return worker
 
 
-def signals() -> Dispatcher:
-    return signal_dispatcher
+def signals() -> WorkerThread:
+    return signal_worker
 
 
 forking.register(reset_after_fork)

@@ -141,7 +141,7 @@ class Enforcing:
         worker_threads.get().call_later(left, lambda: self._end_at_cap(hold))
 
     def _end_at_cap(self, hold: Hold) -> None:
-        """On the dispatch thread: the hold reached max_hold. It ends as a loss; the node goes with its release
+        """On the worker thread: the hold reached max_hold. It ends as a loss; the node goes with its release
         mark. A stopped holder deletes it in its own release, once its work has stopped; a holder that is only
         notified loses the node now."""
         if hold.count <= 0 or hold.lost:

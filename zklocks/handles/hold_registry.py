@@ -236,7 +236,7 @@ class LongHolds:
     marks the hold lost (docs/security.md, "No forged handoff"). Where anyone may write our nodes (no AUTH) the
     watch is set at the grant, one more request per acquire; where only the alias's identity may (a guarded
     ACL), from LONG_HOLD on, so that short holds keep the fast path's three requests. Holds younger than
-    LONG_HOLD are looked at by one periodic tick on the dispatch thread: once a hold that waited has lasted that
+    LONG_HOLD are looked at by one periodic tick on the worker thread: once a hold that waited has lasted that
     long we record acquired_at with one asynchronous set: an exclusive holder's in the lock node (its own node
     changes only at the release, node_data.marks_release_only), a reader's or a lease's in its own node (a
     successor's data watch re-arms without waking, see queue.Contender.wait_steps; our own watch knows the write
@@ -279,7 +279,7 @@ class LongHolds:
                 if guarded:
                     watch_own_node(hold)  # only our identity may touch it: a force-release, heard from now on
                 record_acquired_at(hold, waited, acquired_at)
-        if next_at is not None:  # on time.monotonic(): a delay, not a time on the dispatcher's clock
+        if next_at is not None:  # on time.monotonic(): a delay, not a time on the worker thread's clock
             worker_threads.get().call_later(max(0.0, next_at - time.monotonic()), self._tick)
 
 
@@ -335,7 +335,7 @@ def watch_own_node(hold: Hold) -> None:
 class _OwnNodeRead:
     """Where the answer of the read that sets a hold's watch on its own node goes. kazoo's connection thread calls
     ``set`` or ``set_exception`` on it: the usual answer (our node, at a version we wrote) ends there, without a
-    hop to kazoo's callback thread at every acquire; anything else is judged on the dispatch thread."""
+    hop to kazoo's callback thread at every acquire; anything else is judged on the worker thread."""
 
     __slots__ = ("hold", "judge", "failed")
 

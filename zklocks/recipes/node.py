@@ -213,7 +213,7 @@ def _delete_request(node: str, held: bool, guarded: str | None = None):
 class _DeleteOutcome:
     """Where the answer of a delete that nobody waits for goes (``delete_nowait``). kazoo's connection thread calls
     ``set`` or ``set_exception`` on it: a success ends there, with no hop to kazoo's callback thread (which a
-    result's rawlink costs at every release); a failure goes to the dispatch thread, as ``_on_deleted`` would take
+    result's rawlink costs at every release); a failure goes to the worker thread, as ``_on_deleted`` would take
     it (a connection loss: GuaranteedDelete retries; anything else: delete_failed)."""
 
     __slots__ = ("contender",)
@@ -279,7 +279,7 @@ def delete_failed(contender: OwnNode, exc: Exception) -> None:
 class GuaranteedDelete:
     """Deletes a contender's node in the background, through connection loss, until its session ends.
 
-    Runs entirely from kazoo completion callbacks and the dispatch thread; it never blocks either.
+    Runs entirely from kazoo completion callbacks and the worker thread; it never blocks either.
     """
 
     def __init__(self, contender: OwnNode) -> None:
