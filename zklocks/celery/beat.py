@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any
 from celery.beat import Scheduler
 from celery.utils.log import get_logger
 
+from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..handles.election import ZkLeader
 from ..recipes import beatstate
-from ..recipes.kazoo_calls import Deadline
 from . import beat_fence, beat_status, catchup, schedule_share
 from . import conf as celery_conf
 

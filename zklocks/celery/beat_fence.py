@@ -33,10 +33,11 @@ from django.core import signing
 from django.core.exceptions import ImproperlyConfigured
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
+from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..names import join_path
 from ..recipes.beatstate import entry_node
-from ..recipes.kazoo_calls import Deadline, call
+from ..recipes.kazoo_calls import call
 from ..recipes.layout import beat_state_path
 from . import conf as celery_conf
 

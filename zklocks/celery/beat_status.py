@@ -37,11 +37,11 @@ def status_bytes(inner: Any, policies: dict[str, catchup.Policy], default: catch
 
 def read(alias: str | None = None, election: str | None = None) -> dict[str, Any]:
     """The election and its entries as plain data (JSON-able); ``error`` set if ZooKeeper could not be read."""
+    from ..client.deadline import Deadline
     from ..client.pools import connections
     from ..names import join_path
     from ..ops import read_model
     from ..recipes import beatstate
-    from ..recipes.kazoo_calls import Deadline
     from . import conf as celery_conf
 
     values = celery_conf.beat_settings()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from kazoo.exceptions import NoNodeError
 
+from ..client.deadline import Deadline
 from ..client.interrupts import raised_by_signal_handler
 from ..client.pools import connections
 from ..names import join_path
 from ..recipes import layout, node_data
-from ..recipes.kazoo_calls import Deadline, call
+from ..recipes.kazoo_calls import call
 
 
 def holder_task_id(using: str, name: str, same_call: str | None = None) -> str | None:

@@ -120,10 +120,10 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
     Never raises: a beat that could not publish runs (and, elected, leads) with its own schedule."""
     import time
 
+    from ..client.deadline import Deadline
     from ..client.pools import connections
     from ..names import join_path
     from ..recipes import beatstate
-    from ..recipes.kazoo_calls import Deadline
 
     try:
         data = dumps(beat_schedule, host, time.time())
@@ -147,8 +147,8 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
 
 def follow(hold: Any, inner: Any, seen: int | None, app: Any, log: Any) -> tuple[int | None, bool]:
     """Merge the shared schedule into ``inner`` if it changed since ``seen``: (the version now seen, applied)."""
+    from ..client.deadline import Deadline
     from ..recipes import beatstate
-    from ..recipes.kazoo_calls import Deadline
 
     deadline = Deadline(hold.session.cfg.connect_timeout)
     parent = hold.contender.parent

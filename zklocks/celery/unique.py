@@ -25,12 +25,13 @@ from typing import Any
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from .. import conf
+from ..client.deadline import Deadline, DeadlinePassed
 from ..client.pools import Pool, connections
 from ..client.session import Session
 from ..exceptions import ZkLocksError, ZkUnavailable
 from ..names import join_path
 from ..recipes import node_data
-from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
+from ..recipes.kazoo_calls import SessionGone, call
 from ..recipes.layout import queued_marker_path
 from .holder_task import holder_task_id
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from ..client.deadline import Deadline
 from ..exceptions import LockNotAcquired
-from ..recipes.kazoo_calls import Deadline
 from .async_bridge import acquire_off_loop, refuse_in_event_loop
 
 

@@ -19,6 +19,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 
 from .. import owners, signals
 from ..client import observe
+from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..exceptions import (
     LockLost,
@@ -30,7 +31,7 @@ from ..exceptions import (
 from ..names import join_path, validate_name
 from ..owners import current_owner
 from ..recipes import step_runner
-from ..recipes.kazoo_calls import Deadline, translate
+from ..recipes.kazoo_calls import translate
 from ..recipes.layout import Kind
 from ..recipes.node import layout_of
 from ..recipes.step_runner import Steps

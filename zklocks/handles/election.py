@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import functools
 
+from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..exceptions import LockLost
 from ..names import join_path
 from ..recipes import layout, node_data, queue
-from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from ..recipes.step_runner import Steps
 from . import hold_registry

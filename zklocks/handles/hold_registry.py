@@ -16,13 +16,14 @@ from kazoo.protocol.states import EventType
 
 from .. import conf, forking, signals
 from ..client import observe, worker_threads
+from ..client.deadline import Deadline, DeadlinePassed
 from ..client.interrupts import raised_by_signal_handler
 from ..client.kazoo_adapter.calls import data_watchers, exists_request, send
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..owners import current_owner
 from ..recipes import layout, lock_delay, node_data
-from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call, synced_exists
+from ..recipes.kazoo_calls import SessionGone, call, synced_exists
 from ..recipes.node import OwnNode, noting
 from ..recipes.queue import Contender, gone_again
 from ..recipes.step_runner import Steps

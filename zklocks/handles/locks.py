@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 
 from .. import conf, lock_delay_option
+from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..exceptions import (
     LockLost,
@@ -18,7 +19,6 @@ from ..exceptions import (
 from ..names import join_path
 from ..owners import current_owner
 from ..recipes import layout, node_data, queue
-from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from ..recipes.step_runner import Steps
 from . import hold_registry

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..names import join_path
 from ..recipes import node_data, semaphore
-from ..recipes.kazoo_calls import Deadline
 from ..recipes.layout import Kind
 from ..recipes.step_runner import Blocking, Steps
 from . import hold_registry

@@ -33,10 +33,11 @@ from kazoo.exceptions import NoNodeError
 from kazoo.security import Permissions
 
 from .. import conf, forking
+from ..client.deadline import Deadline, DeadlinePassed
 from ..client.kazoo_options import build_acl
 from ..client.pools import connections
 from ..exceptions import ZkLocksError
-from ..recipes.kazoo_calls import Deadline, DeadlinePassed, SessionGone, call
+from ..recipes.kazoo_calls import SessionGone, call
 from ..recipes.layout import Kind
 
 NAMED = 10  # locks held too long that a failure names; the others are counted

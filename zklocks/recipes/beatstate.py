@@ -28,10 +28,11 @@ from typing import Any, NamedTuple
 
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
+from ..client.deadline import Deadline
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..names import MAX_NAME_LENGTH, encode_name
-from .kazoo_calls import Deadline, SessionGone, call, wait_result
+from .kazoo_calls import SessionGone, call, wait_result
 from .layout import beat_state_path
 
 

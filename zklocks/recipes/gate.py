@@ -8,9 +8,9 @@ import collections
 import weakref
 
 from .. import forking
+from ..client.deadline import Deadline, DeadlinePassed
 from ..client.kazoo_adapter.calls import unanswered
 from ..client.session import Session
-from .kazoo_calls import Deadline, DeadlinePassed
 
 # Requests a session may have unanswered before the loop driver holds back the next burst (Pace): at a few
 # thousand answers a second, a lease renewal waits well under a second behind them.

@@ -29,10 +29,11 @@ from typing import Any
 from kazoo.exceptions import NoNodeError
 
 from .. import forking
+from ..client.deadline import Deadline, DeadlinePassed
 from ..exceptions import LockNotAcquired, ZkAuthError
 from ..lock_delay_option import valid
 from . import layout, node_data
-from .kazoo_calls import Deadline, DeadlinePassed, SessionGone
+from .kazoo_calls import SessionGone
 from .step_runner import NewWaker, Request, Sleep, Steps
 
 log = logging.getLogger("zklocks")

@@ -21,11 +21,12 @@ from kazoo.exceptions import (
 )
 
 from ..client import worker_threads
+from ..client.deadline import Deadline, DeadlinePassed
 from ..client.kazoo_adapter.calls import delete_request, send, set_data_request, transaction_request
 from ..client.session import Session
 from ..exceptions import ZkAuthError, ZkLocksError
 from . import layout, step_runner
-from .kazoo_calls import CheckedResult, Deadline, DeadlinePassed, SessionGone, send_request, wait_result
+from .kazoo_calls import CheckedResult, SessionGone, send_request, wait_result
 from .step_runner import Request, Steps
 
 log = logging.getLogger("zklocks")

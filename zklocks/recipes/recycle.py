@@ -9,9 +9,9 @@ import logging
 
 from kazoo.exceptions import NoNodeError, NotEmptyError
 
+from ..client.deadline import Deadline
 from ..client.session import Session
 from ..exceptions import ZkAuthError
-from .kazoo_calls import Deadline
 from .step_runner import Request, Steps
 
 log = logging.getLogger("zklocks")

@@ -19,11 +19,12 @@ import threading
 
 from kazoo.exceptions import BadVersionError, ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
+from ..client.deadline import Deadline, DeadlinePassed
 from ..client.interrupts import new_event
 from ..client.session import Session
 from ..exceptions import LockNotAcquired, LockTimeout, SemaphoreMismatch, ZkAuthError, ZkUnavailable
 from . import queue
-from .kazoo_calls import Deadline, DeadlinePassed, SessionGone, call, create_contender, wait_result
+from .kazoo_calls import SessionGone, call, create_contender, wait_result
 from .layout import Kind
 from .node import SENDING, layout_of
 from .queue import Contender
