@@ -34,7 +34,7 @@ from kazoo.client import KazooClient
 from tests.support.beat_schedules import PAUSE_LINE
 from tests.support.celery_harness import CeleryEnv, CeleryWorker
 from tests.support.helpers import ROOT, read_records, wait_until
-from zklocks.recipes.beatstate import entry_node
+from zklocks.celery.beat_state import entry_node
 from zklocks.recipes.layout import beat_state_path
 from zklocks.testing import ZkEnsemble
 from zklocks.testing.proxy import TcpProxy

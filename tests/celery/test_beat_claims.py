@@ -18,7 +18,7 @@ from kazoo.client import KazooClient
 
 from tests.celery.test_beat import PERSISTENT, SESSION_TIMEOUT, Beat, Deployment
 from tests.support.helpers import wait_until
-from zklocks.recipes.beatstate import entry_node
+from zklocks.celery.beat_state import entry_node
 from zklocks.recipes.layout import beat_state_path
 from zklocks.testing import ZkEnsemble
 

@@ -9,10 +9,10 @@ import pytest
 
 from tests.support.helpers import wait_until
 from zklocks.celery.beat_fence import StaleTick, admit
+from zklocks.celery.beat_state import world_of
 from zklocks.client.deadline import Deadline
 from zklocks.client.pools import connections
 from zklocks.names import join_path
-from zklocks.recipes.beatstate import world_of
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(120)]
 

@@ -22,7 +22,7 @@ from kazoo.client import KazooClient
 
 from tests.celery.test_beat import DATABASE, ELECTED, PERSISTENT, Beat, Deployment
 from tests.support.helpers import ROOT, wait_until
-from zklocks.recipes.beatstate import SCHEDULE
+from zklocks.celery.beat_state import SCHEDULE
 from zklocks.recipes.layout import beat_state_path
 from zklocks.testing import ZkEnsemble
 

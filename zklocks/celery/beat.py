@@ -6,7 +6,7 @@ PersistentScheduler or django-celery-beat's DatabaseScheduler) and runs its sche
 candidates and touch neither the schedule nor the broker.
 
 Each send is fenced. Before Celery sends a due entry, the leader records the send time of that entry in
-ZooKeeper in one transaction with a ``check`` of its own candidate node (recipes/beatstate.py). The write
+ZooKeeper in one transaction with a ``check`` of its own candidate node (celery/beat_state.py). The write
 commits only while no other beat can lead, so a leader that lost its session (expired, frozen past its
 timeout, cut off) cannot commit, and then it does not send. A new leader reads these times when elected: it
 neither repeats a send of the old leader nor skips one beyond the failover. The message carries the header
@@ -14,7 +14,7 @@ neither repeats a send of the old leader nor skips one beyond the failover. The 
 which workers with ``ZKLOCKS_BEAT["FENCE_WORKERS"]`` check (beat_fence.py).
 
 A claim whose answer was lost (timeout, connection loss) is resolved before anything is sent: once the
-connection is back, the entry's node says whether it committed (recipes/beatstate.py); a committed claim is sent
+connection is back, the entry's node says whether it committed (celery/beat_state.py); a committed claim is sent
 if this beat still leads. A claim still unresolved when the leadership ends is noted as an orphan, and the leader
 that inherited it sends it (adopt_orphans), so the tick is not lost.
 """
@@ -32,8 +32,7 @@ from celery.utils.log import get_logger
 from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..handles.election import ZkLeader
-from ..recipes import beatstate
-from . import beat_fence, beat_status, catchup, schedule_share
+from . import beat_fence, beat_state, beat_status, catchup, schedule_share
 from . import conf as celery_conf
 
 logger = get_logger(__name__)
@@ -121,9 +120,9 @@ class LeaderScheduler(Scheduler):
         self._inner_kwargs = kwargs
         self._inner: Scheduler | None = None
         self._sent: dict[str, float] = {}  # entry name -> epoch seconds of its last send, as ZooKeeper has it
-        self._claims: dict[str, beatstate.Claim] = {}  # entry name -> its last claim (for the versioned write)
-        self._inherited: dict[str, beatstate.Claim] = {}  # claims of earlier leaders, read when elected
-        self._world = 0  # the election node's ctime, read when elected (beatstate.world_of)
+        self._claims: dict[str, beat_state.Claim] = {}  # entry name -> its last claim (for the versioned write)
+        self._inherited: dict[str, beat_state.Claim] = {}  # claims of earlier leaders, read when elected
+        self._world = 0  # the election node's ctime, read when elected (beat_state.world_of)
         self._doubt: dict[str, tuple[float, int | None]] = {}  # our claims of unknown outcome: (sent_at, token)
         self._parent: str | None = None  # the election's node, known once elected
         self._orphans_at = 0.0  # monotonic time of the next look for orphans
@@ -188,7 +187,7 @@ class LeaderScheduler(Scheduler):
                 self.leader.release()
                 return False
             self._parent = hold.contender.parent
-            self._world = beatstate.world_of(hold.session, self._parent, Deadline(hold.session.cfg.connect_timeout))
+            self._world = beat_state.world_of(hold.session, self._parent, Deadline(hold.session.cfg.connect_timeout))
             self._refresh(hold, Deadline(hold.session.cfg.connect_timeout))
             self._inherited = {name: c for name, c in self._claims.items() if c.token != hold.token}
             self._orphans_at = 0.0
@@ -247,7 +246,7 @@ class LeaderScheduler(Scheduler):
         data = beat_status.status_bytes(inner, self.policies, self.catch_up_default, hold.token, _HOST)
         if data != self._status_written:
             try:
-                beatstate.write_status(hold.session, hold.contender.parent, data, Deadline(1.0))
+                beat_state.write_status(hold.session, hold.contender.parent, data, Deadline(1.0))
                 self._status_written = data
             except Exception as exc:  # noqa: BLE001 - the status page is best effort
                 logger.debug("beat: could not write its status: %s", exc)
@@ -311,21 +310,21 @@ class LeaderScheduler(Scheduler):
             version = previous.version if previous is not None else None
             sent_at = time.time()
             deadline = Deadline(hold.session.cfg.connect_timeout)
-            outcome = beatstate.record_sent(
+            outcome = beat_state.record_sent(
                 hold.session, self._own_node(hold), hold.contender.parent, name, sent_at, hold.token,
                 version=version, deadline=deadline,
             )  # fmt: skip
-            if outcome == beatstate.UNKNOWN:
+            if outcome == beat_state.UNKNOWN:
                 outcome = self._resolve(hold, name, sent_at, version)
-            if outcome == beatstate.COMMITTED:
+            if outcome == beat_state.COMMITTED:
                 self._sent[name] = sent_at
-                self._claims[name] = beatstate.Claim(name, sent_at, hold.token, 0 if version is None else version + 1)
+                self._claims[name] = beat_state.Claim(name, sent_at, hold.token, 0 if version is None else version + 1)
                 if not self.leader.is_leader:  # the lease ran out while we wrote: the next leader sends it
                     self._doubt[name] = (sent_at, hold.token)
                     break
                 self._sends += 1
                 return self.stamp(name, hold.token, sent_at, due)
-            if outcome == beatstate.UNKNOWN:
+            if outcome == beat_state.UNKNOWN:
                 logger.warning("beat: the claim of %s has an unknown outcome; it is resolved before any send", name)
                 self._doubt[name] = (sent_at, hold.token)
                 break
@@ -348,7 +347,7 @@ class LeaderScheduler(Scheduler):
     def stamp(self, name: str, token: int | None, sent_at: float, due: float | None = None) -> dict[str, Any]:
         stamp = {"election": self.election, "entry": name, "token": token, "sent_at": sent_at, "host": _HOST}
         if self._world:
-            stamp["world"] = self._world  # the data's lifetime the token belongs to (beatstate.world_of)
+            stamp["world"] = self._world  # the data's lifetime the token belongs to (beat_state.world_of)
         if due is not None:
             stamp["due"] = round(due, 6)
             if due < self.elected_at:
@@ -360,7 +359,7 @@ class LeaderScheduler(Scheduler):
         return hold.contender.node
 
     def _refresh(self, hold, deadline: Deadline) -> None:
-        self._claims = beatstate.read_sent(hold.session, hold.contender.parent, deadline)
+        self._claims = beat_state.read_sent(hold.session, hold.contender.parent, deadline)
         self._sent = {name: claim.sent_at for name, claim in self._claims.items()}
 
     def _resolve(self, hold, name: str, sent_at: float, version: int | None) -> str:
@@ -371,24 +370,24 @@ class LeaderScheduler(Scheduler):
         try:
             for _ in range(3):
                 deadline = Deadline(hold.session.cfg.connect_timeout)
-                found = beatstate.read_claim(hold.session, hold.contender.parent, name, deadline)
-                if beatstate.same_claim(found, sent_at, hold.token):
+                found = beat_state.read_claim(hold.session, hold.contender.parent, name, deadline)
+                if beat_state.same_claim(found, sent_at, hold.token):
                     logger.info("beat: the claim of %s committed although its answer was lost", name)
-                    return beatstate.COMMITTED
+                    return beat_state.COMMITTED
                 if (found.version if found is not None else None) != version:
-                    return beatstate.REJECTED if self.leader.is_leader else beatstate.UNKNOWN
+                    return beat_state.REJECTED if self.leader.is_leader else beat_state.UNKNOWN
                 if refused:  # refused at an unchanged version: our node is gone, so no copy can commit any more
-                    return beatstate.REJECTED
-                again = beatstate.record_sent(
+                    return beat_state.REJECTED
+                again = beat_state.record_sent(
                     hold.session, self._own_node(hold), hold.contender.parent, name, sent_at, hold.token,
                     version=version, deadline=deadline,
                 )  # fmt: skip
-                if again == beatstate.COMMITTED:
+                if again == beat_state.COMMITTED:
                     return again
-                refused = again == beatstate.REJECTED and not hold.session.dead
+                refused = again == beat_state.REJECTED and not hold.session.dead
         except Exception as exc:  # noqa: BLE001 - any failure leaves the claim unknown (noted for the next leader)
             logger.warning("beat: could not resolve the claim of %s: %s", name, exc)
-        return beatstate.UNKNOWN
+        return beat_state.UNKNOWN
 
     def _settle_doubts(self) -> None:
         """Claims of ours left UNKNOWN in an ended leadership: note them as orphans, so that the leader that
@@ -402,7 +401,7 @@ class LeaderScheduler(Scheduler):
             return
         for name, (sent_at, token) in list(self._doubt.items()):
             try:
-                beatstate.write_orphan(
+                beat_state.write_orphan(
                     session, self._parent, name, sent_at, token, Deadline(session.cfg.connect_timeout)
                 )
             except Exception as exc:  # noqa: BLE001 - one note failing must not stop the others
@@ -419,15 +418,15 @@ class LeaderScheduler(Scheduler):
         if hold is None:
             return
         deadline = Deadline(hold.session.cfg.connect_timeout)
-        for child, orphan in beatstate.read_orphans(hold.session, hold.contender.parent, deadline):
+        for child, orphan in beat_state.read_orphans(hold.session, hold.contender.parent, deadline):
             inherited = self._inherited.get(orphan.entry)
-            committed = beatstate.same_claim(inherited, orphan.sent_at, orphan.token)
-            taken = beatstate.take_orphan(hold.session, self._own_node(hold), hold.contender.parent, child, deadline)
+            committed = beat_state.same_claim(inherited, orphan.sent_at, orphan.token)
+            taken = beat_state.take_orphan(hold.session, self._own_node(hold), hold.contender.parent, child, deadline)
             entry = inner.schedule.get(orphan.entry)
-            if taken == beatstate.COMMITTED and not committed:
+            if taken == beat_state.COMMITTED and not committed:
                 logger.info("beat: the noted claim of %s (token %s) never committed: nothing to send", orphan.entry,
                             orphan.token)  # fmt: skip
-            if taken != beatstate.COMMITTED or not committed or entry is None or not self.leader.is_leader:
+            if taken != beat_state.COMMITTED or not committed or entry is None or not self.leader.is_leader:
                 continue
             self._inherited.pop(orphan.entry, None)
             logger.warning(

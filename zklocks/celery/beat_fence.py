@@ -36,10 +36,10 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..names import join_path
-from ..recipes.beatstate import entry_node
 from ..recipes.kazoo_calls import call
 from ..recipes.layout import beat_state_path
 from . import conf as celery_conf
+from .beat_state import entry_node
 
 log = logging.getLogger("zklocks")
 HEADER = "zklocks_beat"
@@ -102,7 +102,7 @@ def executed_path(namespace: str, election: str, entry: str) -> str:
 
 
 def _world(record: dict[str, Any]) -> int:
-    """The data lifetime a stamp's or a record's token belongs to (beatstate.world_of); 0 if it names none."""
+    """The data lifetime a stamp's or a record's token belongs to (beat_state.world_of); 0 if it names none."""
     world = record.get("world")
     return world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else 0
 

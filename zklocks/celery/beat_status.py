@@ -41,7 +41,7 @@ def read(alias: str | None = None, election: str | None = None) -> dict[str, Any
     from ..client.pools import connections
     from ..names import join_path
     from ..ops import read_model
-    from ..recipes import beatstate
+    from . import beat_state
     from . import conf as celery_conf
 
     values = celery_conf.beat_settings()
@@ -59,7 +59,7 @@ def read(alias: str | None = None, election: str | None = None) -> dict[str, Any
     try:
         pool = connections[alias]
         session = pool.session()
-        claims, raw = beatstate.read_view(session, join_path(pool.cfg.namespace, election), Deadline(5.0))
+        claims, raw = beat_state.read_view(session, join_path(pool.cfg.namespace, election), Deadline(5.0))
     except Exception as exc:  # noqa: BLE001 - shown on the page instead of a 500
         view["error"] = f"could not read the beat's state: {type(exc).__name__}: {exc}"
         return view

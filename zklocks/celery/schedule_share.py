@@ -123,7 +123,7 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
     from ..client.deadline import Deadline
     from ..client.pools import connections
     from ..names import join_path
-    from ..recipes import beatstate
+    from . import beat_state
 
     try:
         data = dumps(beat_schedule, host, time.time())
@@ -135,10 +135,10 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
         session = pool.session()
         election_path = join_path(pool.cfg.namespace, election)
         deadline = Deadline(session.cfg.connect_timeout)
-        current = beatstate.read_schedule(session, election_path, deadline)
+        current = beat_state.read_schedule(session, election_path, deadline)
         if same_entries(current[0] if current else None, beat_schedule):
             return
-        beatstate.publish_schedule(session, election_path, data, deadline)
+        beat_state.publish_schedule(session, election_path, data, deadline)
     except Exception as exc:  # noqa: BLE001 - publishing is best effort; the beat runs its own schedule
         log.warning("beat: could not publish this beat's beat_schedule: %s", exc)
         return
@@ -148,14 +148,14 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
 def follow(hold: Any, inner: Any, seen: int | None, app: Any, log: Any) -> tuple[int | None, bool]:
     """Merge the shared schedule into ``inner`` if it changed since ``seen``: (the version now seen, applied)."""
     from ..client.deadline import Deadline
-    from ..recipes import beatstate
+    from . import beat_state
 
     deadline = Deadline(hold.session.cfg.connect_timeout)
     parent = hold.contender.parent
-    version = beatstate.schedule_version(hold.session, parent, deadline)
+    version = beat_state.schedule_version(hold.session, parent, deadline)
     if version is None or version == seen:
         return seen, False
-    got = beatstate.read_schedule(hold.session, parent, deadline)
+    got = beat_state.read_schedule(hold.session, parent, deadline)
     if got is None:
         return seen, False
     raw, version = got

@@ -32,8 +32,8 @@ from ..client.deadline import Deadline
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..names import MAX_NAME_LENGTH, encode_name
-from .kazoo_calls import SessionGone, call, wait_result
-from .layout import beat_state_path
+from ..recipes.kazoo_calls import SessionGone, call, wait_result
+from ..recipes.layout import beat_state_path
 
 
 def entry_node(entry: str) -> str:
