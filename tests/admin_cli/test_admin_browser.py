@@ -127,7 +127,7 @@ def test_the_list_looks_like_a_django_changelist_at_1280_and_1920(
     beside the results, "Tasks by key" below them, and lock names wrapped without a name cell squeezed to a
     few letters, with long names, holders, queues and queued tasks on the page."""
     from zklocks import conf
-    from zklocks.celery.unique import marker_data
+    from zklocks.execution.unique import marker_data
     from zklocks.names import encode_name
 
     User.objects.create_superuser("admin", password="pw-for-browser")

@@ -10,7 +10,7 @@ from django.test import override_settings
 from tests.support.celery_app import rec_default_key, rec_skip, self_call
 from zklocks import InvalidLockName, LockNotAcquired, ZkConfigError
 from zklocks.celery import conf as celery_conf
-from zklocks.celery import keys
+from zklocks.execution import keys
 
 pytestmark = pytest.mark.celery
 

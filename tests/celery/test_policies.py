@@ -15,7 +15,7 @@ from tests.support.celery_policy_tasks import debounced, kept, limited, not_kept
 from tests.support.helpers import assert_no_overlap, wait_until
 from zklocks import signals
 from zklocks.celery import policies
-from zklocks.celery.holder_task import holder_task_id
+from zklocks.execution.holder_task import holder_task_id
 from zklocks.recipes import layout
 
 pytestmark = [pytest.mark.celery, pytest.mark.zk]

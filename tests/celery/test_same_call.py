@@ -6,8 +6,8 @@ Real ZooKeeper; the records are the ones SingleExecutionTask and zklocks.tasks w
 import pytest
 
 from zklocks import zk_lock
-from zklocks.celery import keys, unique
-from zklocks.celery.holder_task import holder_task_id
+from zklocks.execution import keys, unique
+from zklocks.execution.holder_task import holder_task_id
 from zklocks.recipes import node_data
 
 pytestmark = pytest.mark.zk

@@ -11,7 +11,7 @@ from kombu.exceptions import SerializerNotInstalled
 from tests.support.celery_app import unique_long, unique_short
 from tests.support.celery_harness import new_key, running_workers
 from tests.support.helpers import wait_until
-from zklocks.celery import unique
+from zklocks.execution import unique
 
 pytestmark = [pytest.mark.celery, pytest.mark.zk]
 

@@ -103,7 +103,7 @@ def test_shown_escapes_what_could_pose_as_another_name():
 def test_filled_values_cannot_fake_the_templates_separators():
     """ "report:{account_id}" given "42:pdf" was "report:42:pdf": the key of another call (or task) whose template
     is "report:{account_id}:{kind}". Values escape %, : and / (%25, %3A, %2F); the template's own do not."""
-    from zklocks.celery.keys import lock_name
+    from zklocks.execution.keys import lock_name
 
     def one(account_id):
         pass

@@ -84,7 +84,7 @@ def test_on_locked_raise_fails_the_result_with_lock_not_acquired(djtasks, outcom
 
 def test_unique_queued_returns_the_running_result(djtasks, outcomes):
     """A second enqueue while the first runs returns the first's TaskResult (same id) and runs nothing."""
-    from zklocks.celery.holder_task import holder_task_id
+    from zklocks.execution.holder_task import holder_task_id
     from zklocks.tasks import markers
 
     djtasks.GATES["unique:5"] = threading.Event()

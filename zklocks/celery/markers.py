@@ -8,8 +8,9 @@ import logging
 from typing import Any
 
 from ..exceptions import ZkLocksError
+from ..execution import unique
 from ..recipes import layout
-from . import policies, unique
+from . import policies
 
 log = logging.getLogger("zklocks")
 

@@ -22,10 +22,10 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from ..client.pools import Pool, connections
 from ..exceptions import ZkLocksError
+from ..execution import unique
+from ..execution.unique import bounded_call, server_now
 from ..names import join_path
 from ..recipes import layout, node_data
-from . import unique
-from .unique import bounded_call, server_now
 
 log = logging.getLogger("zklocks")
 

@@ -22,14 +22,15 @@ from celery.utils import uuid
 from .. import signals
 from ..client.pools import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
+from ..execution import keys, unique
+from ..execution.holder_task import holder_task_id
 from ..handles.locks import ZkLock
 from ..handles.semaphores import ZkSemaphore
 from ..handles.stopping import lost_after_body
 from ..owners import current_owner
 from ..recipes import layout, node_data
 from . import conf as celery_conf
-from . import keys, policies, unique
-from .holder_task import holder_task_id
+from . import policies
 from .markers import QueuedMarkers
 from .options import record_option_problems
 from .policies import retry_delay

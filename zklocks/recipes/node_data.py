@@ -17,7 +17,7 @@ _FIELD_LIMIT = 120
 
 # Set by zklocks.celery around a task's lock acquire, so the admin can show which task holds a lock.
 current_task: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar("zklocks_task", default=None)
-# Set with it: a digest of the task and its arguments (celery/keys.call_digest), so that a de-duplicated call shares
+# Set with it: a digest of the task and its arguments (execution/keys.call_digest), so that a de-duplicated call shares
 # a running execution only when it is the same call.
 current_call: contextvars.ContextVar[str | None] = contextvars.ContextVar("zklocks_call", default=None)
 

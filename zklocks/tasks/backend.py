@@ -19,10 +19,10 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from .. import conf, signals
-from ..celery.holder_task import holder_task_id
-from ..celery.unique import server_now
 from ..client.pools import connections
 from ..exceptions import ZkConfigError
+from ..execution.holder_task import holder_task_id
+from ..execution.unique import server_now
 from ..handles.locks import ZkLock
 from . import markers, options, runner
 from .compat import BaseTaskBackend, InvalidTask, TaskResult, TaskResultDoesNotExist, TaskResultStatus

@@ -1,9 +1,9 @@
-"""The lock name of a task call: Celery's key rules (``zklocks.celery.keys``, free of Celery), applied to a
+"""The lock name of a task call: Celery's key rules (``zklocks.execution.keys``, free of Celery), applied to a
 Django task, whose name is its module path and whose ``context`` parameter is no argument of the key."""
 
 from __future__ import annotations
 
-from ..celery import keys
+from ..execution import keys
 from .options import call_signature
 from .task import SingleExecutionTask
 

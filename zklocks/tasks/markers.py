@@ -1,7 +1,7 @@
 """The queued record of a single-execution task key: ``<lock node>/__queued__``, as for Celery's unique tasks.
 
 Its data is the holder JSON plus ``task_id`` (the TaskResult id), ``state`` ("queued" or "running") and ``ttl``,
-the same shape as ``zklocks.celery.unique`` writes, so the admin and the CLI read both alike. Producers change it
+the same shape as ``zklocks.execution.unique`` writes, so the admin and the CLI read both alike. Producers change it
 only while they hold the key's enqueue lock (``enqueue_lock_name``); a worker changes it only with a version check,
 and only while it names the worker's own result.
 """
@@ -13,12 +13,12 @@ from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
-from ..celery.unique import bounded_call as _call  # one request, bounded by CONNECT_TIMEOUT (no Celery import)
-from ..celery.unique import mark_running, release  # noqa: F401 - the record is Celery's: its code serves both
-from ..celery.unique import marker_data as _data
-from ..celery.unique import marker_path as _path
 from ..client.pools import connections
 from ..exceptions import ZkLocksError
+from ..execution.unique import bounded_call as _call  # one request, bounded by CONNECT_TIMEOUT (no Celery import)
+from ..execution.unique import mark_running, release  # noqa: F401 - the record is Celery's: its code serves both
+from ..execution.unique import marker_data as _data
+from ..execution.unique import marker_path as _path
 from ..recipes import node_data
 
 _ATTEMPTS = 8
@@ -42,7 +42,7 @@ def read(using: str, name: str) -> tuple[dict, Any] | None:
 
 def write(using: str, name: str, task_id: str, task_name: str, state: str, ttl: float, call: str | None = None) -> None:
     """Record ``task_id`` for ``name``, replacing any record (the caller holds the enqueue lock); ``call``: which
-    call it is (celery/keys.call_digest), so that only the same call shares it."""
+    call it is (execution/keys.call_digest), so that only the same call shares it."""
     pool = connections[using]
     path = _path(pool, name)
     data = _data(task_id, task_name, state, ttl, call)
