@@ -36,8 +36,9 @@ log = logging.getLogger("zklocks")
 ON_LOST = ("notify", "cancel", "terminate")
 
 # How long before the lease deadline a session with stopping holds declares the loss: a thread or a task needs a
-# few milliseconds to get to its next instruction; "terminate" also stores the task's failure before the kill.
-CANCEL_AHEAD = 0.05
+# few milliseconds to get to its next instruction, and more on a machine short of CPU (a thread starved for 200 ms
+# stopped past the lease's margin with 50 ms); "terminate" also stores the task's failure before the kill.
+CANCEL_AHEAD = 0.15
 TERMINATE_AHEAD = 0.4
 
 
