@@ -113,3 +113,30 @@ def test_the_readme_example_runs_as_written(tmp_path):
 def test_the_docs_show_the_readme_example():
     """docs/testing.md repeats the README's example: the same files, so the test above covers both."""
     assert example_files("docs/testing.md") == example_files()
+
+
+def test_a_process_forked_from_the_test_run_ends_on_sigterm(monkeypatch):
+    """The plugin turns SIGTERM into KeyboardInterrupt in the pytest process only: a forked child (a
+    multiprocessing pool's worker) is ended by it as usual. Raised in a pool worker, the KeyboardInterrupt could
+    leave the pool's cross-process lock taken, and the pool's terminate() waited for ever."""
+    import os
+    import signal
+    import time
+
+    from zklocks.testing import pytest_plugin
+
+    monkeypatch.setattr(pytest_plugin, "_runner_pid", os.getpid())
+    previous = signal.signal(signal.SIGTERM, pytest_plugin._terminated)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: only SIGTERM's default action ends it before os._exit
+            try:
+                time.sleep(30)
+            finally:
+                os._exit(7)
+        time.sleep(0.3)
+        os.kill(pid, signal.SIGTERM)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status

@@ -24,26 +24,49 @@ before pytest exits, never left running.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import uuid
 
 import pytest
 
+from .. import forking
 from .ensemble import ZkEnsemble
 from .server import ZkServer, expire_session
 
+_runner_pid = 0  # the pytest process that installed _terminated
+
 
 def _terminated(signum, frame) -> None:
+    if os.getpid() != _runner_pid:
+        # A forked child (a multiprocessing pool's worker) inherited the handler: SIGTERM must end it as it
+        # would have without us. Raised inside the pool's cross-process lock, KeyboardInterrupt left that lock
+        # taken and the pool's terminate() joined its other worker for ever.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the clean-up that follows must not be cut short
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _default_in_child() -> None:  # a reset after fork (zklocks.forking)
+    try:
+        if signal.getsignal(signal.SIGTERM) is _terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:  # not the child's main thread: _terminated itself passes the signal on
+        pass
+
+
 def pytest_configure(config) -> None:
     """SIGTERM ends the run as Ctrl-C does, so that session fixtures (servers in process groups of their own,
-    which outlive a killed parent) are torn down. Left alone where someone else handles SIGTERM."""
+    which outlive a killed parent) are torn down. Left alone where someone else handles SIGTERM. Only in the
+    pytest process: a process forked from it gets the default action back."""
+    global _runner_pid
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        _runner_pid = os.getpid()
         signal.signal(signal.SIGTERM, _terminated)
+        forking.register(_default_in_child)
 
 
 @pytest.fixture(scope="session")
