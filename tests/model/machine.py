@@ -61,6 +61,15 @@ def skippable(rule_function):
     return run
 
 
+def link_settled() -> bool:
+    """Each session of this process is connected, and its lease renewed past the keeper's threshold (or the
+    session is gone: its holds' verdicts are then ensure_held's)."""
+    return all(
+        session.dead or (session.client.connected and session.lease_remaining() > session.keep_ahead())
+        for session in connections["default"].sessions()
+    )
+
+
 class World:
     """The servers the model runs against, shared by its examples: a standalone server, reached by this
     process through a proxy (the link a blip cuts) and by the peer process directly, and an observer client."""
@@ -374,7 +383,14 @@ class LockModel(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([0.5, 1.0, 1.5, SESSION_TIMEOUT / 2]))
     @skippable
     def silent_blip(self, seconds: float) -> None:
-        """The link from this process is silent for a while; ZooKeeper keeps sessions shorter than a timeout."""
+        """The link from this process is silent for a while; ZooKeeper keeps sessions shorter than a timeout.
+
+        The blip starts from a working link: an earlier rule's fault (a partition, a restart) may leave the
+        process still reconnecting on kazoo's backoff, and a blip then would extend that silence, so that the
+        server sees more than ``seconds`` of it."""
+        if any(self.count.get((a, n)) for a in LOCAL for n in NAMES):
+            took = wait_for(link_settled, 2 * SESSION_TIMEOUT)
+            assert took is not None, f"this process did not reconnect and renew within {2 * SESSION_TIMEOUT} s"
         held = [
             (a, n) for a in LOCAL for n in NAMES if self.count.get((a, n)) and self.call(a, "ensure_held", n) == "ok"
         ]

@@ -17,6 +17,7 @@ import pytest
 from kazoo.recipe.lock import Lock as KazooLock
 
 from tests.model.actors import MarkingWork
+from tests.model.machine import link_settled
 from tests.support.helpers import raw_client, wait_until, zk_settings
 from tests.support.threads import HeldInThread
 from zklocks import LockLost, lock_path, zk_lock
@@ -67,6 +68,29 @@ def test_an_idle_holder_keeps_its_hold_through_a_silent_blip_of_half_the_session
             time.sleep(1)  # reconnected, idle again
     finally:
         holder.release()  # checks ensure_held() in the holder's thread first
+    assert holder.lost is None, f"the idle holder lost its hold: {holder.lost!r}"
+
+
+def test_an_idle_holder_keeps_its_hold_through_a_silent_blip_of_half_the_session_timeout_after_a_reconnect(linked):
+    # Model: acquire(t1, x, blocking=False); acquire_while_down(t2, x); silent_blip(2.0) -> t1 lost 'x'. The blip
+    # began while the process was still reconnecting on kazoo's backoff after the outage, so the server saw the
+    # outage, the backoff and the blip as one silence; the model now blips a working link. From one, after each
+    # reconnect, half the timeout is survived.
+    proxy, _ = linked
+    holder = HeldInThread(zk_lock("reconnected"))
+    assert holder.acquired is True
+    try:
+        for _ in range(3):
+            proxy.partition()  # connections refused: the process reconnects on its backoff once healed
+            time.sleep(1.0)
+            proxy.heal()
+            wait_until(link_settled, timeout=2 * SESSION_TIMEOUT)  # reconnected and renewed: a working link
+            proxy.partition(refuse_new=False)
+            time.sleep(SESSION_TIMEOUT / 2)
+            proxy.heal()
+            wait_until(link_settled, timeout=2 * SESSION_TIMEOUT)
+    finally:
+        holder.release()
     assert holder.lost is None, f"the idle holder lost its hold: {holder.lost!r}"
 
 
