@@ -20,6 +20,7 @@ import pytest
 
 from tests.support.helpers import ROOT, read_records, wait_until
 from tests.support.redis_server import RedisServer
+from zklocks.testing import orphans
 from zklocks.testing.startup import poll_until
 
 
@@ -78,6 +79,7 @@ class CeleryWorker:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+        orphans.adopt(self.proc.pid)
         out.close()
         message = f"worker {self.name} not ready within {timeout}s"
         poll_until(lambda: " ready." in self.read_log(), self.log, message, timeout, proc=self.proc, stop=self.kill)
@@ -130,6 +132,7 @@ class CeleryWorker:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             pass
+        orphans.release(self.proc.pid)
 
 
 class CeleryEnv:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
+from zklocks.testing import orphans
 from zklocks.testing.runtime import JAVA, JAVAC, compiled
 
 # Debian's Apache Curator (libcurator-recipes-java) and what it needs at run time.
@@ -89,6 +90,7 @@ class CuratorContenders:
             start_new_session=True,
             env={**os.environ, "ZKLOCKS_CREDENTIAL": self.credential},
         )
+        orphans.adopt(self.proc.pid)
         assert self.proc.stdout is not None
         lines = []
         for line in self.proc.stdout:  # the JVM gives up on its own after 20 s without a session
@@ -116,6 +118,8 @@ class CuratorContenders:
             except ProcessLookupError:
                 pass
             self.proc.wait(10)
+        if self.proc is not None:
+            orphans.release(self.proc.pid)
 
     def __enter__(self) -> CuratorContenders:
         return self.start()

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from zklocks.testing import orphans
 from zklocks.testing.runtime import stop_group
 from zklocks.testing.server import free_port
 from zklocks.testing.startup import poll_until
@@ -62,6 +63,7 @@ class RedisServer:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+        orphans.adopt(self.proc.pid)  # stop_group releases it
         log.close()
         message = f"redis-server on port {self.port} did not start within {timeout}s"
         poll_until(self.ping, self.dir / "redis.log", message, timeout, proc=self.proc, stop=self.stop)

@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from . import orphans
+
 # Without netty-codec the server accepts connections and then drops them.
 CLASSPATH = os.environ.get("ZKLOCKS_ZK_CLASSPATH", "/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar")
 # Debian's zookeeper.jar brings slf4j-api only: without a binding the servers log nothing. With these two (log4j
@@ -65,6 +67,7 @@ def stop_group(proc: subprocess.Popen, steps: tuple[tuple[int, float], ...] | No
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
+            orphans.release(proc.pid)
             return  # the whole group is gone already
         try:
             proc.wait(wait)
@@ -73,6 +76,7 @@ def stop_group(proc: subprocess.Popen, steps: tuple[tuple[int, float], ...] | No
             continue
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    orphans.release(proc.pid)
 
 
 _cleaning_up = False  # set while stopped_on_exit's stack unwinds

@@ -24,6 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import orphans
 from . import ports as _ports
 from .runtime import CLASSPATH, JAVA, LOG_CLASSPATH
 from .startup import (
@@ -215,6 +216,7 @@ class ZkServer(StartedInWith):
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
+        orphans.adopt(self.proc.pid)
         log.close()
         self.spawned_at = time.monotonic()
 
@@ -354,6 +356,7 @@ class ZkServer(StartedInWith):
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             pass
+        orphans.release(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc is None:
@@ -364,6 +367,7 @@ class ZkServer(StartedInWith):
             self.proc.wait(5)
         except subprocess.TimeoutExpired:
             self.kill()
+        orphans.release(self.proc.pid)
         self.proc = None
 
     def wipe(self) -> None:
