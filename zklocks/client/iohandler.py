@@ -61,6 +61,16 @@ def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: f
     return readable, writable, []
 
 
+def readable_now(sock: Any) -> bool:
+    """Whether bytes wait in ``sock``'s kernel buffer, without waiting; False for a socket closed meanwhile."""
+    try:
+        if HAS_POLL:
+            return bool(poll_select([sock], [], [], 0)[0])
+        return bool(_select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError, TypeError):
+        return False
+
+
 class PollingHandler(SequentialThreadingHandler):
     """The handler every zklocks session uses unless ``OPTIONS`` names another, where ``select.poll`` exists."""
 

@@ -7,7 +7,6 @@ session's, set by ``Session.__init__``.
 from __future__ import annotations
 
 import logging
-import select
 import threading
 from typing import TYPE_CHECKING
 
@@ -15,7 +14,7 @@ from kazoo.client import KazooClient
 
 from .. import conf
 from . import clock, worker_threads
-from .iohandler import HAS_POLL, poll_select
+from .iohandler import readable_now
 from .kazoo_adapter.calls import connection_socket
 from .kazoolog import KazooLog
 
@@ -97,12 +96,7 @@ class OutageWatch:
         if sock is None:
             return False
         # Only the kernel's buffer: an SSL object's own (pending()) is kazoo's thread's, which may be reading it.
-        try:
-            if HAS_POLL:
-                return bool(poll_select([sock], [], [], 0)[0])
-            return bool(select.select([sock], [], [], 0)[0])
-        except (OSError, ValueError, TypeError):  # closed meanwhile by kazoo's thread
-            return False
+        return readable_now(sock)
 
     def _drop_if_still_down(self, down_since: float) -> None:
         """Disconnected for a whole session timeout: the session is over on every server that still knows it.
