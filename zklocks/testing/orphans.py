@@ -6,13 +6,14 @@ process groups of their own would live on, holding ports, memory and CPU that th
 
 So each process that starts such a group has one watchdog: a small Python process, in a session of its own, that
 reads ``+PGID`` and ``-PGID`` lines from a pipe whose write end only that process holds. At end of file (the
-process is gone, whatever ended it) it kills every group still registered. A stopped group is unregistered by
-whoever stops it (runtime.stop_group does), so that a reused id is not killed later.
+process is gone, whatever ended it) it kills every group still registered, unless its id now names a later
+process. A stopped group is unregistered by whoever stops it (runtime.stop_group does).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import threading
@@ -20,15 +21,30 @@ from typing import IO
 
 from .. import forking
 
+# A group's id is its leader's pid. The leader's start time, read when the group is registered, tells a group
+# from a later process that reused the id (pid_max may be as low as 32768); a leader that is gone leaves its id
+# in use for as long as its group has a member, so the group is still the one registered.
 _WATCHDOG = """
 import os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
-groups = set()
+def started(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+groups = {}
 for line in sys.stdin:
     sign, pgid = line[:1], line[1:].strip()
     if pgid.isdigit():
-        (groups.add if sign == "+" else groups.discard)(int(pgid))
-for pgid in groups:
+        if sign == "+":
+            groups[int(pgid)] = started(pgid)
+        else:
+            groups.pop(int(pgid), None)
+for pgid, start in groups.items():
+    now = started(pgid)
+    if now is not None and now != start:
+        continue
     try:
         os.killpg(pgid, signal.SIGKILL)
     except OSError:
@@ -82,9 +98,13 @@ def _reset_after_fork() -> None:
     global _lock, _pipe, _watchdog
     _lock = threading.Lock()
     if _pipe is not None:
+        # Not close(): a parent thread may have held the file's buffer at the fork. The descriptor now leads to
+        # /dev/null, and the file object is kept, so that nothing flushes into a reused descriptor.
         with contextlib.suppress(OSError):
-            _pipe.close()  # nothing buffered: each line is flushed as it is written
-        _inherited.append(_watchdog)  # not ours to wait for
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, _pipe.fileno())
+            os.close(devnull)
+        _inherited.append((_pipe, _watchdog))
     _pipe = _watchdog = None
 
 

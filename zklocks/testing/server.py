@@ -196,6 +196,8 @@ class ZkServer(StartedInWith):
         if shutil.which(JAVA) is None or not Path(CLASSPATH.split(":")[0]).exists():
             raise RuntimeError("ZooKeeper is not installed: run `apt-get install -y zookeeper` (make test does)")
         self._release_ports()
+        if self.proc is not None:  # one that ended on its own (a crash, a kill -9 by a test)
+            orphans.release(self.proc.pid)
         log = open(self.dir / "stdout.log", "ab")
         own = ", ".join(f"{what} {port}" for what, port in self.ports().items())
         log.write(f"--- {time.strftime('%H:%M:%S')} starting {self.name}: {own}\n".encode())
