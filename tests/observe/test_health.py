@@ -1,6 +1,7 @@
 """The django-health-check check of ZooKeeper, against real servers."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -9,6 +10,15 @@ from django.test import override_settings
 from zklocks import zk_leader, zk_lock
 from zklocks.health import ZooKeeperHealthCheck
 from zklocks.testing import ZkEnsemble
+
+
+@pytest.fixture(autouse=True)
+def patient_requests(monkeypatch):
+    """A request waits for the read of every lock until it ends, as on a namespace read within READ_WAIT: on a
+    busy machine a small read may take longer (the test of READ_WAIT itself sets it back)."""
+    from zklocks import health
+
+    monkeypatch.setattr(health, "READ_WAIT", 30.0)
 
 
 def run_check(check=None):
@@ -135,3 +145,37 @@ def test_a_flood_of_requests_shares_one_read_and_names_ten_locks(kz, monkeypatch
         assert len(errors) == 1
         (error,) = errors
         assert error.count("held for 1000s") == 10 and "and 5 more lock(s) held for longer" in error, error
+
+
+@pytest.mark.zk
+def test_a_request_waits_for_a_slow_read_at_most_read_wait_then_the_read_answers_later(kz, monkeypatch):
+    """A namespace of very many locks takes longer to read than a request may wait: the request answers without
+    the MAX_HOLD_SECONDS part, the read goes on on its own thread, and a request after it has ended fails."""
+    import json
+
+    from zklocks import conf, health
+    from zklocks.names import encode_name
+    from zklocks.ops import read_model
+
+    monkeypatch.setattr(health, "READ_WAIT", 1.0)
+    ns = conf.alias_config().namespace
+    long_ago = json.dumps({"v": 1, "host": "web-1", "pid": 4242, "acquired_at": time.time() - 1000}).encode()
+    kz.create(f"{ns}/{encode_name('stuck')}/held__lock__", long_ago, ephemeral=True, sequence=True, makepath=True)
+    real = read_model.visit_locks
+    reading = threading.Event()
+
+    def slow(*args):
+        reading.set()
+        time.sleep(3 * health.READ_WAIT)  # as many locks as take that long to read
+        return real(*args)
+
+    monkeypatch.setattr(read_model, "visit_locks", slow)
+    with override_settings(ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 100, "SHOW_LOCK_DETAILS": True}):
+        assert run_check().error is None  # the probe, with nothing held too long known yet
+        waited = time.monotonic()
+        assert run_check().error is None
+        assert reading.is_set() and time.monotonic() - waited < 3 * health.READ_WAIT  # a bounded wait
+        under_way = list(health._reads.values())
+        assert under_way and all(read.done.wait(30) for read in under_way)
+        later = run_check()
+        assert later.error is not None and "'stuck' held for 1000s" in str(later.error), later.error

@@ -10,10 +10,11 @@ which a wrong AUTH password fails. It fails naming the alias and the cause. With
 {"MAX_HOLD_SECONDS": N}`` it also fails while some lock has been held longer than N seconds (read from
 zklocks.ops.read_model, the read model), and fails when that read has an error (the alias's namespace cannot be listed,
 e.g. NoAuth): a lock it cannot see may be the one held too long. That read is bounded (health.summary): a
-chunk of lock nodes at a time, ten locks named, and one read per SUMMARY_SECONDS for every request of the
-process. For an alias whose nodes only its identity may
-read (READ_ACL="auth", or an ACL without world READ) it counts the locks held too long without naming them, their
-hosts or pids, unless ``ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"]`` is True (False hides them for every alias).
+chunk of lock nodes at a time, ten locks named, one read per SUMMARY_SECONDS for every request of the process,
+on a thread of its own that a request waits for at most READ_WAIT seconds (then the last summary answers). For
+an alias whose nodes only its identity may read (READ_ACL="auth", or an ACL without world READ) it counts the
+locks held too long without naming them, their hosts or pids, unless ``ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"]`` is
+True (False hides them for every alias).
 
 Elections (kind ``election``: ``zk_leader``, the leader-elected Celery beat, Curator's LeaderLatch) are left out
 of MAX_HOLD_SECONDS: a leader holds its election node for as long as it leads, which is no stuck lock. Exclusive
@@ -22,6 +23,7 @@ and shared locks and semaphore leases count. ``manage.py check`` validates ZKLOC
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import threading
@@ -43,8 +45,10 @@ from ..recipes.layout import Kind
 NAMED = 10  # locks held too long that a failure names; the others are counted
 SUMMARY_SECONDS = 5.0  # how long one read of every lock answers MAX_HOLD_SECONDS for the process's requests
 SUMMARIES = 16  # summaries kept (one per set of aliases checked)
+READ_WAIT = 1.0  # seconds a request waits for a read under way before it answers from the last summary
 _summary_lock = threading.Lock()
 _summaries: dict[tuple, tuple[float, list[str], object]] = {}
+_reads: dict[tuple, _SummaryRead] = {}  # the read under way, per key
 
 
 def probe(alias: str) -> str | None:
@@ -171,26 +175,65 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
 def summary(aliases: list[str], max_hold: float) -> list[str]:
     """``long_holds``, read at most once per SUMMARY_SECONDS (or a tenth of ``max_hold``, if shorter) in this
     process: the health URL is often open to anyone, and a flood of its requests must not each read every lock.
-    Concurrent requests wait for the one read under way and share it. A settings change starts afresh."""
+
+    The read runs on a thread of its own, shared by every request that comes while it runs. A request waits for
+    it up to READ_WAIT seconds, then answers from the last summary read (none, for the first requests of a
+    process, while a namespace of many locks is read): a request's time stays bounded whatever the namespaces
+    hold. A settings change starts afresh."""
     configs = conf.get_config()[0]  # a new object after every change of ZKLOCKS
     key = (tuple(aliases), max_hold, shows_details_setting())
     with _summary_lock:
         hit = _summaries.get(key)
-        if hit is not None and hit[2] is configs and time.monotonic() - hit[0] < min(SUMMARY_SECONDS, max_hold / 10):
+        if hit is not None and hit[2] is not configs:
+            hit = None
+        if hit is not None and time.monotonic() - hit[0] < min(SUMMARY_SECONDS, max_hold / 10):
             return hit[1]
-        found = long_holds(aliases, max_hold)
-        _summaries.pop(key, None)
-        _summaries[key] = (time.monotonic(), found, configs)
-        while len(_summaries) > SUMMARIES:  # one per check registered (the global one, one per alias): a few
-            del _summaries[next(iter(_summaries))]
-        return found
+        read = _reads.get(key)
+        if read is None or read.configs is not configs:
+            read = _reads[key] = _SummaryRead(key, aliases, max_hold, configs)
+            read.start()
+    if read.done.wait(READ_WAIT):
+        if read.error is not None:
+            raise copy.copy(read.error) from read.error  # one object per request: each adds its own traceback
+        return read.found
+    return hit[1] if hit is not None else []
+
+
+class _SummaryRead(threading.Thread):
+    """One read of ``long_holds`` for the requests that need it; its result replaces the summary of its key."""
+
+    def __init__(self, key: tuple, aliases: list[str], max_hold: float, configs: object) -> None:
+        super().__init__(name="zklocks-health-summary", daemon=True)
+        self.key, self.aliases, self.max_hold, self.configs = key, aliases, max_hold, configs
+        self.done = threading.Event()
+        self.found: list[str] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.found = long_holds(self.aliases, self.max_hold)
+        except BaseException as exc:  # noqa: BLE001 handed to the requests that wait for it
+            self.error = exc
+        finally:
+            with _summary_lock:
+                current = _reads.get(self.key) is self  # not replaced by a read of newer settings
+                if current:
+                    del _reads[self.key]
+                if current and self.error is None:
+                    _summaries.pop(self.key, None)
+                    _summaries[self.key] = (time.monotonic(), self.found, self.configs)
+                    while len(_summaries) > SUMMARIES:  # one per check registered (global, per alias): a few
+                        del _summaries[next(iter(_summaries))]
+            self.done.set()
 
 
 def _reset_after_fork() -> None:
-    """A child forked while a read was under way must not wait for its parent's lock."""
+    """A child forked while a read was under way must not wait for its parent's lock, nor for a read whose
+    thread did not come with it."""
     global _summary_lock
     _summary_lock = threading.Lock()
     _summaries.clear()
+    _reads.clear()
 
 
 forking.register(_reset_after_fork)
