@@ -195,6 +195,10 @@ class Session(LeaseKeeping, OutageWatch):
             self._down_since = None
             self._client_id = self.client.client_id  # kazoo forgets it when it gives up: kept for abandoned.py
             self._connected.set()
+            if self._has_interest():
+                # The keeper waited for a connection: renew now, not at its next look (a blip right after the
+                # reconnect would otherwise find the lease as the outage left it).
+                self._arm_keeper(clock.now(), force=True)
         else:
             self._connected.clear()
             if state == KazooState.SUSPENDED and self._down_since is None:
