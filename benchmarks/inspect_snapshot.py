@@ -98,6 +98,16 @@ def run(hosts: str, locks: int, runs: int, multiread: bool = True) -> dict:
         reader.close()
 
 
+def server_at(hosts: str | None):
+    """``hosts``, or a standalone server of the benchmark's own (returned too, for its clean-up) when None."""
+    if hosts is not None:
+        return hosts, None
+    from zklocks.testing import ZkServer
+
+    server = ZkServer(tick_time=2000).start()
+    return server.hosts, server
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", help="an existing ZooKeeper (default: start one)")
@@ -106,13 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-multiread", action="store_true", help="one request per read (servers < 3.6)")
     args = parser.parse_args(argv)
     stop_on_signals()  # SIGTERM too runs the clean-up that stops the servers
-    server = None
-    hosts = args.hosts
-    if hosts is None:
-        from zklocks.testing import ZkServer
-
-        server = ZkServer(tick_time=2000).start()
-        hosts = server.hosts
+    hosts, server = server_at(args.hosts)
     try:
         r = run(hosts, args.locks, args.runs, multiread=not args.no_multiread)
     finally:

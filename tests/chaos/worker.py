@@ -145,8 +145,10 @@ def contend(idx: int, args, rec: Recorder, stop: threading.Event, counts: dict, 
 
 # How a hold's body does its work under on_lost="cancel" (--work): in steps behind checkpoint(); in steps that
 # swallow the LockLost of their checkpoint (a per-item except); handed to asyncio.to_thread by an asyncio task;
-# and, in that task, a child task that try-locks the parent's handle and releases it in finally.
-BODIES = ("steps", "swallow", "to_thread", "child")
+# handed to asgiref's sync_to_async (Django's async ORM pattern; thread_sensitive=False, so that the process's
+# contender threads do not queue for asgiref's one shared thread); and, in a to_thread task, a child task that
+# try-locks the parent's handle and releases it in finally.
+BODIES = ("steps", "swallow", "to_thread", "sync_to_async", "child")
 
 
 class WorkRecord:
@@ -250,6 +252,8 @@ def _work_in_this_thread(work: WorkRecord, name: str, rng: random.Random) -> Non
 def _work_from_a_task(work: WorkRecord, name: str, rng: random.Random) -> None:
     import asyncio
 
+    from asgiref.sync import sync_to_async
+
     from zklocks import LockOwnershipError, zk_lock
 
     started, stopped = threading.Event(), threading.Event()
@@ -280,7 +284,10 @@ def _work_from_a_task(work: WorkRecord, name: str, rng: random.Random) -> None:
                     return got
 
                 assert not await asyncio.create_task(child()), "a child task took its parent's lock"
-            await asyncio.to_thread(steps, hold_until)
+            if work.body == "sync_to_async":
+                await sync_to_async(steps, thread_sensitive=False)(hold_until)
+            else:
+                await asyncio.to_thread(steps, hold_until)
 
     try:
         asyncio.run(body())
