@@ -23,28 +23,40 @@ from zklocks.ops.read_model import read_namespace
 from zklocks.recipes import node_data
 from zklocks.testing.runtime import stop_on_signals
 
+WINDOW = 5000  # requests outstanding at a time: a server buried under one pipeline of them drops the client
+
 
 def populate(client: KazooClient, namespace: str, locks: int) -> int:
     """Create the lock trees with pipelined requests; return the number of nodes created."""
     client.ensure_path(namespace)
     data = node_data.payload()
-    pending = []
+    pending: list = []
+    created = 0
+
+    def send(request) -> None:
+        nonlocal created
+        pending.append(request)
+        created += 1
+        if len(pending) >= WINDOW:
+            drain()
+
+    def drain() -> None:
+        for r in pending:
+            r.get(timeout=60)
+        pending.clear()
+
     kinds = []
     for i in range(locks):
         kind = "semaphore" if i % 10 == 9 else "shared" if i % 10 >= 7 else "exclusive"
         marker = b'{"v":1,"kind":"semaphore","max_leases":2}' if kind == "semaphore" else b""
         path = f"{namespace}/bench:{i:05d}"
-        pending.append(client.create_async(path, marker))
+        send(client.create_async(path, marker))
         kinds.append((path, kind))
-    for r in pending:
-        r.get(timeout=30)
-    pending = []
+    drain()
     for path, kind in kinds:
 
         def contender(parent: str, marker: str) -> None:
-            pending.append(
-                client.create_async(f"{parent}/{uuid.uuid4().hex}{marker}", data, ephemeral=True, sequence=True)
-            )
+            send(client.create_async(f"{parent}/{uuid.uuid4().hex}{marker}", data, ephemeral=True, sequence=True))
 
         if kind == "exclusive":
             for _ in range(4):
@@ -53,13 +65,12 @@ def populate(client: KazooClient, namespace: str, locks: int) -> int:
             for marker in ("__rlock__", "__rlock__", "__lock__", "__rlock__"):
                 contender(path, marker)
         else:
-            pending.append(client.create_async(f"{path}/__mutex__", b""))
+            send(client.create_async(f"{path}/__mutex__", b""))
             contender(path, "__lease__")
             contender(path, "__lease__")
             contender(f"{path}/__mutex__", "__lock__")
-    for r in pending:
-        r.get(timeout=30)
-    return locks + len(pending)
+    drain()
+    return created
 
 
 def run(hosts: str, locks: int, runs: int, multiread: bool = True) -> dict:
@@ -98,13 +109,15 @@ def run(hosts: str, locks: int, runs: int, multiread: bool = True) -> dict:
         reader.close()
 
 
-def server_at(hosts: str | None):
-    """``hosts``, or a standalone server of the benchmark's own (returned too, for its clean-up) when None."""
+def server_at(hosts: str | None, *, heap: str | None = None):
+    """``hosts``, or a standalone server of the benchmark's own (returned too, for its clean-up) when None; with
+    ``heap`` (``"2g"``), a JVM of that heap instead of the test servers' small one."""
     if hosts is not None:
         return hosts, None
     from zklocks.testing import ZkServer
 
-    server = ZkServer(tick_time=2000).start()
+    options = {} if heap is None else {"jvm_options": (f"-Xmx{heap}",)}
+    server = ZkServer(tick_time=2000, **options).start()
     return server.hosts, server
 
 
