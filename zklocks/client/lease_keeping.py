@@ -78,7 +78,7 @@ class LeaseKeeping:
         return max(ahead, target)
 
     def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
-        """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier)."""
+        """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier, or a reconnect)."""
         with self._lock:
             if self.dead or (self._keeper_armed and not force):
                 return
