@@ -13,5 +13,15 @@ their regression tests are expected failures that name the issue which owns the 
 # acquire(t1, x, blocking=False); acquire_while_down(t2, x); silent_blip(2.0), the blip began while the process
 # was still reconnecting on kazoo's backoff, so the server saw outage, backoff and blip as one silence longer than
 # half the timeout (the model's own fault: silent_blip now starts from a working link, machine.link_settled).
+# Also the model's own: acquire(t1, y); acquire(t1, x); cancel_work_in_a_thread() x 6; acquire(t1, x) -> LockLost,
+# the documented answer of a re-entrant acquire whose hold a fault ended (docs/lost.md); the acquire rule now
+# accepts it where the actor's own hold was lost.
 # rule -> the issue that owns the fix
-OPEN: dict[str, str] = {}
+OPEN = {
+    # unclean_loss_under_lock_delay(t1, t2, queued=False); restart_with_data(); release(t1, x); expire_session(t1);
+    # unclean_loss_under_lock_delay(t1, t2, queued=True); silent_blip(0.5); child_task_try_lock_then_release(x);
+    # wipe(); unclean_loss_under_lock_delay(p, t2, queued=True) -> "t2 did not queue for 'd' within 10 s" (after
+    # the wipe; not yet reduced to a plain test, so not yet known to be the library's or the model's bound).
+    "unclean_loss_under_lock_delay": "issue 35 (outage and recovery): after a wipe, a thread of this process did "
+    "not queue within 10 s for a lock whose holder in another process lost its session",
+}

@@ -254,6 +254,12 @@ class LockModel(RuleBasedStateMachine):
                 earlier = self.tokens[name]
                 assert not earlier or token > max(earlier), f"token {token} after {earlier} for {name!r}"
                 earlier.append(token)
+        elif got == "LockLost":
+            # A re-entrant acquire of a hold that an earlier fault ended says so (docs/lost.md); the owner still
+            # releases it.
+            assert self.count.get((actor, name)) and self.call(actor, "ensure_held", name) == "LockLost", (
+                f"{actor} acquire({name!r}) gave LockLost without a lost hold of its own"
+            )
         else:
             # A refusal is contention only when someone holds; ZooKeeper is up in this rule.
             assert got in ("False", "LockTimeout", "LockNotAcquired") and others or got in UNAVAILABLE, (
