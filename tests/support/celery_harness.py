@@ -20,7 +20,7 @@ import pytest
 
 from tests.support.helpers import ROOT, read_records, wait_until
 from tests.support.redis_server import RedisServer
-from zklocks.testing import orphans
+from zklocks.testing.runtime import start_group, stop_group
 from zklocks.testing.startup import poll_until
 
 
@@ -70,16 +70,14 @@ class CeleryWorker:
 
     def start(self, timeout: float = 60.0) -> CeleryWorker:
         out = open(self.log, "ab")
-        self.proc = subprocess.Popen(
+        self.proc = start_group(
             self.args,
             cwd=ROOT,
             env=self.env,
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
         )
-        orphans.adopt(self.proc.pid)
         out.close()
         message = f"worker {self.name} not ready within {timeout}s"
         poll_until(lambda: " ready." in self.read_log(), self.log, message, timeout, proc=self.proc, stop=self.kill)
@@ -124,15 +122,7 @@ class CeleryWorker:
     def kill(self) -> None:
         if self.proc is None:
             return
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        orphans.release(self.proc.pid)
+        stop_group(self.proc, steps=((signal.SIGKILL, 10.0),))
 
 
 class CeleryEnv:

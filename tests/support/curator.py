@@ -13,8 +13,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from zklocks.testing import orphans
-from zklocks.testing.runtime import JAVA, JAVAC, compiled
+from zklocks.testing.runtime import JAVA, JAVAC, compiled, start_group, stop_group
 
 # Debian's Apache Curator (libcurator-recipes-java) and what it needs at run time.
 CURATOR_CLASSPATH = os.environ.get(
@@ -81,16 +80,14 @@ class CuratorContenders:
         self.output = ""
 
     def start(self) -> CuratorContenders:
-        self.proc = subprocess.Popen(
+        self.proc = start_group(
             [JAVA, "-cp", f"{_classes()}:{CURATOR_CLASSPATH}", "CuratorContender", *self.args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            start_new_session=True,
             env={**os.environ, "ZKLOCKS_CREDENTIAL": self.credential},
         )
-        orphans.adopt(self.proc.pid)
         assert self.proc.stdout is not None
         lines = []
         for line in self.proc.stdout:  # the JVM gives up on its own after 20 s without a session
@@ -112,14 +109,8 @@ class CuratorContenders:
         return self.proc.returncode
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.proc.wait(10)
         if self.proc is not None:
-            orphans.release(self.proc.pid)
+            stop_group(self.proc, steps=((signal.SIGKILL, 10.0),))
 
     def __enter__(self) -> CuratorContenders:
         return self.start()

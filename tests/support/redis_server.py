@@ -10,8 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from zklocks.testing import orphans
-from zklocks.testing.runtime import stop_group
+from zklocks.testing.runtime import start_group, stop_group
 from zklocks.testing.server import free_port
 from zklocks.testing.startup import poll_until
 
@@ -40,7 +39,7 @@ class RedisServer:
         if shutil.which(REDIS_SERVER) is None:
             raise RuntimeError("redis-server is not installed: run `apt-get install -y redis-server` (make test does)")
         log = open(self.dir / "redis.log", "ab")
-        self.proc = subprocess.Popen(
+        self.proc = start_group(
             [
                 REDIS_SERVER,
                 "--port",
@@ -61,9 +60,7 @@ class RedisServer:
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
         )
-        orphans.adopt(self.proc.pid)  # stop_group releases it
         log.close()
         message = f"redis-server on port {self.port} did not start within {timeout}s"
         poll_until(self.ping, self.dir / "redis.log", message, timeout, proc=self.proc, stop=self.stop)

@@ -79,6 +79,14 @@ def stop_group(proc: subprocess.Popen, steps: tuple[tuple[int, float], ...] | No
     orphans.release(proc.pid)
 
 
+def start_group(args: list[str], **popen: Any) -> subprocess.Popen:
+    """``subprocess.Popen(args, **popen)`` as the leader of a process group of its own, which :func:`stop_group`
+    stops and which dies with this process however it ends (orphans.py)."""
+    proc = subprocess.Popen(args, start_new_session=True, **popen)
+    orphans.adopt(proc.pid)
+    return proc
+
+
 _cleaning_up = False  # set while stopped_on_exit's stack unwinds
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import orphans
 from . import ports as _ports
-from .runtime import CLASSPATH, JAVA, LOG_CLASSPATH
+from .runtime import CLASSPATH, JAVA, LOG_CLASSPATH, start_group
 from .startup import (
     StartedInWith,
     ZkStartError,
@@ -202,7 +202,7 @@ class ZkServer(StartedInWith):
         own = ", ".join(f"{what} {port}" for what, port in self.ports().items())
         log.write(f"--- {time.strftime('%H:%M:%S')} starting {self.name}: {own}\n".encode())
         log.flush()
-        self.proc = subprocess.Popen(
+        self.proc = start_group(
             [
                 JAVA,
                 *self.jvm_options,
@@ -216,9 +216,7 @@ class ZkServer(StartedInWith):
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
         )
-        orphans.adopt(self.proc.pid)
         log.close()
         self.spawned_at = time.monotonic()
 
