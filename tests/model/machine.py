@@ -397,13 +397,12 @@ class LockModel(RuleBasedStateMachine):
         The blip starts from a working link: an earlier rule's fault (a partition, a restart) may leave the
         process still reconnecting on kazoo's backoff, and a blip then would extend that silence, so that the
         server sees more than ``seconds`` of it."""
+        if any(self.count.get((a, n)) for a in LOCAL for n in NAMES):
+            took = wait_for(link_settled, 2 * SESSION_TIMEOUT)
+            assert took is not None, f"this process did not reconnect and renew within {2 * SESSION_TIMEOUT} s"
         held = [
             (a, n) for a in LOCAL for n in NAMES if self.count.get((a, n)) and self.call(a, "ensure_held", n) == "ok"
         ]
-        if held:
-            took = wait_for(link_settled, 2 * SESSION_TIMEOUT)
-            assert took is not None, f"this process did not reconnect and renew within {2 * SESSION_TIMEOUT} s"
-            held = [(a, n) for a, n in held if self.call(a, "ensure_held", n) == "ok"]
         self.world.proxy.partition(refuse_new=False)
         time.sleep(seconds)
         self.world.proxy.heal()
