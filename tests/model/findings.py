@@ -16,12 +16,11 @@ their regression tests are expected failures that name the issue which owns the 
 # Also the model's own: acquire(t1, y); acquire(t1, x); cancel_work_in_a_thread() x 6; acquire(t1, x) -> LockLost,
 # the documented answer of a re-entrant acquire whose hold a fault ended (docs/lost.md); the acquire rule now
 # accepts it where the actor's own hold was lost.
+# Also the model's own: ...; child_task_try_lock_then_release(x); wipe(); unclean_loss_under_lock_delay(p, t2,
+# queued=True) -> "t2 did not queue for 'd' within 10 s". After the wipe, no server takes this process's session
+# back, and its acquire answered ZkUnavailable (the contract: no session within CONNECT_TIMEOUT) until the session
+# was dropped, a session timeout after the server's return (docs/reliability.md, "A server that comes back empty";
+# tests/faults/test_server_returns_empty.py). The rule waited for the queue node only; it now asks again after
+# ZkUnavailable, as a caller would, and requires the queue within SESSION_TIMEOUT + CONNECT_TIMEOUT (+ 2 s).
 # rule -> the issue that owns the fix
-OPEN = {
-    # unclean_loss_under_lock_delay(t1, t2, queued=False); restart_with_data(); release(t1, x); expire_session(t1);
-    # unclean_loss_under_lock_delay(t1, t2, queued=True); silent_blip(0.5); child_task_try_lock_then_release(x);
-    # wipe(); unclean_loss_under_lock_delay(p, t2, queued=True) -> "t2 did not queue for 'd' within 10 s" (after
-    # the wipe; not yet reduced to a plain test, so not yet known to be the library's or the model's bound).
-    "unclean_loss_under_lock_delay": "issue 35 (outage and recovery): after a wipe, a thread of this process did "
-    "not queue within 10 s for a lock whose holder in another process lost its session",
-}
+OPEN: dict[str, str] = {}

@@ -39,6 +39,7 @@ from zklocks.client.pools import close_all, connections
 from zklocks.testing import expire_session
 
 SESSION_TIMEOUT = 4.0
+CONNECT_TIMEOUT = 2.0
 LOCK_DELAY = 1.5  # of the lock-delay rule's own lock
 RELEASE_BOUND = 1.0  # the lock is free within this long of ZooKeeper being reachable again
 NAMES = ["x", "y"]
@@ -90,7 +91,7 @@ class LockModel(RuleBasedStateMachine):
         super().__init__()
         self.namespace = f"/model/{uuid.uuid4().hex[:10]}"
         self._settings = zk_settings(
-            self.world.proxy.hosts, self.namespace, SESSION_TIMEOUT=SESSION_TIMEOUT, CONNECT_TIMEOUT=2.0
+            self.world.proxy.hosts, self.namespace, SESSION_TIMEOUT=SESSION_TIMEOUT, CONNECT_TIMEOUT=CONNECT_TIMEOUT
         )
         self._settings.enable()
         self.actors = {
@@ -510,13 +511,7 @@ class LockModel(RuleBasedStateMachine):
         if got in UNAVAILABLE:
             return  # ZooKeeper not reachable yet (an earlier step's restart): no contention verdict, nothing to test
         assert got == "True", f"{holder} could not take the free lock {name!r}: {got}"
-        waiter = None
-        if queued:
-            waiter = concurrent.futures.ThreadPoolExecutor(1).submit(
-                self.ask_lock, newcomer, "acquire", name, timeout=4 * SESSION_TIMEOUT
-            )
-            queued_in = wait_for(lambda: len(self.children(name)) >= 2, 10)  # behind the holder, for sure
-            assert queued_in is not None, f"{newcomer} did not queue for {name!r} within 10 s"
+        waiter = self.queue_behind(newcomer, name) if queued else None
         self.expire_session(actor=holder)
         # Before the loss, by the time the expiring client takes to join and close (~0.1-0.4 s): a contender that
         # held at once after the loss, the defect this catches, still shows less than the delay.
@@ -535,6 +530,29 @@ class LockModel(RuleBasedStateMachine):
         finally:
             self.ask_lock(newcomer, "release", name)
             self.ask_lock(holder, "release", name)  # the lost hold is given back by its owner
+
+    def queue_behind(self, newcomer: str, name: str) -> concurrent.futures.Future:
+        """``newcomer`` waits for ``name`` behind its holder (in a thread): the future of its acquire.
+
+        A process whose session no server takes back (an earlier step's wipe) answers ZkUnavailable until it
+        drops that session, within SESSION_TIMEOUT + CONNECT_TIMEOUT of the server's return (docs/reliability.md,
+        "A server that comes back empty"): the newcomer asks again, as a caller would, within that bound."""
+        bound = SESSION_TIMEOUT + CONNECT_TIMEOUT + 2.0  # + 2 s: the observer's own reads and a loaded machine
+        start = time.monotonic()
+        while True:
+            waiter = concurrent.futures.ThreadPoolExecutor(1).submit(
+                self.ask_lock, newcomer, "acquire", name, timeout=4 * SESSION_TIMEOUT
+            )
+            left = max(0.0, bound - (time.monotonic() - start))
+            wait_for(lambda w=waiter: w.done() or len(self.children(name)) >= 2, left)  # behind the holder, for sure
+            refused = waiter.done() and waiter.result()[0] in UNAVAILABLE
+            if not refused or time.monotonic() - start > bound:
+                break
+            time.sleep(0.2)
+        said = waiter.result()[0] if waiter.done() else "still waiting"
+        assert not waiter.done(), f"{newcomer}'s acquire of {name!r}, held by a live holder, gave {said}"
+        assert len(self.children(name)) >= 2, f"{newcomer} did not queue for {name!r} within {bound:.0f} s"
+        return waiter
 
     def ask_lock(self, actor: str, op: str, name: str, timeout: float = 5.0) -> tuple[str, float]:
         """``op`` on ``actor``'s own lock-delay handle of ``name``: (the outcome, the monotonic time of it)."""
