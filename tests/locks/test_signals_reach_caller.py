@@ -375,3 +375,41 @@ def test_an_exception_as_the_granted_node_is_returned_gives_it_back(aliases, kz)
     assert_nothing_left(kz, aliases["NAMESPACE"])
     with zk_lock("sig-granted", using="other", timeout=5):
         pass
+
+
+def test_a_handler_that_calls_zklocks_while_its_thread_starts_a_session_is_answered_at_once(settings):
+    """The handler interrupts the start of the thread's session (ZooKeeper unreachable: the start lasts
+    CONNECT_TIMEOUT) and takes a lock itself: it gets ZkUnavailable at once instead of waiting for the start it
+    interrupted, which then ends as it would have."""
+    from zklocks import ZkUnavailable
+    from zklocks.client.pools import close_all
+    from zklocks.testing.server import free_port
+
+    settings.ZKLOCKS = {
+        "default": {"HOSTS": f"127.0.0.1:{free_port()}", "NAMESPACE": "/sig-start", "CONNECT_TIMEOUT": 2.0}
+    }
+    close_all()
+    answered: list[tuple[str, float]] = []
+
+    def handler(signum, frame) -> None:
+        began = time.monotonic()
+        try:
+            zk_lock("sig-in-handler", blocking=False).acquire()
+            answered.append(("acquired", time.monotonic() - began))
+        except Exception as exc:
+            answered.append((type(exc).__name__, time.monotonic() - began))
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        began = time.monotonic()
+        with pytest.raises(ZkUnavailable):
+            zk_lock("sig-outer").acquire(timeout=10)
+        outer = time.monotonic() - began
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        close_all()
+    assert len(answered) == 1 and answered[0][0] == "ZkUnavailable", answered
+    assert answered[0][1] < 0.5, f"the handler waited {answered[0][1]:.2f} s"
+    assert outer < 2.0 + 1.0, f"the interrupted start took {outer:.2f} s (CONNECT_TIMEOUT 2 s)"

@@ -20,6 +20,7 @@ class Pool:
         self.cfg = cfg
         self._slots: list[Session | None] = [None] * cfg.pool_size
         self._slot_locks = [threading.Lock() for _ in range(cfg.pool_size)]
+        self._starting: list[int | None] = [None] * cfg.pool_size  # the thread starting each slot's session
         self._assign_lock = threading.Lock()
         self._next = 0
         self._local = threading.local()
@@ -45,22 +46,37 @@ class Pool:
         session = self._slots[idx]
         if session is not None and not session.dead:
             return session
+        if self._starting[idx] == threading.get_ident():
+            # A signal handler that calls zklocks while this thread starts the slot's session: waiting for the
+            # slot's lock would wait for ourselves, for ever.
+            raise ZkUnavailable(
+                f"zklocks alias {self.cfg.alias!r}: this thread is starting its session (a signal handler "
+                "interrupted the start); no session for the handler's call"
+            )
         with self._slot_locks[idx]:
             session = self._slots[idx]
             if session is None or session.dead:
-                if self.closed:
-                    raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
-                session = Session(self.cfg)
-                session.start()
-                # A server answers: the sessions this alias gave up during the outage are closed first, so that
-                # no lock this process released reads as held by its own previous session.
-                abandoned.settle(self.cfg.alias, self.cfg.hosts, self.cfg.connect_timeout)
-                if self.closed:  # closed while we were connecting: do not leak the new session
-                    session.close(wait=False)
-                    raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
+                self._starting[idx] = threading.get_ident()
+                try:
+                    session = self._start()
+                finally:
+                    self._starting[idx] = None
                 self._slots[idx] = session
                 for hook in _on_session_started:
                     hook(self)
+        return session
+
+    def _start(self) -> Session:
+        if self.closed:
+            raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
+        session = Session(self.cfg)
+        session.start()
+        # A server answers: the sessions this alias gave up during the outage are closed first, so that no lock
+        # this process released reads as held by its own previous session.
+        abandoned.settle(self.cfg.alias, self.cfg.hosts, self.cfg.connect_timeout)
+        if self.closed:  # closed while we were connecting: do not leak the new session
+            session.close(wait=False)
+            raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
         return session
 
     def sessions(self) -> list[Session]:
