@@ -4,6 +4,8 @@ command prints only its error, and a view that lets ZkUnavailable escape answers
 import logging
 import re
 import sys
+import threading
+import time
 
 import pytest
 from django.test import override_settings
@@ -46,6 +48,37 @@ def test_cause_tls_error(zk_server):
     message = unavailable(zk_server.hosts, OPTIONS={"use_ssl": True, "verify_certs": False})
     assert re.search(rf"CONNECT_TIMEOUT=1s: {re.escape(zk_server.hosts)}: TLS: .+\)$", message), message
     print(message)
+
+
+def test_threads_that_call_at_once_each_get_zk_unavailable_within_connect_timeout():
+    """Four threads share the one session slot (POOL_SIZE 1): those that find its start under way wait for that
+    start and share its failure, instead of starting again one after the other (the last after 4 x 1 s)."""
+    port = free_port()
+    settings = {"HOSTS": f"127.0.0.1:{port}", "CONNECT_TIMEOUT": 1.0, "SESSION_TIMEOUT": 2.0, "REAP_INTERVAL": 0}
+    took: list[tuple[str, float]] = []
+    barrier = threading.Barrier(4)
+
+    def call(n: int) -> None:
+        barrier.wait()
+        began = time.monotonic()
+        try:
+            zk_lock(f"at-once-{n}").acquire(timeout=10)
+            took.append(("acquired", time.monotonic() - began))
+        except Exception as exc:
+            took.append((str(exc), time.monotonic() - began))
+
+    with override_settings(ZKLOCKS={"default": settings}):
+        try:
+            threads = [threading.Thread(target=call, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+        finally:
+            close_all()
+    assert len(took) == 4
+    assert all("is unavailable (no session within CONNECT_TIMEOUT=1s" in said for said, _ in took), took
+    assert max(seconds for _, seconds in took) < 1.0 + 0.5, took
 
 
 def test_kazoo_retry_lines_are_quiet(caplog):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import time
 from collections.abc import Callable
 
 from .. import conf, forking
@@ -21,6 +22,8 @@ class Pool:
         self._slots: list[Session | None] = [None] * cfg.pool_size
         self._slot_locks = [threading.Lock() for _ in range(cfg.pool_size)]
         self._starting: list[int | None] = [None] * cfg.pool_size  # the thread starting each slot's session
+        # Each slot's last failed start: (when it ended, its error), the answer of the threads that waited for it.
+        self._failed: list[tuple[float, ZkUnavailable] | None] = [None] * cfg.pool_size
         self._assign_lock = threading.Lock()
         self._next = 0
         self._local = threading.local()
@@ -53,17 +56,35 @@ class Pool:
                 f"zklocks alias {self.cfg.alias!r}: this thread is starting its session (a signal handler "
                 "interrupted the start); no session for the handler's call"
             )
-        with self._slot_locks[idx]:
+        # Threads that find the slot's session being started wait for that start, within their own CONNECT_TIMEOUT,
+        # and share its failure: n callers during an outage each get ZkUnavailable within CONNECT_TIMEOUT, not the
+        # n-th after n starts in a row.
+        entered = time.monotonic()
+        if not self._slot_locks[idx].acquire(timeout=self.cfg.connect_timeout):
+            raise ZkUnavailable(
+                f"zklocks alias {self.cfg.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable (no session within "
+                f"CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s: another thread of this process is still starting it)"
+            )
+        try:
             session = self._slots[idx]
             if session is None or session.dead:
+                failed = self._failed[idx]
+                if failed is not None and failed[0] >= entered:
+                    raise type(failed[1])(*failed[1].args)  # the start this thread waited for failed
                 self._starting[idx] = threading.get_ident()
                 try:
                     session = self._start()
+                except ZkUnavailable as exc:
+                    self._failed[idx] = (time.monotonic(), exc)
+                    raise
                 finally:
                     self._starting[idx] = None
+                self._failed[idx] = None
                 self._slots[idx] = session
                 for hook in _on_session_started:
                     hook(self)
+        finally:
+            self._slot_locks[idx].release()
         return session
 
     def _start(self) -> Session:
