@@ -52,6 +52,21 @@ def test_unreachable_alias_fails_naming_it(zklocks_settings, client):
 
 
 @pytest.mark.zk
+def test_an_unreachable_alias_under_max_hold_seconds_is_reported_once_and_not_read_again(zklocks_settings):
+    """Its probe failed: the check does not start a second session for the summary of its locks (another
+    CONNECT_TIMEOUT) and does not report the same outage twice."""
+    zklocks_settings(EXTRA_ALIASES={"reports": {"HOSTS": "127.0.0.1:1", "CONNECT_TIMEOUT": 0.5}})
+    with override_settings(ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 60}):
+        for _ in range(2):
+            began = time.monotonic()
+            error = str(run_check().error)
+            took = time.monotonic() - began
+            assert error.count("'reports'") == 1 and "unavailable" in error, error
+            assert "MAX_HOLD_SECONDS" not in error, error
+            assert took < 0.5 + 1.0, f"{took:.2f} s"
+
+
+@pytest.mark.zk
 def test_max_hold_seconds():
     with override_settings(ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 0.5}):
         assert run_check().error is None

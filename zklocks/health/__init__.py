@@ -275,10 +275,12 @@ class ZooKeeperHealthCheck(HealthCheck):
 
     def run(self) -> None:
         aliases = self.aliases()
-        problems = [p for p in map(probe, aliases) if p]
+        failed = {alias: problem for alias in aliases if (problem := probe(alias))}
+        problems = list(failed.values())
         max_hold = max_hold_seconds()
         if max_hold is not None:
-            reachable = [a for a in aliases if not any(p.startswith(f"alias {a!r}") for p in problems)]
+            # An alias whose probe failed is not read again (a second session start, a second report of it).
+            reachable = [a for a in aliases if a not in failed]
             if reachable:
                 problems += summary(reachable, max_hold)
         if problems:
