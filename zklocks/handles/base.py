@@ -324,7 +324,8 @@ class BaseHandle(Enforcing, Acquirable):
 
     @property
     def token(self) -> int | None:
-        """Fencing token: the czxid of our node, strictly increasing over successive holders of the name."""
+        """Fencing token: the czxid of our node, strictly increasing over successive holders of the name while
+        ZooKeeper keeps its data (a wiped ensemble counts zxids from the start again)."""
         hold = self._hold()
         return None if hold is None else hold.token
 

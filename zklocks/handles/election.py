@@ -119,7 +119,8 @@ def zk_leader(name: str, *, using: str = "default", on_lost: str = "notify", max
 
     ``with zk_leader(name) as leader`` blocks until this process leads; ``acquire(blocking=True, timeout=None)``
     returns whether it was elected; ``release()`` steps down (idempotent). ``is_leader``, ``ensure_leader()`` (raises
-    LockLost) and ``token`` (a fencing token, strictly increasing over successive leaders) tell the leader where
+    LockLost) and ``token`` (a fencing token, strictly increasing over successive leaders while ZooKeeper keeps
+    its data) tell the leader where
     it stands; a lost leadership is announced through ``zklocks.signals.lock_lost`` with ``kind="election"``.
     ``on_lost="cancel"`` stops the leader's work when it loses; ``max_hold`` caps one term (as for zk_lock).
     """

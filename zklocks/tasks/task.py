@@ -31,7 +31,8 @@ class LockedTaskContext(TaskContext):  # type: ignore[misc]  # django-stubs does
 
     @property
     def token(self) -> int | None:
-        """The fencing token of this execution (strictly increasing over the holders of the key)."""
+        """The fencing token of this execution (strictly increasing over the holders of the key while ZooKeeper
+        keeps its data)."""
         return self.lock.token
 
 
