@@ -1,4 +1,4 @@
-"""Runs the stateful model (machine.py) against a server of its own.
+"""Runs the stateful model (machine.py) against a server of its own, and on a 3-node ensemble (quorum.py).
 
 Bounded in ``make test-all``, on the same programs every run (Hypothesis derandomized: a CI run tests what the
 last one tested, and a failure there is a change, not a new draw); ``ZKLOCKS_MODEL_RANDOM=1`` draws new programs,
@@ -13,12 +13,14 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from tests.model.machine import SESSION_TIMEOUT, LockModel, World
+from tests.model.quorum import EnsembleServers, QuorumLockModel
 from tests.support.helpers import raw_client
-from zklocks.testing import ZkServer
+from zklocks.testing import ZkEnsemble, ZkServer
 from zklocks.testing.proxy import TcpProxy
 
 EXAMPLES = int(os.environ.get("ZKLOCKS_MODEL_EXAMPLES", "12"))
 STEPS = int(os.environ.get("ZKLOCKS_MODEL_STEPS", "10"))
+QUORUM_EXAMPLES = int(os.environ.get("ZKLOCKS_MODEL_QUORUM_EXAMPLES", "6"))  # an ensemble's restarts take longer
 
 pytestmark = [pytest.mark.model, pytest.mark.timeout(int(os.environ.get("ZKLOCKS_MODEL_TIMEOUT", "1500")))]
 
@@ -38,12 +40,30 @@ def world():
         server.cleanup()
 
 
-def test_lock_model(world):
-    LockModel.world = world
+@pytest.fixture(scope="module")
+def quorum_world():
+    """A 3-node ensemble whose server links can be cut; this process is pinned to server 0 through a proxy."""
+    ensemble = ZkEnsemble(3, tick_time=200, server_links=True)
+    try:
+        ensemble.start()
+        servers = EnsembleServers(ensemble, pinned=0)
+        proxy = TcpProxy("127.0.0.1", ensemble.servers[0].port).start()
+        observer = raw_client(servers.hosts, timeout=SESSION_TIMEOUT)
+        try:
+            yield World(servers, proxy, observer)
+        finally:
+            observer.stop()
+            observer.close()
+            proxy.stop()
+    finally:
+        ensemble.cleanup()
+
+
+def run_model(machine, examples: int) -> None:
     run_state_machine_as_test(
-        LockModel,
+        machine,
         settings=settings(
-            max_examples=EXAMPLES,
+            max_examples=examples,
             stateful_step_count=STEPS,
             deadline=None,
             derandomize=os.environ.get("ZKLOCKS_MODEL_RANDOM", "") != "1",
@@ -56,3 +76,13 @@ def test_lock_model(world):
             report_multiple_bugs=False,
         ),
     )
+
+
+def test_lock_model(world):
+    LockModel.world = world
+    run_model(LockModel, EXAMPLES)
+
+
+def test_lock_model_on_an_ensemble(quorum_world):
+    QuorumLockModel.world = quorum_world
+    run_model(QuorumLockModel, QUORUM_EXAMPLES)
