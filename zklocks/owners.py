@@ -93,12 +93,23 @@ def note_async_holder() -> None:
     _acquired_by.set(current_owner())
 
 
+def note_acquire_attempt() -> None:
+    """As an acquire begins: an owner that is not the holder this context was copied from (a child task, a thread
+    started by the holder or by a child) takes locks of its own, and from now on this context releases only its
+    own holds: its failed try-lock's ``release()`` in ``finally`` must not release the holder's hold."""
+    holder = _acquired_by.get()
+    if holder is not None and _owner_var.get() is None and current_owner() is not holder:
+        _acquired_by.set(None)
+
+
 def releasing_for() -> object | None:
     """The owner whose release the caller may run: the holder task this context was copied from, for a thread
-    started from it (``asyncio.to_thread``). Never for an asyncio task: a child or sibling task copies the holder's
-    context too, and a try-lock of its own that failed must not release the holder's hold. A task releases for
-    the holder only through a coroutine the holder created (``__aexit__``, ``release_async``)."""
-    if asyncio._get_running_loop() is not None:
+    started from it (``asyncio.to_thread``) that took no lock of its own. Never for an asyncio task: a child or
+    sibling task copies the holder's context too, and a try-lock of its own that failed must not release the
+    holder's hold. Never for a release run as a named owner (``release_async`` of a child task runs its release in
+    a thread acting as that child). A task releases for the holder only through a coroutine the holder created
+    (``__aexit__``, ``release_async``)."""
+    if asyncio._get_running_loop() is not None or _owner_var.get() is not None:
         return None
     return _acquired_by.get()
 

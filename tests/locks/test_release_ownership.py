@@ -8,7 +8,7 @@ import pytest
 
 from tests.support.helpers import wait_until
 from tests.support.threads import HeldInThread, in_thread
-from zklocks import LockOwnershipError, zk_lock
+from zklocks import LockOwnershipError, zk_lock, zk_semaphore
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
 
@@ -123,6 +123,101 @@ def test_a_child_task_whose_try_lock_failed_cannot_release_the_parents_hold():
             lock.ensure_held()
             assert lock.is_held and not await asyncio.to_thread(free_elsewhere, "own-child")
         assert await asyncio.to_thread(wait_until, lambda: free_elsewhere("own-child"), 5)
+
+    asyncio.run(main())
+
+
+def sem_free_elsewhere(name: str) -> bool:
+    def attempt():
+        semaphore = zk_semaphore(name, 1, blocking=False)
+        if semaphore.acquire():
+            semaphore.release(wait=True)
+            return True
+        return False
+
+    return in_thread(attempt)
+
+
+# How a child task's ``finally`` gives back what it thinks it took, each routed through a thread: release_async
+# with wait=True runs the release in a thread acting as the child; to_thread copies the child's context, which is a
+# copy of the holder's.
+CHILD_RELEASES = {
+    "release_async(wait=True)": lambda handle: handle.release_async(wait=True),
+    "to_thread(release)": lambda handle: asyncio.to_thread(handle.release, True),
+}
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+@pytest.mark.parametrize("form", sorted(CHILD_RELEASES))
+def test_a_child_task_whose_try_lock_failed_cannot_release_the_parents_hold_through_a_thread(kind, form):
+    name = f"own-child-{kind}-{form[:8]}"
+    make, free = (lambda: zk_lock(name, timeout=5), free_elsewhere)
+    if kind == "semaphore":
+        make, free = (lambda: zk_semaphore(name, 1, timeout=5), sem_free_elsewhere)
+
+    async def main():
+        handle = make()
+        async with handle:
+
+            async def child():
+                try:
+                    return await handle.acquire_async(blocking=False)
+                finally:
+                    with pytest.raises(LockOwnershipError):
+                        await CHILD_RELEASES[form](handle)
+
+            assert await asyncio.create_task(child()) is False
+            handle.ensure_held()
+            assert handle.is_held and not await asyncio.to_thread(free, name)
+        assert await asyncio.to_thread(wait_until, lambda: free(name), 5)
+
+    asyncio.run(main())
+
+
+def test_a_helper_thread_whose_try_lock_failed_cannot_release_its_holders_hold():
+    """The holder's own sync_to_async helper (Django's async pattern) tries the lock and releases in ``finally``:
+    the thread took nothing, so its release is refused, although the thread may release for the holder otherwise."""
+    from asgiref.sync import sync_to_async
+
+    def helper(lock) -> bool:
+        got = False
+        try:
+            got = lock.acquire(blocking=False)
+        finally:
+            with pytest.raises(LockOwnershipError, match="own-helper"):
+                lock.release()
+        return got
+
+    async def main():
+        lock = zk_lock("own-helper", timeout=5)
+        async with lock:
+            assert await sync_to_async(helper, thread_sensitive=False)(lock) is False
+            lock.ensure_held()
+            assert not await asyncio.to_thread(free_elsewhere, "own-helper")
+
+    asyncio.run(main())
+    assert free_elsewhere("own-helper")
+
+
+def test_a_task_created_after_the_hold_ended_cannot_release_the_next_hold_through_a_thread():
+    async def main():
+        lock = zk_lock("own-late-thread", timeout=5)
+        await lock.__aenter__()
+        await lock.__aexit__(None, None, None)
+        go = asyncio.Event()
+
+        async def late():
+            await go.wait()
+            with pytest.raises(LockOwnershipError, match="own-late-thread"):
+                await lock.release_async(wait=True)
+
+        task = asyncio.create_task(late())
+        await lock.__aenter__()
+        go.set()
+        await task
+        lock.ensure_held()
+        assert not await asyncio.to_thread(free_elsewhere, "own-late-thread")
+        await lock.__aexit__(None, None, None)
 
     asyncio.run(main())
 

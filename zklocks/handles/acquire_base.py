@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from .. import owners
 from ..client.deadline import Deadline
 from ..exceptions import LockNotAcquired
 from .async_bridge import acquire_off_loop, refuse_in_event_loop
@@ -31,6 +32,7 @@ class Acquirable:
         """
         if not on_loop:
             refuse_in_event_loop(self)
+        owners.note_acquire_attempt()
         blocking = self.blocking if blocking is None else blocking
         timeout = self.timeout if timeout is None else timeout
         once = blocking and timeout == 0

@@ -130,6 +130,7 @@ class BaseHandle(Enforcing, Acquirable):
             self._arm()
 
     async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
+        owners.note_acquire_attempt()
         if not self.waits_on_loop:
             await acquire_off_loop(self, blocking, timeout)
         else:

@@ -173,6 +173,7 @@ class ZkMultiLock(Acquirable):
             raise lost  # as a single lock's with statement
 
     async def __aenter__(self):
+        owners.note_acquire_attempt()
         await acquire_off_loop(self, None, None)
         owners.note_async_holder()
         for lock in self.locks:
