@@ -14,6 +14,7 @@ client instead; closing that one is harmless.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -94,9 +95,13 @@ def close_when_reachable(
             try:
                 twin.start(timeout=min(30.0, max(1.0, give_up - time.monotonic())))
             except KazooTimeoutError:
-                continue  # kazoo stopped the attempt; try again
+                twin.close()  # kazoo stopped the attempt; its socket pair is freed only by close()
+                continue  # try again
             except Exception:  # noqa: BLE001 - a bad option or a refused auth: nothing more to do from here
                 log.debug("zklocks: closing an abandoned session of alias %r failed", alias, exc_info=True)
+                with contextlib.suppress(Exception):
+                    twin.stop()
+                    twin.close()
                 return
             try:
                 twin.stop()
