@@ -174,6 +174,9 @@ def test_checker_starts_token_order_over_at_a_wipe_and_times_each_process_recove
 
 
 def plan(long: bool, seed: int) -> list[str]:
+    chosen = os.environ.get("ZKLOCKS_CHAOS_PLAN")  # e.g. idle-blip,outage-release: those faults alone
+    if chosen:
+        return chosen.split(",")
     if not long:
         return list(SHORT_PLAN)
     rng = random.Random(seed)
@@ -287,6 +290,13 @@ def test_chaos_on_a_real_ensemble(request, tmp_path, capsys):
     if long:
         assert report.holds >= 10_000, report.holds
     assert all(f.detail["died_holding"] for f in run.faults if f.kind == "kill-holder")
+    # An idle holder keeps its hold through a silent blip of half the session timeout; the locks released during
+    # an outage are free within 1 s of the servers' return with their data (no ghost of a given-up session).
+    assert all(f.detail["holder"].startswith("kept it") for f in run.faults if f.kind == "idle-blip"), [
+        f.detail for f in run.faults if f.kind == "idle-blip"
+    ]
+    ghosts = [f.detail["ghosts"] for f in run.faults if f.kind == "outage-release"]
+    assert all(g is not None and g <= 1.0 for g in ghosts), ghosts
     assert report.revoked_holds == sum(f.kind == "expire-holder" for f in run.faults)
     assert counts.get("stuck_threads", 0) == 0
 

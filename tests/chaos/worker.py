@@ -11,7 +11,8 @@ in a loop and record every hold as JSON lines in ``<dir>/<tag>-<pid>.jsonl``:
 While holding, a thread polls ``is_held`` every 5 ms; ``valid_until`` is the last moment it was seen True
 (taken *before* the call), and a thread that sees it False stops holding at once, as an application must.
 
-A thread that acquires while ``<dir>/want-long-hold`` exists claims it (one rename wins), records
+A thread that acquires while ``<dir>/want-long-hold`` (or ``want-long-hold-<its pid>``) exists claims it (one
+rename wins), records
 ``{"ev": "long", "id", "sid", "name", "pid", "node"}`` and holds for the session timeout + 1.5 s unless it
 loses the lock first: the controller has a holder to freeze the server of, to expire, or to kill.
 
@@ -89,12 +90,26 @@ def hold_duration(rng: random.Random, long_share: float) -> float:
     return rng.uniform(0.003, 0.02)
 
 
+def wait_held(lock, timeout: float) -> bool:
+    """Whether ``is_held`` turns True again within ``timeout`` (the hold survived its suspension)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if lock.is_held:
+            return True
+        time.sleep(POLL)
+    return False
+
+
 def claim_long_hold(control: Path, hold_id: str) -> bool:
-    try:
-        os.rename(control / "want-long-hold", control / f"long-hold-{hold_id}")
-        return True
-    except FileNotFoundError:
-        return False
+    """Claim the controller's request for a long hold: ``want-long-hold`` (any process) or
+    ``want-long-hold-<pid>`` (this one)."""
+    for wanted in ("want-long-hold", f"want-long-hold-{os.getpid()}"):
+        try:
+            os.rename(control / wanted, control / f"long-hold-{hold_id}")
+            return True
+        except FileNotFoundError:
+            continue
+    return False
 
 
 class Pause:
@@ -351,7 +366,10 @@ def record_hold(idx, n, args, rec, rng, lock, name, start, counts) -> None:
         time.sleep(min(POLL, hold_until - t))
     end = time.monotonic()
     reason = None if valid else (hold.lost_reason or "suspended")
-    rec.write(ev="end", id=hold_id, end=end, valid=valid, valid_until=valid_until, reason=reason)
+    # A suspended hold is not lost: the lease could not be proven for a while (a blip), and ZooKeeper may still
+    # keep the node. The holder stopped at once all the same; whether the hold came back is recorded.
+    resumed = reason == "suspended" and wait_held(lock, args.session_timeout)
+    rec.write(ev="end", id=hold_id, end=end, valid=valid, valid_until=valid_until, reason=reason, resumed=resumed)
     counts["holds"] += 1
     counts["lost"] += not valid
 
