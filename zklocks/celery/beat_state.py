@@ -32,6 +32,7 @@ from ..client.deadline import Deadline
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..names import MAX_NAME_LENGTH, encode_name
+from ..recipes import node_data
 from ..recipes.kazoo_calls import SessionGone, call, wait_result
 from ..recipes.layout import beat_state_path
 
@@ -64,13 +65,15 @@ COMMITTED, REJECTED, UNKNOWN = "committed", "rejected", "unknown"  # the outcome
 ORPHANS = "__orphans__"
 
 
-def _parse(raw: bytes | None, version: int = -1) -> Claim | None:
-    try:
-        data = json.loads(raw or b"")
-        entry, sent_at = data["entry"], data["sent_at"]
-    except (ValueError, TypeError, KeyError):
-        return None
+def _parse(raw: bytes | None, version: int = -1, *, node: str | None = None) -> Claim | None:
+    """The claim in ``raw``, or None for anything else: data that is not a claim (bounded in size and depth by
+    node_data.parse: a deeply nested node must not stop the beat), and a claim that does not belong to its
+    ``node`` (a child written beside the entry's own, naming that entry, must not replace its last send)."""
+    data = node_data.parse(raw)
+    entry, sent_at = data.get("entry"), data.get("sent_at")
     if not isinstance(entry, str) or isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
+        return None
+    if not 0 <= sent_at < 1e11 or (node is not None and node != entry_node(entry)):  # an epoch time, or no claim
         return None
     token = data.get("token")
     host = data.get("host")
@@ -111,14 +114,15 @@ def read_sent(session: Session, election: str, deadline: Deadline) -> dict[str, 
     call(session, lambda: client.sync_async(state), deadline)
     children = call(session, lambda: client.get_children_async(state), deadline)
     # pipelined: one round trip
-    pending = [client.get_async(f"{state}/{child}") for child in children if not child.startswith("__")]
+    ours = [child for child in children if not child.startswith("__")]
+    pending = [client.get_async(f"{state}/{child}") for child in ours]
     sent: dict[str, Claim] = {}
-    for result in pending:
+    for child, result in zip(ours, pending, strict=True):
         try:
             raw, stat = wait_result(result, session, deadline)
         except NoNodeError:
             continue
-        parsed = _parse(raw, stat.version)
+        parsed = _parse(raw, stat.version, node=child)
         if parsed is not None:
             sent[parsed.entry] = parsed
     return sent
@@ -133,7 +137,7 @@ def read_claim(session: Session, election: str, entry: str, deadline: Deadline) 
         raw, stat = call(session, lambda: client.get_async(path), deadline)
     except NoNodeError:
         return None
-    return _parse(raw, stat.version)
+    return _parse(raw, stat.version, node=entry_node(entry))
 
 
 def record_sent(
@@ -206,7 +210,7 @@ def read_orphans(session: Session, election: str, deadline: Deadline) -> list[tu
         except NoNodeError:
             continue
         claim = _parse(raw)
-        if claim is not None:
+        if claim is not None and child == f"{entry_node(claim.entry)}-{claim.token}":
             found.append((child, claim))
     return found
 
@@ -293,7 +297,7 @@ def read_view(session: Session, election: str, deadline: Deadline) -> tuple[dict
             raw, stat = call(session, functools.partial(client.get_async, f"{state}/{child}"), deadline)
         except NoNodeError:
             continue
-        claim = _parse(raw, stat.version)
+        claim = _parse(raw, stat.version, node=child)
         if claim is not None:
             claims[claim.entry] = claim
     try:

@@ -13,6 +13,7 @@ import json
 import time
 from typing import Any
 
+from ..recipes import node_data
 from . import catchup
 
 FORMAT = 1
@@ -63,16 +64,11 @@ def read(alias: str | None = None, election: str | None = None) -> dict[str, Any
     except Exception as exc:  # noqa: BLE001 - shown on the page instead of a 500
         view["error"] = f"could not read the beat's state: {type(exc).__name__}: {exc}"
         return view
-    status: dict[str, Any] = {}
-    try:
-        status = json.loads(raw) if raw else {}
-    except ValueError:
-        status = {}
     leader_token = view["leader"]["token"] if view["leader"] else None
-    known = status.get("entries", {}) if status.get("token") == leader_token and leader_token is not None else {}
+    known = _status_entries(raw, leader_token)
     for name in sorted(set(claims) | set(known)):
         claim = claims.get(name)
-        extra = known.get(name) or {}
+        extra = known.get(name, {})
         view["entries"].append(
             {
                 "name": name,
@@ -85,6 +81,34 @@ def read(alias: str | None = None, election: str | None = None) -> dict[str, Any
             }
         )
     return view
+
+
+def _status_entries(raw: bytes | None, leader_token: Any) -> dict[str, dict[str, Any]]:
+    """The leader's status node as {entry: {"next_due", "catch_up"}}: only while the token that wrote it leads, and
+    only the fields of the expected types (anyone with write access to the namespace may have written it: a
+    malformed node is shown as no status, never as a failed page)."""
+    status = node_data.parse(raw)
+    if leader_token is None or status.get("token") != leader_token:
+        return {}
+    entries = status.get("entries")
+    if not isinstance(entries, dict):
+        return {}
+    known: dict[str, dict[str, Any]] = {}
+    for name, fields in entries.items():
+        if not isinstance(fields, dict):
+            fields = {}
+        due = fields.get("next_due")
+        policy = fields.get("catch_up")
+        known[name] = {
+            "next_due": due if _plausible_time(due) else None,
+            "catch_up": policy[:200] if isinstance(policy, str) else None,
+        }
+    return known
+
+
+def _plausible_time(value: Any) -> bool:
+    """An epoch time a page can show (the status node is not trusted: 1e300 or "soon" must not break it)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e11
 
 
 def _candidate(contender: Any) -> dict[str, Any]:

@@ -119,7 +119,7 @@ class Command(BaseCommand):
                     str(entry["last_token"]) if entry["last_token"] is not None else "-",
                     clean(entry["last_host"] or "-"),
                     _at(due) if due else "-",
-                    entry["catch_up"] or f"({view['default_catch_up']})",
+                    clean(entry["catch_up"] or f"({view['default_catch_up']})"),
                 ]
             )
         for line in table(rows):
