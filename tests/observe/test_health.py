@@ -112,6 +112,23 @@ def test_fails_within_connect_timeout_once_quorum_is_gone():
 
 
 @pytest.mark.zk
+def test_max_hold_seconds_names_a_holder_whose_data_carries_control_characters_escaped(kz):
+    """Node data comes from anyone who can write the namespace; the health check's text reaches a terminal
+    (``health_check``), a text/plain page and a log line."""
+    import json
+
+    from zklocks import conf, health
+    from zklocks.names import encode_name
+
+    data = {"v": 1, "host": "evil\x1b[2J\nINFO forged log line", "pid": "1\x1b]0;t\x07", "acquired_at": 1.0}
+    parent = f"{conf.alias_config().namespace}/{encode_name('stuck-escaped')}"
+    kz.create(f"{parent}/forged__lock__", json.dumps(data).encode(), ephemeral=True, sequence=True, makepath=True)
+    (found,) = [text for text in health.long_holds(["default"], 10) if "stuck-escaped" in text]
+    assert not any(c in found for c in "\x1b\x07\n"), found
+    assert "evil" in found and "forged log line" in found
+
+
+@pytest.mark.zk
 def test_max_hold_seconds_leaves_out_elections():
     """A leader holds its election node for as long as it leads: that is no stuck lock."""
     from zklocks.ops.read_model import snapshot

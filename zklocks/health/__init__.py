@@ -39,6 +39,7 @@ from ..client.deadline import Deadline, DeadlinePassed
 from ..client.kazoo_options import build_acl
 from ..client.pools import connections
 from ..exceptions import ZkLocksError
+from ..names import shown
 from ..recipes.kazoo_calls import SessionGone, call
 from ..recipes.layout import Kind
 
@@ -114,6 +115,10 @@ def shows_details(alias: str) -> bool:
     return world_readable(conf.alias_config(alias))
 
 
+def _shown(value: object) -> str:
+    return shown(str(value)[:64])
+
+
 def long_holds(aliases: list[str], max_hold: float) -> list[str]:
     """Locks held for longer than ``max_hold`` seconds, as messages naming the lock, its alias and holder (or,
     where the alias's READ_ACL hides them, counting them), and the aliases whose locks could not be read (naming
@@ -144,7 +149,9 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
                 count, longest = hidden.get(lock.alias, (0, 0.0))
                 hidden[lock.alias] = (count + 1, max(longest, held_for))
             elif len(named) < NAMED:
-                who = ", ".join(f"{h.host or '?'} pid {h.pid or '?'}" for h in lock.holders[:3])
+                # Node data comes from anyone who can write the namespace: escaped, as in the admin and the CLI
+                # (this text reaches a terminal, a text/plain page and django-health-check's log line).
+                who = ", ".join(f"{_shown(h.host or '?')} pid {_shown(h.pid or '?')}" for h in lock.holders[:3])
                 named.append(
                     f"alias {lock.alias!r}: lock {lock.shown_name!r} held for {held_for:.0f}s > "
                     f"MAX_HOLD_SECONDS={max_hold:g} (by {who})"
