@@ -247,3 +247,46 @@ def test_the_force_release_page_shows_a_page_of_holders_and_releases_those(admin
     response = admin_client.post(url, {"post": "yes", "holder": shown_there})
     assert response.status_code == 302
     assert len(kz.get_children(lock_node("many-readers"))) == 100
+
+
+def test_a_forged_node_that_the_queue_puts_first_is_the_one_shown_and_released(kz):
+    """A node with a negative suffix sorts before every real one in the recipe's order, so it holds up the queue:
+    readers show it as the holder (not the contender waiting behind it), and zklocks_release deletes it, never
+    that waiter."""
+    import io
+
+    from django.core.management import call_command
+
+    from tests.support.threads import HeldInThread
+    from zklocks.ops import read_model
+
+    forged = f"{lock_node('neg-first')}/forged__lock__-2147483648"
+    kz.create(forged, ours(host='"forger"'), makepath=True)
+    waiter = HeldInThread(zk_lock("neg-first", timeout=30), name="real-contender", wait_for_acquire=False)
+    try:
+        time.sleep(1.0)
+        assert not waiter.acquired  # the recipe keeps it behind the forged node
+        info, _ = read_model.lock_info("default", "neg-first")
+        assert [c.host for c in info.holders] == ["forger"], info.holders
+        assert [c.thread for c in info.waiters] == ["real-contender"], info.waiters
+        call_command("zklocks_release", "neg-first", "--yes", stdout=io.StringIO())
+        assert not kz.exists(forged)
+        assert waiter.wait(10), waiter.error  # the real contender holds once the blocker is gone
+    finally:
+        waiter.release()
+
+
+def test_a_node_forged_to_sort_before_a_real_holder_does_not_take_its_place_in_the_readers(kz):
+    """Made after the holder was granted, a node with a lower suffix takes nothing from it (the recipe never looks
+    again once granted): the real holder is shown, and the forged node is not blamed for the hold's age."""
+    from zklocks.ops import read_model
+
+    real = hold("sorted-first", "real-holder")
+    try:
+        kz.create(f"{lock_node('sorted-first')}/0000__lock__0000000000", ours(host='"innocent-host"'))
+        info, _ = read_model.lock_info("default", "sorted-first")
+        assert [c.thread for c in info.holders] == ["real-holder"], info.holders
+        assert [c.host for c in info.waiters] == ["innocent-host"], info.waiters
+        assert real.handle.is_held
+    finally:
+        real.release()

@@ -218,7 +218,7 @@ def _read_locks(
     # Round 2: every lock node's data (a semaphore's marker) and children.
     ops: list[tuple[str, str]] = [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))]
     answers = fetch(client, ops, results.wait, node_data.MAX_PARSE)
-    found: list[tuple[LockInfo, list, list, bool, bool]] = []
+    found: list[tuple[LockInfo, list, list | None, bool, bool]] = []  # waiters None: split after round 3
     markers: dict[str, list[str]] = {}  # lock path: the task policies' nodes below it
     records: dict[str, tuple[str, float]] = {}  # lock path: an exclusive long hold's (child, acquired_at)
     for idx, node in enumerate(nodes):
@@ -248,20 +248,12 @@ def _read_locks(
             held = [] if layout.leases_child else [(str(layout.sequence_of(c)), "", c) for c in layout.leases(children)]
             found.append((lock, held, [], layout.mutex in children, sub))
         else:
-            order = layout.sort_contenders(children)
-            # A contender whose suffix is past the sequence limit (docs/design.md §13) is never granted: it leaves.
-            order.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
-            held, waiting = layout.split(order)
-            if any(marker == layout.latch for _, marker, _ in order):
-                lock.kind = Kind.ELECTION  # holders: the leader; waiters: the standby candidates, in order
-            else:
-                # The holders' mode is the lock's kind: a queue of readers behind a writer is held exclusively.
-                lock.kind = None if not held else Kind.EXCLUSIVE if layout.is_exclusive(held[0][1]) else Kind.SHARED
-            found.append((lock, held, waiting, False, False))
+            # Split into holders and waiters once the contenders' tokens (czxids) are read: see _granted_order.
+            found.append((lock, layout.sort_contenders(children), None, False, False))
     # Round 3: every holder's and waiter's data, the semaphores' internal mutex queues (and Curator's leases/).
     ops = []
     for lock, held, waiting, mutex, sub in found:
-        ops.extend((DATA, f"{lock.path}/{child}") for _, _, child in held + waiting)
+        ops.extend((DATA, f"{lock.path}/{child}") for _, _, child in held + (waiting or []))
         if mutex:
             ops.append((CHILDREN, layout.mutex_path(lock.path)))
         if sub:
@@ -271,13 +263,25 @@ def _read_locks(
     later = []  # (list to fill, parent, mode, entries) for round 4
     for lock, held, waiting, mutex, sub in found:
         record = records.get(lock.path)
-        for target, entries in ((lock.holders, held), (lock.waiters, waiting)):
-            for seq, marker, child in entries:
-                c = _contender(child, layout.mode(marker), int(seq), next(replies))
-                if c is not None and record is not None and record[0] == child and target is lock.holders:
-                    c = replace(c, acquired_at=c.acquired_at or record[1])  # a stale record names a past holder
-                if c is not None:
-                    target.append(c)
+        if waiting is None:  # a plain lock's queue, in the recipe's order: split it now
+            read = [(e, _contender(e[2], layout.mode(e[1]), int(e[0]), next(replies))) for e in held]
+            contender = {entry[2]: c for entry, c in read if c is not None}
+            order = _granted_order(layout, [(entry, c) for entry, c in read if c is not None])
+            held, waiting = layout.split(order)
+            _set_kind(lock, layout, order, held)
+            lock.holders.extend(contender[child] for _, _, child in held)
+            lock.waiters.extend(contender[child] for _, _, child in waiting)
+            if record is not None:
+                lock.holders[:] = [
+                    replace(c, acquired_at=c.acquired_at or record[1]) if c.node == record[0] else c
+                    for c in lock.holders
+                ]  # a stale record names a past holder
+        else:
+            for target, entries in ((lock.holders, held), (lock.waiters, waiting)):
+                for seq, marker, child in entries:
+                    c = _contender(child, layout.mode(marker), int(seq), next(replies))
+                    if c is not None:
+                        target.append(c)
         if mutex:
             queue = _readable(layout.mutex_path(lock.path), next(replies) or [], skipped)
             order = layout.sort_contenders(queue, layout.exclusive)
@@ -302,6 +306,41 @@ def _read_locks(
     out = [entry[0] for entry in found]
     out.sort(key=lambda lock: lock.name)
     return out
+
+
+def _granted_order(layout: Layout, read: list[tuple[tuple[str, str, str], Contender]]) -> list[tuple[str, str, str]]:
+    """The queue of a lock (``read``: each contender entry with its node, in the recipe's order by suffix text), as
+    the holders were granted: in each of the layout's queues, the head is the oldest node (lowest czxid) that no
+    older node sorts ahead of, the rest follow in the recipe's order with suffixes past the sequence limit last.
+
+    The recipe grants a node once nothing sorts ahead of it, and a holder never looks again. So a node that sorts
+    first but was made after the holder (a create past the sequence limit, docs/design.md §13, or a node forged
+    with a low suffix) does not take the lock from it; and a node that sorts first and is older than a waiter
+    (a forged negative suffix) is what that waiter waits for: the admin and zklocks_release name and free it,
+    never the waiter behind it."""
+    out: list[tuple[str, str, str]] = []
+    for markers in layout.queues:
+        queue = [(entry, c) for entry, c in read if entry[1] in markers]
+        if not queue:
+            continue
+        candidates, oldest = [], None
+        for entry, c in queue:
+            if oldest is None or c.token < oldest:
+                candidates.append((c.token, entry))
+                oldest = c.token
+        head = min(candidates)[1]
+        rest = [entry for entry, _ in queue if entry is not head]
+        rest.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
+        out += [head, *rest]
+    return out
+
+
+def _set_kind(lock: LockInfo, layout: Layout, order: list, held: list) -> None:
+    if any(marker == layout.latch for _, marker, _ in order):
+        lock.kind = Kind.ELECTION  # holders: the leader; waiters: the standby candidates, in order
+    else:
+        # The holders' mode is the lock's kind: a queue of readers behind a writer is held exclusively.
+        lock.kind = None if not held else Kind.EXCLUSIVE if layout.is_exclusive(held[0][1]) else Kind.SHARED
 
 
 def _readable(parent: str, names: list[str], skipped: list[str]) -> list[str]:
