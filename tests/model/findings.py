@@ -22,5 +22,9 @@ their regression tests are expected failures that name the issue which owns the 
 # was dropped, a session timeout after the server's return (docs/reliability.md, "A server that comes back empty";
 # tests/faults/test_server_returns_empty.py). The rule waited for the queue node only; it now asks again after
 # ZkUnavailable, as a caller would, and requires the queue within SESSION_TIMEOUT + CONNECT_TIMEOUT (+ 2 s).
+# "child_task_try_lock_then_release" (issue 34), drawn on the code before 68a0abd: ...; acquire(a1, x,
+# blocking=False); ...; child_task_try_lock_then_release(x, via="release_async_wait") -> "a1's hold of 'x' says
+# LockLost": the child's release_async ran in a thread acting as the child, and releasing_for gave that thread
+# the parent's hold (tests/locks/test_release_ownership.py, the child and helper-thread tests).
 # rule -> the issue that owns the fix
 OPEN: dict[str, str] = {}

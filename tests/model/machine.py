@@ -51,6 +51,18 @@ UNAVAILABLE = {"ZkUnavailable"}
 SKIP = set(filter(None, os.environ.get("ZKLOCKS_MODEL_SKIP", "").split(",")))
 
 
+async def _release_here(handle) -> None:
+    handle.release()
+
+
+# How a child task releases in its ``finally`` (child_task_try_lock_then_release).
+RELEASES = {
+    "release": _release_here,
+    "release_async_wait": lambda handle: handle.release_async(wait=True),
+    "to_thread": lambda handle: asyncio.to_thread(handle.release, True),
+}
+
+
 def skippable(rule_function):
     """A rule named in SKIP does nothing (it is still drawn, so that programs stay comparable across runs)."""
 
@@ -278,10 +290,12 @@ class LockModel(RuleBasedStateMachine):
 
     # -- rules: other owners on an owner's handle --
 
-    @rule(name=st.sampled_from(NAMES))
+    @rule(name=st.sampled_from(NAMES), via=st.sampled_from(sorted(RELEASES)))
     @skippable
-    def child_task_try_lock_then_release(self, name: str) -> None:
-        """A child task tries the parent's lock on the parent's handle, fails, and releases in ``finally``."""
+    def child_task_try_lock_then_release(self, name: str, via: str) -> None:
+        """A child task tries the parent's lock on the parent's handle, fails, and releases in ``finally``: by
+        ``release()``, by ``release_async(wait=True)`` (run in a thread as the child) or in ``asyncio.to_thread``
+        (a thread whose context is a copy of the child's, itself a copy of the parent's)."""
         if not self.count.get(("a1", name)) or not self.held_now("a1", name):
             return
         actor: TaskActor = self.actors["a1"]
@@ -295,13 +309,13 @@ class LockModel(RuleBasedStateMachine):
                     got = await handle.acquire_async(blocking=False)
                 finally:
                     with contextlib.suppress(LockOwnershipError):
-                        handle.release()
+                        await RELEASES[via](handle)
                 return got
 
             return await asyncio.create_task(child())
 
         actor.run_async(parent)
-        self.assert_still_held("a1", name, "a child task's try-lock and release")
+        self.assert_still_held("a1", name, f"a child task's try-lock and release ({via})")
 
     @rule(name=st.sampled_from(NAMES))
     @skippable
