@@ -361,7 +361,7 @@ class LockAdmin(admin.ModelAdmin):
             lock=info,
             error=error,
             detail_url=detail_url,
-            name=info.name if info else decode_name(node),
+            name=shown(info.name if info else decode_name(node)),  # a foreign name may pose as another
             holders=[_contender_row(h, now) for h in page.object_list],
             page=page,
             page_links={

@@ -290,3 +290,29 @@ def test_a_node_forged_to_sort_before_a_real_holder_does_not_take_its_place_in_t
         assert real.handle.is_held
     finally:
         real.release()
+
+
+def test_bidi_characters_in_foreign_names_are_shown_escaped_on_every_admin_page(admin_client, kz):
+    """The deadlock banner, the detail page (the lock's path, its contenders' nodes) and the force-release page
+    (its title, the lock's name, the nodes): a foreign node name shows U+202E as a visible escape, never raw. The
+    release form posts the raw node name back (a hidden field), which is not shown."""
+    from zklocks.models import Lock
+
+    namespace = conf.alias_config().namespace
+    first, second = "%E2%80%AEfdp", "%E2%80%AEcod"  # lock nodes that decode to "\u202efdp" and "\u202ecod"
+    for node, holder, waiter in ((first, 1, 2), (second, 2, 1)):
+        for owner in (holder, waiter):
+            path = f"{namespace}/{node}/x__lock__"
+            kz.create(path, ours(owner=str(owner)), ephemeral=True, sequence=True, makepath=True)
+    page = admin_client.get(LIST).content.decode()
+    banner = page[page.index("zk-deadlock") :]
+    banner = banner[: banner.index("</ul>")]
+    assert "\u202e" not in banner and "\\u202e" in banner, banner[:400]
+
+    posing = "invoice-\u202efdp.exe"
+    kz.create(f"{namespace}/{posing}/\u202eforged__lock__", ours(), ephemeral=True, sequence=True, makepath=True)
+    key = quote(Lock.make_key("default", posing))
+    detail = admin_client.get(reverse("admin:zklocks_lock_change", args=(key,))).content.decode()
+    release = admin_client.get(reverse("admin:zklocks_lock_release", args=(key,))).content.decode()
+    assert "forged__lock__" in detail and "\u202e" not in detail
+    assert "forged__lock__" in release and "\u202e" not in release.replace('value="\u202eforged', "")
