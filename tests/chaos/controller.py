@@ -50,12 +50,11 @@ SHORT_PLAN = [
     "isolate-leader",
     "split",
     "flap-link",
+    "idle-blip",
     "outage-release",
     "wipe-ensemble",  # last: when a process never recovers, the faults before it are still measured
 ]
 # cut-follower, isolate-leader, split and flap-link partition servers: ZkEnsemble(server_links=True).
-# idle-blip is not in the plan yet: its idle holder lost its hold on each try (issue 35 owns the finding); run it
-# alone with ZKLOCKS_CHAOS_PLAN=idle-blip.
 
 
 class Worker:
@@ -184,6 +183,8 @@ class ChaosRun:
                 str(self.session_timeout),
                 "--connect-timeout",
                 str(self.connect_timeout),
+                "--tick-time",
+                str(self.tick),
                 "--dir",
                 str(self.dir),
                 "--tag",

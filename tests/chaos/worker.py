@@ -58,6 +58,7 @@ def setup(args) -> None:
                 "CONNECT_TIMEOUT": args.connect_timeout,
                 "POOL_SIZE": args.threads,
                 "REAP_INTERVAL": args.reap_interval,
+                "TICK_TIME": args.tick_time,  # the servers' tickTime: the lease's relay gap (docs/reliability.md)
             }
         },
         USE_TZ=True,
@@ -384,6 +385,7 @@ def main(argv=None) -> int:
     p.add_argument("--connect-timeout", type=float, default=3.0)
     p.add_argument("--reap-interval", type=float, default=2.0)
     p.add_argument("--long-share", type=float, default=0.03)
+    p.add_argument("--tick-time", type=float, default=None)
     p.add_argument("--dir", required=True)
     p.add_argument("--tag", default="w")
     p.add_argument("--work", action="store_true", help="record work intervals under on_lost='cancel'")

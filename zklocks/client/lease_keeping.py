@@ -62,7 +62,8 @@ class LeaseKeeping:
     def keep_ahead(self) -> float:
         """The keeper's threshold: with TICK_TIME known, renew while the lease still covers a silent blip of half
         the session timeout, which ZooKeeper survives (a busy session's own traffic keeps it that far ahead), plus
-        a round. A round leaves at best the lease minus one tick; where that is not two round intervals (an
+        two rounds: the round the blip caught in flight is answered only after it, and the lease must last until
+        then. A round leaves at best the lease minus one tick; where that is not two round intervals (an
         eighth of it each, at least) above the target, or without TICK_TIME (the relay gap is then half the
         timeout), half the timeout cannot be covered at a bounded rate, and rounds wait for renew_ahead
         (docs/reliability.md, "Blips")."""
@@ -72,7 +73,7 @@ class LeaseKeeping:
             return ahead
         fresh = self.timeout - lease.loss_margin(self.timeout) - lease.relay_gap(self.timeout, tick)
         least = max(self.round_spacing(), fresh / 8)
-        target = 0.5 * self.timeout + self.round_spacing()
+        target = 0.5 * self.timeout + 2 * self.round_spacing()
         if fresh - 2 * least < target:
             return ahead  # a tick too long for the timeout: half of it cannot be covered at a bounded rate
         return max(ahead, target)

@@ -33,6 +33,8 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._blocked = threading.Event()
+        self._open = threading.Event()  # the opposite of _blocked: what the pumps wait on while partitioned
+        self._open.set()
         self._refuse = False
         self._drop_next = threading.Event()
         self._drop_opcodes: frozenset[int] = frozenset((1, 15))
@@ -56,11 +58,13 @@ class TcpProxy:
     def partition(self, refuse_new: bool = True) -> None:
         """Stop forwarding in both directions; new connections are refused (closed) while partitioned."""
         self._refuse = refuse_new
+        self._open.clear()
         self._blocked.set()
 
     def heal(self) -> None:
         self._refuse = False
         self._blocked.clear()
+        self._open.set()
 
     def drop_after_next_request(
         self,
@@ -136,7 +140,10 @@ class TcpProxy:
             while not self._stopped:
                 readable, _, _ = select.select([client, upstream], [], [], 0.05)
                 if self._blocked.is_set():
-                    continue  # hold the bytes in the kernel buffers: nothing passes
+                    # Hold the bytes in the kernel buffers: nothing passes. Wait rather than spin on a readable
+                    # socket (a spinning pump took most of a core, and stretched the blip it was making).
+                    self._open.wait(0.05)
+                    continue
                 for s in readable:
                     data = s.recv(65536)
                     if not data:
