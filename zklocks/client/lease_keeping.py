@@ -62,21 +62,23 @@ class LeaseKeeping:
     def keep_ahead(self) -> float:
         """The keeper's threshold: with TICK_TIME known, renew while the lease still covers a silent blip of half
         the session timeout, which ZooKeeper survives (a busy session's own traffic keeps it that far ahead), plus
-        two rounds: the round the blip caught in flight is answered only after it, and the lease must last until
-        then. A round leaves at best the lease minus one tick; where that is not two round intervals (an
-        eighth of it each, at least) above the target, or without TICK_TIME (the relay gap is then half the
-        timeout), half the timeout cannot be covered at a bounded rate, and rounds wait for renew_ahead
-        (docs/reliability.md, "Blips")."""
+        a round, and a second one where the tick leaves room: the round the blip caught in flight is answered only
+        after it, and the lease must last until then. A round leaves at best the lease minus one tick; where that
+        is not two round intervals (an eighth of it each, at least) above half the timeout plus a round, or
+        without TICK_TIME (the relay gap is then half the timeout), half the timeout cannot be covered at a
+        bounded rate, and rounds wait for renew_ahead (docs/reliability.md, "Blips")."""
         ahead = self.renew_ahead()
         tick = self.cfg.tick_time
         if not tick:
             return ahead
         fresh = self.timeout - lease.loss_margin(self.timeout) - lease.relay_gap(self.timeout, tick)
         least = max(self.round_spacing(), fresh / 8)
-        target = 0.5 * self.timeout + 2 * self.round_spacing()
-        if fresh - 2 * least < target:
+        half = 0.5 * self.timeout + self.round_spacing()
+        if fresh - 2 * least < half:
             return ahead  # a tick too long for the timeout: half of it cannot be covered at a bounded rate
-        return max(ahead, target)
+        # A second round of slack as far as the tick leaves room for it (SESSION_TIMEOUT 10 s with ZooKeeper's
+        # default 2 s tick: 5.625 s, between one round, 5.5 s, and two, 6.0 s).
+        return max(ahead, min(half + self.round_spacing(), fresh - 2 * least))
 
     def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
         """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier, or a reconnect)."""
