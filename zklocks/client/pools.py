@@ -11,7 +11,26 @@ from collections.abc import Callable
 from .. import conf, forking
 from ..exceptions import ZkConfigError, ZkUnavailable
 from . import abandoned
+from .interrupts import new_event
 from .session import Session
+
+# How long past 2 x CONNECT_TIMEOUT (the start and the settling of given-up sessions) a start record counts as
+# under way: one that a signal handler's exception left behind is taken over after that.
+STALE_START = 5.0
+
+
+class _Start:
+    """A start of a slot's session under way: who runs it, until when it counts, and its end."""
+
+    __slots__ = ("thread", "until", "done")
+
+    def __init__(self, thread: int, lasts: float) -> None:
+        self.thread = thread
+        self.until = time.monotonic() + lasts
+        self.done = new_event()  # signal-safe: a handler's exception in a waiter leaves no lock of it taken
+
+    def live(self) -> bool:
+        return not self.done.is_set() and time.monotonic() < self.until
 
 
 class Pool:
@@ -21,7 +40,7 @@ class Pool:
         self.cfg = cfg
         self._slots: list[Session | None] = [None] * cfg.pool_size
         self._slot_locks = [threading.Lock() for _ in range(cfg.pool_size)]
-        self._starting: list[int | None] = [None] * cfg.pool_size  # the thread starting each slot's session
+        self._starting: list[_Start | None] = [None] * cfg.pool_size  # each slot's start under way
         # Each slot's last failed start: (when it ended, its error), the answer of the threads that waited for it.
         self._failed: list[tuple[float, ZkUnavailable] | None] = [None] * cfg.pool_size
         self._assign_lock = threading.Lock()
@@ -44,47 +63,65 @@ class Pool:
         return session if session is not None and not session.dead else None
 
     def session(self) -> Session:
-        """The calling thread's session, started (or replaced) if needed; ZkUnavailable if unreachable."""
+        """The calling thread's session, started (or replaced) if needed; ZkUnavailable if unreachable.
+
+        One thread starts a slot's session, outside the slot's lock; the others that need it wait for that start
+        within their own CONNECT_TIMEOUT and share its failure: n callers during an outage each get ZkUnavailable
+        within CONNECT_TIMEOUT, not the n-th after n starts in a row. The lock is only taken by ``with`` around a
+        few assignments, so that no signal handler's exception can leave it taken; a start record that such an
+        exception left behind is stale after STALE_START and is taken over."""
         idx = self._slot()
         session = self._slots[idx]
         if session is not None and not session.dead:
             return session
-        if self._starting[idx] == threading.get_ident():
-            # A signal handler that calls zklocks while this thread starts the slot's session: waiting for the
-            # slot's lock would wait for ourselves, for ever.
-            raise ZkUnavailable(
-                f"zklocks alias {self.cfg.alias!r}: this thread is starting its session (a signal handler "
-                "interrupted the start); no session for the handler's call"
-            )
-        # Threads that find the slot's session being started wait for that start, within their own CONNECT_TIMEOUT,
-        # and share its failure: n callers during an outage each get ZkUnavailable within CONNECT_TIMEOUT, not the
-        # n-th after n starts in a row.
+        me = threading.get_ident()
         entered = time.monotonic()
-        if not self._slot_locks[idx].acquire(timeout=self.cfg.connect_timeout):
-            raise ZkUnavailable(
-                f"zklocks alias {self.cfg.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable (no session within "
-                f"CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s: another thread of this process is still starting it)"
-            )
+        while True:
+            with self._slot_locks[idx]:
+                session = self._slots[idx]
+                if session is not None and not session.dead:
+                    return session
+                start = self._starting[idx]
+                if start is not None and start.live():
+                    if start.thread == me:
+                        # A signal handler that calls zklocks while this thread starts the slot's session: it
+                        # would wait for itself.
+                        raise ZkUnavailable(
+                            f"zklocks alias {self.cfg.alias!r}: this thread is starting its session (a signal "
+                            "handler interrupted the start); no session for the handler's call"
+                        )
+                else:
+                    failed = self._failed[idx]
+                    if failed is not None and failed[0] >= entered:
+                        raise type(failed[1])(*failed[1].args)  # the start this thread waited for failed
+                    start = self._starting[idx] = _Start(me, STALE_START + 2 * self.cfg.connect_timeout)
+                    break
+            if not start.done.wait(max(0.0, entered + self.cfg.connect_timeout - time.monotonic())):
+                session = self._slots[idx]
+                if session is not None and not session.dead:
+                    return session
+                raise ZkUnavailable(
+                    f"zklocks alias {self.cfg.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable (no session "
+                    f"within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s: another thread of this process is still "
+                    "starting it)"
+                )
         try:
-            session = self._slots[idx]
-            if session is None or session.dead:
-                failed = self._failed[idx]
-                if failed is not None and failed[0] >= entered:
-                    raise type(failed[1])(*failed[1].args)  # the start this thread waited for failed
-                self._starting[idx] = threading.get_ident()
-                try:
-                    session = self._start()
-                except ZkUnavailable as exc:
-                    self._failed[idx] = (time.monotonic(), exc)
-                    raise
-                finally:
-                    self._starting[idx] = None
+            session = self._start()
+        except ZkUnavailable as exc:
+            with self._slot_locks[idx]:
+                self._failed[idx] = (time.monotonic(), exc)
+            raise
+        else:
+            with self._slot_locks[idx]:
                 self._failed[idx] = None
                 self._slots[idx] = session
-                for hook in _on_session_started:
-                    hook(self)
+            for hook in _on_session_started:
+                hook(self)
         finally:
-            self._slot_locks[idx].release()
+            with self._slot_locks[idx]:
+                if self._starting[idx] is start:
+                    self._starting[idx] = None
+            start.done.set()
         return session
 
     def _start(self) -> Session:
