@@ -110,3 +110,20 @@ def test_the_status_nodes_catch_up_text_cannot_drive_the_terminal(kz, leader):
     call_command("zklocks_status", "--beat", stdout=out)
     assert "\x1b" not in out.getvalue() and "\x07" not in out.getvalue()
     assert "once" in out.getvalue()
+
+
+def test_a_claim_naming_an_entry_no_node_can_hold_is_not_read(kz, leader):
+    """JSON carries a lone surrogate, which no node name can encode: such a claim is no claim, and the leader's
+    read goes on (it raised UnicodeEncodeError, and the beat could not take the lead)."""
+    real_claim(kz, leader.token)
+    kz.create(f"{state()}/lone", b'{"v": 1, "entry": "\\ud800", "sent_at": 1}')
+    assert set(read_sent()) == {"nightly"}
+
+
+def test_the_claim_of_an_entry_with_a_long_name_is_read(kz, leader):
+    """A claim holds its entry's name, and beat does not bound names: a long non-ASCII one is read, or its entry
+    would never be sent again (its next claim finds the node there and is refused)."""
+    entry = "é" * 800
+    data = {"v": 1, "entry": entry, "sent_at": time.time() - 60, "token": leader.token, "host": "real-beat-host"}
+    kz.create(f"{state()}/{beat_state.entry_node(entry)}", json.dumps(data).encode(), makepath=True)
+    assert read_sent()[entry].host == "real-beat-host"

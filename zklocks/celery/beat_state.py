@@ -62,6 +62,8 @@ class Claim(NamedTuple):
 
 
 COMMITTED, REJECTED, UNKNOWN = "committed", "rejected", "unknown"  # the outcomes of a fenced write
+# A claim's data holds its entry's name, which beat does not bound: read claims up to ZooKeeper's own node limit.
+MAX_CLAIM = 1024 * 1024
 ORPHANS = "__orphans__"
 
 
@@ -69,11 +71,13 @@ def _parse(raw: bytes | None, version: int = -1, *, node: str | None = None) -> 
     """The claim in ``raw``, or None for anything else: data that is not a claim (bounded in size and depth by
     node_data.parse: a deeply nested node must not stop the beat), and a claim that does not belong to its
     ``node`` (a child written beside the entry's own, naming that entry, must not replace its last send)."""
-    data = node_data.parse(raw)
+    data = node_data.parse(raw, limit=MAX_CLAIM)
     entry, sent_at = data.get("entry"), data.get("sent_at")
     if not isinstance(entry, str) or isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
         return None
-    if not 0 <= sent_at < 1e11 or (node is not None and node != entry_node(entry)):  # an epoch time, or no claim
+    if not 0 <= sent_at < 1e11 or not _encodable(entry):  # an epoch time; a name ZooKeeper could hold
+        return None
+    if node is not None and node != entry_node(entry):
         return None
     token = data.get("token")
     host = data.get("host")
@@ -84,6 +88,15 @@ def _parse(raw: bytes | None, version: int = -1, *, node: str | None = None) -> 
         version,
         host if isinstance(host, str) else "",
     )
+
+
+def _encodable(entry: str) -> bool:
+    """JSON carries lone surrogates, which no node name (entry_node) can encode: such an entry is no claim."""
+    try:
+        entry.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def same_claim(claim: Claim | None, sent_at: float, token: int | None) -> bool:

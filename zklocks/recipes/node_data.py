@@ -188,13 +188,13 @@ def _shallow(text: str, limit: int = MAX_DEPTH) -> bool:
     return True
 
 
-def parse(raw: bytes | None) -> dict[str, Any]:
+def parse(raw: bytes | None, limit: int = MAX_PARSE) -> dict[str, Any]:
     """Holder data as a dict. Foreign data (e.g. a kazoo identifier) comes back as {"raw": <text>}, and so does
-    data longer than MAX_PARSE bytes or nested deeper than MAX_DEPTH: never parsed, so never a cost or an error.
+    data longer than ``limit`` bytes or nested deeper than MAX_DEPTH: never parsed, so never a cost or an error.
     Values are not checked here: a reader takes each field only when it has the expected type and range."""
     if not raw:
         return {}
-    if len(raw) > MAX_PARSE:
+    if len(raw) > limit:
         return {"raw": raw[:MAX_PARSE].decode("utf-8", errors="replace")}
     try:
         text = raw.decode("utf-8")
