@@ -93,13 +93,23 @@ def note_async_holder() -> None:
     _acquired_by.set(current_owner())
 
 
+# The owner that tried a lock of its own in a context copied from a holder's (note_acquire_attempt).
+_attempted_by: contextvars.ContextVar[object | None] = contextvars.ContextVar("zklocks_attempted_by", default=None)
+
+
 def note_acquire_attempt() -> None:
     """As an acquire begins: an owner that is not the holder this context was copied from (a child task, a thread
-    started by the holder or by a child) takes locks of its own, and from now on this context releases only its
-    own holds: its failed try-lock's ``release()`` in ``finally`` must not release the holder's hold."""
+    started by the holder or by a child) takes locks of its own, and from then on it releases only its own holds:
+    its failed try-lock's ``release()`` in ``finally`` must not release the holder's hold.
+
+    The attempting owner is recorded rather than the holder forgotten: asgiref's ``sync_to_async`` copies a
+    thread's context changes back into the calling task, and the task's helpers on other threads must still
+    release for it (one on the same pool thread is refused: docs/reference.md, "Release ownership")."""
     holder = _acquired_by.get()
-    if holder is not None and _owner_var.get() is None and current_owner() is not holder:
-        _acquired_by.set(None)
+    if holder is not None and _owner_var.get() is None:
+        owner = current_owner()
+        if owner is not holder:
+            _attempted_by.set(owner)
 
 
 def releasing_for() -> object | None:
@@ -110,6 +120,12 @@ def releasing_for() -> object | None:
     a thread acting as that child). A task releases for the holder only through a coroutine the holder created
     (``__aexit__``, ``release_async``)."""
     if asyncio._get_running_loop() is not None or _owner_var.get() is not None:
+        return None
+    attempted = _attempted_by.get()
+    if attempted is not None and (attempted is current_owner() or getattr(attempted, "task_name", None) is not None):
+        # This thread took locks of its own, or it was started by a task other than the holder that did (a child
+        # task's try-lock): it releases only its own holds. (A helper thread's attempt that asgiref copied back
+        # into the holder's context names that thread, not this one: the holder's other helpers go on.)
         return None
     return _acquired_by.get()
 

@@ -254,3 +254,25 @@ def test_a_coroutine_the_holder_created_releases_for_it_in_another_task():
 
     asyncio.run(main())
     assert free_elsewhere("own-made")
+
+
+def test_a_child_tasks_failed_multi_lock_cannot_release_the_parents_member_through_a_thread():
+    from zklocks import zk_multi_lock
+
+    async def main():
+        lock = zk_lock("own-multi-member", timeout=5)
+        async with lock:
+
+            async def child():
+                multi = zk_multi_lock([lock, "own-multi-other"], timeout=0)
+                try:
+                    return await multi.acquire_async()
+                finally:
+                    with pytest.raises(LockOwnershipError):
+                        await asyncio.to_thread(multi.release)
+
+            assert await asyncio.create_task(child()) is False
+            lock.ensure_held()
+            assert not await asyncio.to_thread(free_elsewhere, "own-multi-member")
+
+    asyncio.run(main())

@@ -92,4 +92,5 @@ class Acquirable:
         return True
 
     async def _acquire_async(self, blocking: bool | None, timeout: float | None) -> None:
+        owners.note_acquire_attempt()  # in the task: the acquire thread runs as it, in a copy of its context
         await acquire_off_loop(self, blocking, timeout)
