@@ -310,14 +310,15 @@ def _read_locks(
 
 def _granted_order(layout: Layout, read: list[tuple[tuple[str, str, str], Contender]]) -> list[tuple[str, str, str]]:
     """The queue of a lock (``read``: each contender entry with its node, in the recipe's order by suffix text), as
-    the holders were granted: in each of the layout's queues, the head is the oldest node (lowest czxid) that no
-    older node sorts ahead of, the rest follow in the recipe's order with suffixes past the sequence limit last.
+    the holders were granted: in each of the layout's queues, the head is the first node in the recipe's order
+    that no older node (lower czxid) sorts ahead of and whose suffix ZooKeeper can have given (else the first
+    such node of any suffix); the rest follow in the recipe's order, suffixes past the sequence limit last.
 
-    The recipe grants a node once nothing sorts ahead of it, and a holder never looks again. So a node that sorts
-    first but was made after the holder (a create past the sequence limit, docs/design.md §13, or a node forged
-    with a low suffix) does not take the lock from it; and a node that sorts first and is older than a waiter
-    (a forged negative suffix) is what that waiter waits for: the admin and zklocks_release name and free it,
-    never the waiter behind it."""
+    The recipe grants a node once nothing sorts ahead of it. A node past the sequence limit (docs/design.md §13)
+    or forged with a negative suffix sorts first: made after the holder, it takes nothing from it; made before a
+    waiter, it is what that waiter waits for, and the admin and zklocks_release name and free it, never the
+    waiter behind it. A node forged with an ordinary suffix lower than the holder's, after the grant, cannot be
+    told from a holder by a reader (docs/security.md)."""
     out: list[tuple[str, str, str]] = []
     for markers in layout.queues:
         queue = [(entry, c) for entry, c in read if entry[1] in markers]
@@ -325,10 +326,10 @@ def _granted_order(layout: Layout, read: list[tuple[tuple[str, str, str], Conten
             continue
         candidates, oldest = [], None
         for entry, c in queue:
-            if oldest is None or c.token < oldest:
-                candidates.append((c.token, entry))
+            if oldest is None or c.token < oldest:  # no node ahead of it is older: it may have been granted
+                candidates.append(entry)
                 oldest = c.token
-        head = min(candidates)[1]
+        head = next((entry for entry in candidates if sequence_trusted(int(entry[0]))), candidates[0])
         rest = [entry for entry, _ in queue if entry is not head]
         rest.sort(key=lambda entry: not sequence_trusted(int(entry[0])))
         out += [head, *rest]
