@@ -95,12 +95,14 @@ def close_when_reachable(
             try:
                 twin.start(timeout=min(30.0, max(1.0, give_up - time.monotonic())))
             except KazooTimeoutError:
-                twin.close()  # kazoo stopped the attempt; its socket pair is freed only by close()
+                with contextlib.suppress(Exception):  # kazoo stopped the attempt (and closes it since 2.9)
+                    twin.close()
                 continue  # try again
             except Exception:  # noqa: BLE001 - a bad option or a refused auth: nothing more to do from here
                 log.debug("zklocks: closing an abandoned session of alias %r failed", alias, exc_info=True)
                 with contextlib.suppress(Exception):
                     twin.stop()
+                with contextlib.suppress(Exception):
                     twin.close()
                 return
             try:
