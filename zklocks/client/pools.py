@@ -20,14 +20,16 @@ STALE_START = 5.0
 
 
 class _Start:
-    """A start of a slot's session under way: who runs it, until when it counts, and its end."""
+    """A start of a slot's session under way: who runs it, until when it counts, its end, and its failure (the
+    answer of the threads that waited for it)."""
 
-    __slots__ = ("thread", "until", "done")
+    __slots__ = ("thread", "until", "done", "error")
 
     def __init__(self, thread: int, lasts: float) -> None:
         self.thread = thread
         self.until = time.monotonic() + lasts
         self.done = new_event()  # signal-safe: a handler's exception in a waiter leaves no lock of it taken
+        self.error: ZkUnavailable | None = None
 
     def live(self) -> bool:
         return not self.done.is_set() and time.monotonic() < self.until
@@ -41,8 +43,6 @@ class Pool:
         self._slots: list[Session | None] = [None] * cfg.pool_size
         self._slot_locks = [threading.Lock() for _ in range(cfg.pool_size)]
         self._starting: list[_Start | None] = [None] * cfg.pool_size  # each slot's start under way
-        # Each slot's last failed start: (when it ended, its error), the answer of the threads that waited for it.
-        self._failed: list[tuple[float, ZkUnavailable] | None] = [None] * cfg.pool_size
         self._assign_lock = threading.Lock()
         self._next = 0
         self._local = threading.local()
@@ -91,9 +91,6 @@ class Pool:
                             "handler interrupted the start); no session for the handler's call"
                         )
                 else:
-                    failed = self._failed[idx]
-                    if failed is not None and failed[0] >= entered:
-                        raise type(failed[1])(*failed[1].args)  # the start this thread waited for failed
                     start = self._starting[idx] = _Start(me, STALE_START + 2 * self.cfg.connect_timeout)
                     break
             if not start.done.wait(max(0.0, entered + self.cfg.connect_timeout - time.monotonic())):
@@ -105,15 +102,15 @@ class Pool:
                     f"within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s: another thread of this process is still "
                     "starting it)"
                 )
+            if start.error is not None:
+                raise type(start.error)(*start.error.args)  # the start this thread waited for failed
         try:
             session = self._start()
         except ZkUnavailable as exc:
-            with self._slot_locks[idx]:
-                self._failed[idx] = (time.monotonic(), exc)
+            start.error = exc  # before done is set (finally): the waiters read it once they wake
             raise
         else:
             with self._slot_locks[idx]:
-                self._failed[idx] = None
                 self._slots[idx] = session
             for hook in _on_session_started:
                 hook(self)
