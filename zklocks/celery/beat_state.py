@@ -24,7 +24,7 @@ import functools
 import hashlib
 import json
 import socket
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
@@ -73,9 +73,7 @@ def _parse(raw: bytes | None, version: int = -1, *, node: str | None = None) -> 
     ``node`` (a child written beside the entry's own, naming that entry, must not replace its last send)."""
     data = node_data.parse(raw, limit=MAX_CLAIM)
     entry, sent_at = data.get("entry"), data.get("sent_at")
-    if not isinstance(entry, str) or isinstance(sent_at, bool) or not isinstance(sent_at, (int, float)):
-        return None
-    if not 0 <= sent_at < 1e11 or not _encodable(entry):  # an epoch time; a name ZooKeeper could hold
+    if not isinstance(entry, str) or not plausible_time(sent_at) or not _encodable(entry):
         return None
     if node is not None and node != entry_node(entry):
         return None
@@ -88,6 +86,12 @@ def _parse(raw: bytes | None, version: int = -1, *, node: str | None = None) -> 
         version,
         host if isinstance(host, str) else "",
     )
+
+
+def plausible_time(value: Any) -> TypeGuard[int | float]:
+    """An epoch time in seconds that beat and its pages can use (node data is not trusted: 1e300, NaN or "soon"
+    must not stop the beat or break a page)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e11
 
 
 def _encodable(entry: str) -> bool:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..recipes import node_data
 from . import catchup
+from .beat_state import plausible_time
 
 FORMAT = 1
 
@@ -100,15 +101,10 @@ def _status_entries(raw: bytes | None, leader_token: Any) -> dict[str, dict[str,
         due = fields.get("next_due")
         policy = fields.get("catch_up")
         known[name] = {
-            "next_due": due if _plausible_time(due) else None,
+            "next_due": due if plausible_time(due) else None,
             "catch_up": policy[:200] if isinstance(policy, str) else None,
         }
     return known
-
-
-def _plausible_time(value: Any) -> bool:
-    """An epoch time a page can show (the status node is not trusted: 1e300 or "soon" must not break it)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e11
 
 
 def _candidate(contender: Any) -> dict[str, Any]:
