@@ -12,7 +12,7 @@ from .. import owners
 from ..exceptions import LockOwnershipError
 from ..recipes.layout import Kind
 from .acquire_base import Acquirable
-from .async_bridge import acquire_off_loop, run_off_loop
+from .async_bridge import run_off_loop
 from .decorator import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
@@ -173,8 +173,7 @@ class ZkMultiLock(Acquirable):
             raise lost  # as a single lock's with statement
 
     async def __aenter__(self):
-        owners.note_acquire_attempt()
-        await acquire_off_loop(self, None, None)
+        await self._acquire_async(None, None)
         owners.note_async_holder()
         for lock in self.locks:
             lock._arm()  # the thread acquired for this task: the task is what a loss cancels

@@ -269,13 +269,12 @@ def _read_locks(
             order = _granted_order(layout, [(entry, c) for entry, c in read if c is not None])
             held, waiting = layout.split(order)
             _set_kind(lock, layout, order, held)
-            lock.holders.extend(contender[child] for _, _, child in held)
+            for _, _, child in held:
+                holder = contender[child]
+                if record is not None and record[0] == child:  # a stale record names a past holder
+                    holder = replace(holder, acquired_at=holder.acquired_at or record[1])
+                lock.holders.append(holder)
             lock.waiters.extend(contender[child] for _, _, child in waiting)
-            if record is not None:
-                lock.holders[:] = [
-                    replace(c, acquired_at=c.acquired_at or record[1]) if c.node == record[0] else c
-                    for c in lock.holders
-                ]  # a stale record names a past holder
         else:
             for target, entries in ((lock.holders, held), (lock.waiters, waiting)):
                 for seq, marker, child in entries:
