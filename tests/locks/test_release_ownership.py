@@ -3,6 +3,7 @@ or task gets LockOwnershipError while the lock is held through the handle: never
 lock held (docs/reference.md, "Release ownership")."""
 
 import asyncio
+import re
 
 import pytest
 
@@ -199,47 +200,39 @@ def test_a_helper_thread_whose_try_lock_failed_cannot_release_its_holders_hold()
     assert free_elsewhere("own-helper")
 
 
-def test_a_task_created_after_the_hold_ended_cannot_release_the_next_hold_through_a_thread():
+async def _release_here(handle) -> None:
+    handle.release()
+
+
+# How a task created between two holds releases during the second: release() in the task itself, or
+# release_async(wait=True), which runs the release in a thread acting as that task.
+LATE_RELEASES = {
+    "release()": _release_here,
+    "release_async(wait=True)": lambda handle: handle.release_async(wait=True),
+}
+
+
+@pytest.mark.parametrize("form", sorted(LATE_RELEASES))
+def test_a_task_created_after_the_hold_ended_cannot_release_the_next_hold(form):
+    name = f"own-late-{form[:9]}"
+
     async def main():
-        lock = zk_lock("own-late-thread", timeout=5)
+        lock = zk_lock(name, timeout=5)
         await lock.__aenter__()
         await lock.__aexit__(None, None, None)
         go = asyncio.Event()
 
         async def late():
             await go.wait()
-            with pytest.raises(LockOwnershipError, match="own-late-thread"):
-                await lock.release_async(wait=True)
-
-        task = asyncio.create_task(late())
-        await lock.__aenter__()
-        go.set()
-        await task
-        lock.ensure_held()
-        assert not await asyncio.to_thread(free_elsewhere, "own-late-thread")
-        await lock.__aexit__(None, None, None)
-
-    asyncio.run(main())
-
-
-def test_a_task_created_after_the_hold_ended_cannot_release_the_next_hold():
-    async def main():
-        lock = zk_lock("own-late", timeout=5)
-        await lock.__aenter__()
-        await lock.__aexit__(None, None, None)
-        go = asyncio.Event()
-
-        async def late():
-            await go.wait()
-            with pytest.raises(LockOwnershipError, match="own-late"):
-                lock.release()
+            with pytest.raises(LockOwnershipError, match=re.escape(name)):
+                await LATE_RELEASES[form](lock)
 
         task = asyncio.create_task(late())  # created between the two holds: its context is a copy of the parent's
         await lock.__aenter__()
         go.set()
         await task
         lock.ensure_held()
-        assert not await asyncio.to_thread(free_elsewhere, "own-late")
+        assert not await asyncio.to_thread(free_elsewhere, name)
         await lock.__aexit__(None, None, None)
 
     asyncio.run(main())

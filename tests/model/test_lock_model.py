@@ -6,6 +6,7 @@ and ``ZKLOCKS_MODEL_EXAMPLES=200 ZKLOCKS_MODEL_STEPS=30`` runs it long. A failur
 program of rules that broke a promise.
 """
 
+import contextlib
 import os
 
 import pytest
@@ -25,18 +26,30 @@ QUORUM_EXAMPLES = int(os.environ.get("ZKLOCKS_MODEL_QUORUM_EXAMPLES", "6"))  # a
 pytestmark = [pytest.mark.model, pytest.mark.timeout(int(os.environ.get("ZKLOCKS_MODEL_TIMEOUT", "1500")))]
 
 
+@contextlib.contextmanager
+def linked(servers, port: int):
+    """The model's world on ``servers``: this process reaches ``port`` through a proxy (the link a blip cuts), the
+    observer reaches ``servers.hosts`` directly."""
+    proxy = TcpProxy("127.0.0.1", port).start()
+    try:
+        observer = raw_client(servers.hosts, timeout=SESSION_TIMEOUT)
+        try:
+            yield World(servers, proxy, observer)
+        finally:
+            observer.stop()
+            observer.close()
+    finally:
+        proxy.stop()
+
+
 @pytest.fixture(scope="module")
 def world():
     server = ZkServer(tick_time=200)
-    server.start()
-    proxy = TcpProxy("127.0.0.1", server.port).start()
-    observer = raw_client(server.hosts, timeout=SESSION_TIMEOUT)
     try:
-        yield World(server, proxy, observer)
+        server.start()
+        with linked(server, server.port) as made:
+            yield made
     finally:
-        observer.stop()
-        observer.close()
-        proxy.stop()
         server.cleanup()
 
 
@@ -46,15 +59,8 @@ def quorum_world():
     ensemble = ZkEnsemble(3, tick_time=200, server_links=True)
     try:
         ensemble.start()
-        servers = EnsembleServers(ensemble, pinned=0)
-        proxy = TcpProxy("127.0.0.1", ensemble.servers[0].port).start()
-        observer = raw_client(servers.hosts, timeout=SESSION_TIMEOUT)
-        try:
-            yield World(servers, proxy, observer)
-        finally:
-            observer.stop()
-            observer.close()
-            proxy.stop()
+        with linked(EnsembleServers(ensemble, pinned=0), ensemble.servers[0].port) as made:
+            yield made
     finally:
         ensemble.cleanup()
 
