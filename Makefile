@@ -134,8 +134,9 @@ lint: venv
 # The fast tier (pyproject.toml's addopts, tests/tiers.py): unit tests, the shared server's tests and one smoke test
 # of each real component. test-all: everything but the slow figure runs: the full tier and the bounded stateful model.
 # The model's rules for findings whose fix is still open are listed in MODEL_SKIP (tests/model/findings.py).
+# Two worker processes (pytest-xdist): the fast tier mostly waits on servers, so two share the 2 cores well.
 test: system-deps compare-deps venv compare-venv lint docs
-	timeout 1500 $(BIN)/python -m pytest -q -p no:randomly --durations=25
+	timeout 1500 $(BIN)/python -m pytest -q -p no:randomly -n 2 --durations=25
 
 MODEL_SKIP ?= $(shell $(BIN)/python -c 'from tests.model.findings import OPEN; print(",".join(OPEN))' 2>/dev/null)
 
