@@ -151,3 +151,23 @@ def test_middleware_answers_503(tmp_path, retry_after):
     assert "zklocks: ZooKeeper unavailable for GET '/reserve/tea/'" in result.stderr  # the path through repr
     if retry_after is not None:
         assert "ZKLOCKS_UNAVAILABLE_RETRY_AFTER='soon' is not a number of seconds; sending 5" in result.stderr
+
+
+def test_a_fresh_session_past_a_deadline_gets_only_what_is_left_of_connect_timeout():
+    """An acquire whose session ended past its deadline asks for a fresh one with what is left of CONNECT_TIMEOUT
+    counted from the deadline (queue.late_budget): the outage still ends the call within CONNECT_TIMEOUT of it."""
+    from zklocks.client.pools import connections
+
+    port = free_port()
+    settings = {"HOSTS": f"127.0.0.1:{port}", "CONNECT_TIMEOUT": 3.0, "SESSION_TIMEOUT": 2.0, "REAP_INTERVAL": 0}
+    with override_settings(ZKLOCKS={"default": settings}):
+        try:
+            pool = connections["default"]
+            started = time.monotonic()
+            with pytest.raises(ZkUnavailable, match="left of the call's CONNECT_TIMEOUT"):
+                pool.session(within=0.5)
+            assert time.monotonic() - started < 2.0  # not the whole CONNECT_TIMEOUT of 3 s
+            with pytest.raises(ZkUnavailable, match="ended past the call's timeout"):
+                pool.session(within=0.0)
+        finally:
+            close_all()

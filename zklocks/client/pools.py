@@ -62,8 +62,11 @@ class Pool:
         session = self._slots[self._slot()]
         return session if session is not None and not session.dead else None
 
-    def session(self) -> Session:
+    def session(self, within: float | None = None) -> Session:
         """The calling thread's session, started (or replaced) if needed; ZkUnavailable if unreachable.
+
+        ``within``: seconds to wait for a new one, when less than CONNECT_TIMEOUT is left of a call's bound (an
+        acquire whose session ended past its deadline, queue.gone_again).
 
         One thread starts a slot's session, outside the slot's lock; the others that need it wait for that start
         within their own CONNECT_TIMEOUT and share its failure: n callers during an outage each get ZkUnavailable
@@ -74,6 +77,13 @@ class Pool:
         session = self._slots[idx]
         if session is not None and not session.dead:
             return session
+        budget = self.cfg.connect_timeout if within is None else min(within, self.cfg.connect_timeout)
+        if budget <= 0:
+            raise ZkUnavailable(
+                f"zklocks alias {self.cfg.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable (the session "
+                f"ended past the call's timeout, and none came back within CONNECT_TIMEOUT="
+                f"{self.cfg.connect_timeout:g}s)"
+            )
         me = threading.get_ident()
         entered = time.monotonic()
         while True:
@@ -93,7 +103,7 @@ class Pool:
                 else:
                     start = self._starting[idx] = _Start(me, STALE_START + 2 * self.cfg.connect_timeout)
                     break
-            if not start.done.wait(max(0.0, entered + self.cfg.connect_timeout - time.monotonic())):
+            if not start.done.wait(max(0.0, entered + budget - time.monotonic())):
                 session = self._slots[idx]
                 if session is not None and not session.dead:
                     return session
@@ -105,7 +115,7 @@ class Pool:
             if start.error is not None:
                 raise type(start.error)(*start.error.args)  # the start this thread waited for failed
         try:
-            session = self._start()
+            session = self._start(budget)
         except ZkUnavailable as exc:
             start.error = exc  # before done is set (finally): the waiters read it once they wake
             raise
@@ -121,11 +131,11 @@ class Pool:
             start.done.set()
         return session
 
-    def _start(self) -> Session:
+    def _start(self, budget: float) -> Session:
         if self.closed:
             raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
         session = Session(self.cfg)
-        session.start()
+        session.start(budget)
         # A server answers: the sessions this alias gave up during the outage are closed first, so that no lock
         # this process released reads as held by its own previous session.
         abandoned.settle(self.cfg.alias, self.cfg.hosts, self.cfg.connect_timeout)

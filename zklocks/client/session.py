@@ -359,9 +359,9 @@ class Session(LeaseKeeping, OutageWatch):
             + (f"; {causes})" if causes else ")")
         )
 
-    def start(self) -> None:
-        """Connect within CONNECT_TIMEOUT or raise ZkUnavailable at once (kazoo's own start() would block
-        on stopping its connection thread).
+    def start(self, within: float | None = None) -> None:
+        """Connect within CONNECT_TIMEOUT (or the shorter ``within``) or raise ZkUnavailable at once (kazoo's own
+        start() would block on stopping its connection thread).
 
         kazoo starts its threads from a thread of ours, so an exception raised by a signal handler in the
         caller (KeyboardInterrupt, Celery's SoftTimeLimitExceeded) never leaves kazoo half started: it reaches
@@ -378,10 +378,11 @@ class Session(LeaseKeeping, OutageWatch):
             finally:
                 started.set()
 
+        wait = self.cfg.connect_timeout if within is None else min(within, self.cfg.connect_timeout)
         try:
-            limit = time.monotonic() + self.cfg.connect_timeout
+            limit = time.monotonic() + wait
             threading.Thread(target=start_kazoo, name="zklocks-start", daemon=True).start()
-            started.wait(self.cfg.connect_timeout)
+            started.wait(wait)
             live = box.get("live")
             if live is not None:
                 while not live.is_set() and not self.auth_failed and time.monotonic() < limit:
@@ -405,6 +406,8 @@ class Session(LeaseKeeping, OutageWatch):
                 ) from error
             if isinstance(error, KazooTimeoutError):
                 detail = f"no session within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
+                if wait < self.cfg.connect_timeout:
+                    detail = f"no session within the {wait:.2g}s left of the call's CONNECT_TIMEOUT"
                 causes = self.kazoo_log.causes()
                 if causes:
                     detail += f": {causes}"

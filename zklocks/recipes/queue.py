@@ -303,7 +303,7 @@ def acquire(
 
 
 def acquire_steps(
-    get_session: Callable[[], Session],
+    get_session: Callable[..., Session],
     parent: str,
     marker: str,
     data: bytes,
@@ -315,13 +315,21 @@ def acquire_steps(
     delay: float = 0.0,
 ) -> Steps:
     """Enqueue and wait until held; the value is the Contender. LockNotAcquired / LockTimeout / ZkUnavailable
-    otherwise. If the session ends while we wait, re-enqueue on a fresh session within our own deadline.
+    otherwise. If the session ends while we wait, re-enqueue on a fresh session within our own deadline
+    (``get_session(within=s)`` bounds the wait for it past the deadline, see late_budget).
     ``peek_session`` returns a ready session without blocking, or None. ``delay``: the lock-delay in seconds
     (lock_delay.py), which this contender honours and, after an unclean loss, starts.
     """
     late_gone = 0  # sessions ended after the deadline (see gone_again)
+    connect_timeout = 0.0  # the alias's, once a session is known
     while True:
-        session = yield Blocking(get_session, fast=peek_session)
+        if late_gone:
+            # Past the deadline, the session ended: a fresh one gets what is left of CONNECT_TIMEOUT counted from
+            # the deadline, so that an outage still ends the call within CONNECT_TIMEOUT of it.
+            session = yield Blocking(functools.partial(get_session, within=late_budget(deadline, connect_timeout)))
+        else:
+            session = yield Blocking(get_session, fast=peek_session)
+        connect_timeout = session.cfg.connect_timeout
         layout = layout_of(session)
         if not blocking and parent in session.busy_hint:
             # This lock was busy at our last try: one read may settle it without a create and a delete.
@@ -437,6 +445,12 @@ def gone_again(late_gone: int, session: Session, deadline: Deadline) -> int:
             f"({session.dead_reason or 'lost'})"
         )
     return late_gone + 1
+
+
+def late_budget(deadline: Deadline, connect_timeout: float) -> float:
+    """Seconds left for a fresh session once a session ended past ``deadline``: CONNECT_TIMEOUT counts from the
+    deadline (see gone_again)."""
+    return (deadline.at or time.monotonic()) + connect_timeout - time.monotonic()
 
 
 def _granted(contender: Contender, blocking: bool, deadline: Deadline, name: str) -> Steps:

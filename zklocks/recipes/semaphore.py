@@ -99,8 +99,10 @@ def _acquire(
     get_session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline, name: str, what: str
 ) -> Contender:
     late_gone = 0
+    connect_timeout = 0.0  # the alias's, once a session is known
     while True:
-        session = get_session()
+        session = get_session(within=queue.late_budget(deadline, connect_timeout)) if late_gone else get_session()
+        connect_timeout = session.cfg.connect_timeout
         layout = layout_of(session)
         try:
             _ensure_semaphore_node(session, path, max_leases, deadline, name)
