@@ -7,7 +7,7 @@
 // RECIPE is "mutex" (InterProcessMutex), "rw" (InterProcessReadWriteLock: even threads write, odd threads read),
 // "semaphore" (InterProcessSemaphoreV2 with MAX_LEASES) or "latch" (LeaderLatch: each round a fresh latch is
 // started, awaited as leader, and closed). Each thread takes and releases the lock in a loop for
-// SECONDS (holding for a random 0..HOLD_MS ms, or exactly -HOLD_MS ms if negative) and appends one JSON line per
+// SECONDS from the session's start (holding for a random 0..HOLD_MS ms, or exactly -HOLD_MS ms if negative) and appends one JSON line per
 // hold to LOG:
 //   {"side": "java", "who": "java-<thread>", "kind": "w"|"r"|"x"|"l"|"e", "asked": ns, "start": ns, "end": ns}
 // with System.nanoTime(), which is CLOCK_MONOTONIC on Linux: "start" is taken after the acquire returned and "end"
@@ -47,7 +47,6 @@ public final class CuratorContender {
         final String path = args[1];
         final String recipe = args[2];
         final int threads = Integer.parseInt(args[3]);
-        final long until = System.nanoTime() + (long) (Double.parseDouble(args[4]) * 1e9);
         final int holdMs = Integer.parseInt(args[5]);
         final int maxLeases = args.length > 7 ? Integer.parseInt(args[7]) : 1;
         final PrintWriter log = new PrintWriter(new FileWriter(args[6], true));
@@ -80,6 +79,8 @@ public final class CuratorContender {
             System.err.println("no session");
             System.exit(3);
         }
+        // SECONDS count from the session: a JVM slow to connect (a loaded machine) still contends for all of them.
+        final long until = System.nanoTime() + (long) (Double.parseDouble(args[4]) * 1e9);
         System.out.println("READY");
         System.out.flush();
         final InterProcessSemaphoreV2 semaphore =
