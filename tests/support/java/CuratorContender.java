@@ -6,9 +6,9 @@
 //
 // RECIPE is "mutex" (InterProcessMutex), "rw" (InterProcessReadWriteLock: even threads write, odd threads read),
 // "semaphore" (InterProcessSemaphoreV2 with MAX_LEASES) or "latch" (LeaderLatch: each round a fresh latch is
-// started, awaited as leader, and closed). Each thread takes and releases the lock in a loop for
-// SECONDS from the session's start (holding for a random 0..HOLD_MS ms, or exactly -HOLD_MS ms if negative) and appends one JSON line per
-// hold to LOG:
+// started, awaited as leader, and closed). Each thread takes and releases the lock in a loop for SECONDS from the
+// session's start (holding for a random 0..HOLD_MS ms, or exactly -HOLD_MS ms if negative) and appends one JSON line
+// per hold to LOG:
 //   {"side": "java", "who": "java-<thread>", "kind": "w"|"r"|"x"|"l"|"e", "asked": ns, "start": ns, "end": ns}
 // with System.nanoTime(), which is CLOCK_MONOTONIC on Linux: "start" is taken after the acquire returned and "end"
 // before the release is sent, so the interval lies inside the hold. READY is printed once the session is up.
