@@ -42,7 +42,7 @@ def _is_hidden_format(ch: str) -> bool:
     return ch in BIDI_CONTROLS or (unicodedata.category(ch) == "Cf" and ch not in _JOINERS)
 
 
-def _unsafe_to_show(ch: str) -> bool:
+def unsafe_to_show(ch: str) -> bool:
     """A character that would make a name display differently from what it is: a control, a bidi control or
     another invisible format character, or a line or paragraph separator (U+2028, U+2029)."""
     return _is_control(ch) or _is_hidden_format(ch) or ch in "\u2028\u2029"
@@ -54,7 +54,7 @@ def shown(name: str) -> str:
     another."""
     if _PLAIN.match(name):
         return name
-    return "".join(_escaped(ch) if _unsafe_to_show(ch) or ch == "\\" else ch for ch in name)
+    return "".join(_escaped(ch) if unsafe_to_show(ch) or ch == "\\" else ch for ch in name)
 
 
 def _escaped(ch: str) -> str:

@@ -197,6 +197,13 @@ def test_a_foreign_name_cannot_pose_as_another_lock(admin_client, kz):
     call_command("zklocks_status", stdout=out)
     assert "\u202e" not in out.getvalue() and "\u2028" not in out.getvalue()
     assert "invoice-\\u202efdp.exe" in out.getvalue()
+    # --json too: the same characters as JSON escapes, which a JSON reader turns back into the real names.
+    out = io.StringIO()
+    call_command("zklocks_status", "--json", stdout=out)
+    assert "\u202e" not in out.getvalue() and "\u2028" not in out.getvalue()
+    assert {posing, "split\u2028line"} <= {
+        lock["name"] for a in json.loads(out.getvalue())["aliases"] for lock in a["locks"]
+    }
 
 
 def test_above_the_full_read_limit_a_page_reads_only_its_own_locks(admin_client, kz, monkeypatch):

@@ -4,7 +4,9 @@ It does not import zklocks.admin: the commands work in projects without django.c
 
 from __future__ import annotations
 
-from ..names import shown
+import json
+
+from ..names import shown, unsafe_to_show
 from .snapshots import Contender
 
 
@@ -30,6 +32,25 @@ def clean(value: object) -> str:
     """Node data comes from anywhere: never let it drive the terminal (escape sequences, newlines) or pose as
     something else (bidi controls, U+2028): names.shown escapes them."""
     return shown("" if value is None else str(value))
+
+
+def json_text(value: object) -> str:
+    """``value`` as indented JSON for a terminal: readable text stays as it is (``ensure_ascii=False``), but what
+    names.shown escapes (bidi controls, C1 controls, U+2028...) is written as a JSON ``\\u`` escape, so that node
+    data can neither drive the terminal nor reorder what it shows, and a JSON reader still gets the same text."""
+    text = json.dumps(value, indent=2, ensure_ascii=False)
+    if all(ch.isascii() for ch in text):
+        return text
+    # JSON's own syntax is ASCII: a character outside it is inside a string, where an escape means the same.
+    return "".join(_json_escape(ch) if not ch.isascii() and unsafe_to_show(ch) else ch for ch in text)
+
+
+def _json_escape(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    high, low = divmod(code - 0x10000, 0x400)  # a UTF-16 surrogate pair, as JSON writes it
+    return f"\\u{0xD800 + high:04x}\\u{0xDC00 + low:04x}"
 
 
 def who(c: Contender) -> str:

@@ -1,12 +1,11 @@
 import datetime
-import json
 import time
 
 from django.core.management.base import BaseCommand, CommandError
 
 from zklocks import conf
 from zklocks.ops import read_model, snapshots
-from zklocks.ops.render import clean, duration, table, who
+from zklocks.ops.render import clean, duration, json_text, table, who
 
 
 class Command(BaseCommand):
@@ -38,7 +37,7 @@ class Command(BaseCommand):
         not_read = max(0, len(wanted) - limit) if limit is not None else 0
         snap = read_model.read_locks(wanted[: len(wanted) - not_read], names)
         if as_json:
-            self.stdout.write(json.dumps({**snap.to_dict(), "not_read": not_read}, indent=2, ensure_ascii=False))
+            self.stdout.write(json_text({**snap.to_dict(), "not_read": not_read}))
         else:
             self._table(snap, counted_only=not_read)
             for a in snap.aliases:
@@ -87,7 +86,7 @@ class Command(BaseCommand):
 
         view = beat_status.read(alias)
         if as_json:
-            self.stdout.write(json.dumps(view, indent=2, ensure_ascii=False))
+            self.stdout.write(json_text(view))
         else:
             self._beat_table(view)
         if view.get("error"):
