@@ -1,6 +1,7 @@
 """The django-health-check check of ZooKeeper, against real servers."""
 
 import asyncio
+import re
 import threading
 import time
 
@@ -176,7 +177,9 @@ def test_a_flood_of_requests_shares_one_read_and_names_ten_locks(kz, monkeypatch
         errors = {str(r.error) for r in results}
         assert len(errors) == 1
         (error,) = errors
-        assert error.count("held for 1000s") == 10 and "and 5 more lock(s) held for longer" in error, error
+        # acquired_at was 1000 s ago when written: a loaded machine may take a few seconds to get here
+        assert len(re.findall(r"held for 100\ds > MAX_HOLD", error)) == 10, error
+        assert "and 5 more lock(s) held for longer" in error, error
 
 
 @pytest.mark.zk
@@ -210,4 +213,4 @@ def test_a_request_waits_for_a_slow_read_at_most_read_wait_then_the_read_answers
         under_way = list(health._reads.values())
         assert under_way and all(read.done.wait(30) for read in under_way)
         later = run_check()
-        assert later.error is not None and "'stuck' held for 1000s" in str(later.error), later.error
+        assert later.error is not None and re.search(r"'stuck' held for 100\ds", str(later.error)), later.error

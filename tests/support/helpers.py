@@ -7,6 +7,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,11 +99,14 @@ def raw_client(hosts: str, *, anonymous: bool = False, **options) -> KazooClient
 
 
 def tree(client: KazooClient, path: str) -> list[str]:
-    """Every node below ``path`` (not ``path`` itself)."""
+    """Every node below ``path`` (not ``path`` itself). A node deleted while we walk (a release landing meanwhile)
+    is left out with what was below it."""
+    try:
+        children = client.get_children(path)
+    except NoNodeError:
+        return []
     out = []
-    if client.exists(path) is None:
-        return out
-    for child in client.get_children(path):
+    for child in children:
         full = f"{path}/{child}"
         out.append(full)
         out.extend(tree(client, full))

@@ -23,13 +23,14 @@ class _Start:
     """A start of a slot's session under way: who runs it, until when it counts, its end, and its failure (the
     answer of the threads that waited for it)."""
 
-    __slots__ = ("thread", "until", "done", "error")
+    __slots__ = ("thread", "until", "done", "error", "gives_up_at")
 
-    def __init__(self, thread: int, lasts: float) -> None:
+    def __init__(self, thread: int, lasts: float, gives_up_at: float) -> None:
         self.thread = thread
         self.until = time.monotonic() + lasts
         self.done = new_event()  # signal-safe: a handler's exception in a waiter leaves no lock of it taken
         self.error: ZkUnavailable | None = None
+        self.gives_up_at = gives_up_at  # when the starter stops trying (earlier for a late call: Pool.session)
 
     def live(self) -> bool:
         return not self.done.is_set() and time.monotonic() < self.until
@@ -66,26 +67,21 @@ class Pool:
         """The calling thread's session, started (or replaced) if needed; ZkUnavailable if unreachable.
 
         ``within``: seconds to wait for a new one, when less than CONNECT_TIMEOUT is left of a call's bound (an
-        acquire whose session ended past its deadline, queue.gone_again).
+        acquire whose session ended past its deadline, queue.late_session). A start that gave up that early
+        answers only for itself: a thread that waited for it with more time left tries again.
 
         One thread starts a slot's session, outside the slot's lock; the others that need it wait for that start
-        within their own CONNECT_TIMEOUT and share its failure: n callers during an outage each get ZkUnavailable
-        within CONNECT_TIMEOUT, not the n-th after n starts in a row. The lock is only taken by ``with`` around a
-        few assignments, so that no signal handler's exception can leave it taken; a start record that such an
-        exception left behind is stale after STALE_START and is taken over."""
+        within their own time (CONNECT_TIMEOUT, or ``within``) and share its failure: n callers during an outage
+        each get ZkUnavailable within CONNECT_TIMEOUT, not the n-th after n starts in a row. The lock is only taken
+        by ``with`` around a few assignments, so that no signal handler's exception can leave it taken; a start
+        record that such an exception left behind is stale after STALE_START and is taken over."""
         idx = self._slot()
         session = self._slots[idx]
         if session is not None and not session.dead:
             return session
-        budget = self.cfg.connect_timeout if within is None else min(within, self.cfg.connect_timeout)
-        if budget <= 0:
-            raise ZkUnavailable(
-                f"zklocks alias {self.cfg.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable (the session "
-                f"ended past the call's timeout, and none came back within CONNECT_TIMEOUT="
-                f"{self.cfg.connect_timeout:g}s)"
-            )
+        budget = self.cfg.connect_timeout if within is None else max(0.0, min(within, self.cfg.connect_timeout))
         me = threading.get_ident()
-        entered = time.monotonic()
+        gives_up_at = time.monotonic() + budget
         while True:
             with self._slot_locks[idx]:
                 session = self._slots[idx]
@@ -101,21 +97,23 @@ class Pool:
                             "handler interrupted the start); no session for the handler's call"
                         )
                 else:
-                    start = self._starting[idx] = _Start(me, STALE_START + 2 * self.cfg.connect_timeout)
+                    start = self._starting[idx] = _Start(me, STALE_START + 2 * self.cfg.connect_timeout, gives_up_at)
                     break
-            if not start.done.wait(max(0.0, entered + budget - time.monotonic())):
+            if not start.done.wait(max(0.0, gives_up_at - time.monotonic())):
                 session = self._slots[idx]
                 if session is not None and not session.dead:
                     return session
                 raise ZkUnavailable(
                     f"zklocks alias {self.cfg.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable (no session "
-                    f"within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s: another thread of this process is still "
+                    f"within {_within(budget, self.cfg.connect_timeout)}: another thread of this process is still "
                     "starting it)"
                 )
-            if start.error is not None:
+            if start.error is not None and start.gives_up_at >= gives_up_at - 0.05:
                 raise type(start.error)(*start.error.args)  # the start this thread waited for failed
+            # No error (its session died at once), or a start that gave up before our own time is up: look again,
+            # and start one ourselves if none is there.
         try:
-            session = self._start(budget)
+            session = self._start(max(0.0, gives_up_at - time.monotonic()), _within(budget, self.cfg.connect_timeout))
         except ZkUnavailable as exc:
             start.error = exc  # before done is set (finally): the waiters read it once they wake
             raise
@@ -131,11 +129,11 @@ class Pool:
             start.done.set()
         return session
 
-    def _start(self, budget: float) -> Session:
+    def _start(self, budget: float, bound: str) -> Session:
         if self.closed:
             raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
         session = Session(self.cfg)
-        session.start(budget)
+        session.start(budget, bound)
         # A server answers: the sessions this alias gave up during the outage are closed first, so that no lock
         # this process released reads as held by its own previous session.
         abandoned.settle(self.cfg.alias, self.cfg.hosts, self.cfg.connect_timeout)
@@ -161,6 +159,13 @@ class Pool:
         for session in self.sessions():
             session.forget_after_fork()
         self._slots = [None] * len(self._slots)
+
+
+def _within(budget: float, connect_timeout: float) -> str:
+    """How long a start was given, for the messages of ZkUnavailable."""
+    if budget < connect_timeout:
+        return f"the {budget:.2f}s left of the call's CONNECT_TIMEOUT={connect_timeout:g}s"
+    return f"CONNECT_TIMEOUT={connect_timeout:g}s"
 
 
 class ConnectionHandler:

@@ -359,9 +359,9 @@ class Session(LeaseKeeping, OutageWatch):
             + (f"; {causes})" if causes else ")")
         )
 
-    def start(self, within: float | None = None) -> None:
-        """Connect within CONNECT_TIMEOUT (or the shorter ``within``) or raise ZkUnavailable at once (kazoo's own
-        start() would block on stopping its connection thread).
+    def start(self, within: float | None = None, bound: str | None = None) -> None:
+        """Connect within CONNECT_TIMEOUT (or the shorter ``within``, which ``bound`` names in the error) or raise
+        ZkUnavailable at once (kazoo's own start() would block on stopping its connection thread).
 
         kazoo starts its threads from a thread of ours, so an exception raised by a signal handler in the
         caller (KeyboardInterrupt, Celery's SoftTimeLimitExceeded) never leaves kazoo half started: it reaches
@@ -405,9 +405,7 @@ class Session(LeaseKeeping, OutageWatch):
                     "(unknown scheme or malformed credential)"
                 ) from error
             if isinstance(error, KazooTimeoutError):
-                detail = f"no session within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
-                if wait < self.cfg.connect_timeout:
-                    detail = f"no session within the {wait:.2g}s left of the call's CONNECT_TIMEOUT"
+                detail = f"no session within {bound or f'CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s'}"
                 causes = self.kazoo_log.causes()
                 if causes:
                     detail += f": {causes}"

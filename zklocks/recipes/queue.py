@@ -24,6 +24,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType
 
+from ..client import clock
 from ..client.kazoo_options import outside_writers
 from ..client.session import Session
 from ..exceptions import (
@@ -287,7 +288,7 @@ def _connected(session: Session, deadline: Deadline) -> Blocking:
 
 
 def acquire(
-    get_session: Callable[[], Session],
+    get_session: Callable[..., Session],
     parent: str,
     marker: str,
     data: bytes,
@@ -316,20 +317,20 @@ def acquire_steps(
 ) -> Steps:
     """Enqueue and wait until held; the value is the Contender. LockNotAcquired / LockTimeout / ZkUnavailable
     otherwise. If the session ends while we wait, re-enqueue on a fresh session within our own deadline
-    (``get_session(within=s)`` bounds the wait for it past the deadline, see late_budget).
+    (``get_session(within=s)`` bounds the wait for it past the deadline, see late_until).
     ``peek_session`` returns a ready session without blocking, or None. ``delay``: the lock-delay in seconds
     (lock_delay.py), which this contender honours and, after an unclean loss, starts.
     """
     late_gone = 0  # sessions ended after the deadline (see gone_again)
-    connect_timeout = 0.0  # the alias's, once a session is known
+    last_session: Session | None = None  # the session of the last attempt
     while True:
-        if late_gone:
-            # Past the deadline, the session ended: a fresh one gets what is left of CONNECT_TIMEOUT counted from
-            # the deadline, so that an outage still ends the call within CONNECT_TIMEOUT of it.
-            session = yield Blocking(functools.partial(get_session, within=late_budget(deadline, connect_timeout)))
+        if late_gone and last_session is not None:
+            session = yield Blocking(
+                functools.partial(late_session, get_session, late_until(last_session)), fast=peek_session
+            )
         else:
             session = yield Blocking(get_session, fast=peek_session)
-        connect_timeout = session.cfg.connect_timeout
+        last_session = session
         layout = layout_of(session)
         if not blocking and parent in session.busy_hint:
             # This lock was busy at our last try: one read may settle it without a create and a delete.
@@ -447,10 +448,23 @@ def gone_again(late_gone: int, session: Session, deadline: Deadline) -> int:
     return late_gone + 1
 
 
-def late_budget(deadline: Deadline, connect_timeout: float) -> float:
-    """Seconds left for a fresh session once a session ended past ``deadline``: CONNECT_TIMEOUT counts from the
-    deadline (see gone_again)."""
-    return (deadline.at or time.monotonic()) + connect_timeout - time.monotonic()
+# What a fresh session asked for past the deadline gets at the least, however late (capped at CONNECT_TIMEOUT): a
+# server that answers gets its attempt though the call's own bound has run out (a paused process, a slow expiry).
+LATE_FLOOR = 1.0
+
+
+def late_until(ended: Session) -> float:
+    """When a fresh session, asked for because ``ended`` ended past the call's deadline (gone_again), must be there
+    (on time.monotonic()): CONNECT_TIMEOUT counted from the ended session's last answer, where the fault began at
+    the earliest, so that an outage ends the call within CONNECT_TIMEOUT of the fault (docs/reliability.md)."""
+    silent_for = max(0.0, clock.now() - ended.last_answer)
+    return time.monotonic() - silent_for + ended.cfg.connect_timeout
+
+
+def late_session(get_session: Callable[..., Session], until: float) -> Session:
+    """``get_session`` bounded by ``until`` (late_until), counted when it runs: a thread or the event loop's
+    executor may take it up later than it was asked for."""
+    return get_session(within=max(LATE_FLOOR, until - time.monotonic()))
 
 
 def _granted(contender: Contender, blocking: bool, deadline: Deadline, name: str) -> Steps:

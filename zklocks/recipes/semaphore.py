@@ -99,10 +99,13 @@ def _acquire(
     get_session, path: str, max_leases: int, data: bytes, blocking: bool, deadline: Deadline, name: str, what: str
 ) -> Contender:
     late_gone = 0
-    connect_timeout = 0.0  # the alias's, once a session is known
+    last_session: Session | None = None  # the session of the last attempt
     while True:
-        session = get_session(within=queue.late_budget(deadline, connect_timeout)) if late_gone else get_session()
-        connect_timeout = session.cfg.connect_timeout
+        if late_gone and last_session is not None:
+            session = queue.late_session(get_session, queue.late_until(last_session))
+        else:
+            session = get_session()
+        last_session = session
         layout = layout_of(session)
         try:
             _ensure_semaphore_node(session, path, max_leases, deadline, name)
@@ -118,7 +121,7 @@ def _acquire(
             # Non-blocking callers still wait for the (short) mutex turn, bounded by CONNECT_TIMEOUT.
             mutex_deadline = deadline if blocking else Deadline(session.cfg.connect_timeout)
 
-            def same_session(session: Session = session) -> Session:
+            def same_session(session: Session = session, within: float | None = None) -> Session:
                 if session.dead:
                     raise SessionGone()  # start over on a fresh session (below)
                 return session
