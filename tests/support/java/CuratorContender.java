@@ -97,7 +97,8 @@ public final class CuratorContender {
                     : kind.equals("w") ? rw.writeLock() : rw.readLock();
             Thread t = new Thread(() -> {
                 try {
-                    while (System.nanoTime() < until) {
+                    // At least one hold per thread, however long the JVM took to get here (a loaded machine).
+                    do {
                         long asked = System.nanoTime();
                         Lease lease = null;
                         LeaderLatch leader = null;
@@ -124,7 +125,7 @@ public final class CuratorContender {
                                     + "\"start\": %d, \"end\": %d}%n", idx, kind, asked, start, end);
                         }
                         Thread.sleep(ThreadLocalRandom.current().nextInt(3));
-                    }
+                    } while (System.nanoTime() < until);
                 } catch (Exception e) {
                     e.printStackTrace();
                     synchronized (failed) {
