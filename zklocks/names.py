@@ -44,8 +44,9 @@ def _is_hidden_format(ch: str) -> bool:
 
 def unsafe_to_show(ch: str) -> bool:
     """A character that would make a name display differently from what it is: a control, a bidi control or
-    another invisible format character, or a line or paragraph separator (U+2028, U+2029)."""
-    return _is_control(ch) or _is_hidden_format(ch) or ch in "\u2028\u2029"
+    another invisible format character, or a line or paragraph separator (U+2028, U+2029); or one that cannot be
+    written at all: a lone surrogate (a node's JSON may hold ``"\\ud800"``), which UTF-8 refuses."""
+    return _is_control(ch) or _is_hidden_format(ch) or ch in "\u2028\u2029" or "\ud800" <= ch <= "\udfff"
 
 
 def shown(name: str) -> str:

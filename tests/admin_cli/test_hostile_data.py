@@ -206,6 +206,23 @@ def test_a_foreign_name_cannot_pose_as_another_lock(admin_client, kz):
     }
 
 
+def test_a_lone_surrogate_in_holder_data_is_shown_escaped_and_the_commands_still_print(kz):
+    """JSON node data may spell a lone surrogate (``"\\ud800"``), which no UTF-8 stream can carry: the table and
+    ``--json`` show it escaped instead of failing to print (UnicodeEncodeError on a real terminal)."""
+    import io
+
+    from django.core.management import call_command
+
+    ns = conf.alias_config().namespace
+    data = ours(host='"web\\ud800-1"')
+    kz.create(f"{ns}/surrogate/forged__lock__", data, ephemeral=True, sequence=True, makepath=True)
+    for args in [(), ("--json",)]:
+        out = io.StringIO()
+        call_command("zklocks_status", *args, stdout=out)
+        out.getvalue().encode("utf-8")  # raises on a lone surrogate
+        assert "web\\ud800-1" in out.getvalue(), out.getvalue()
+
+
 def test_above_the_full_read_limit_a_page_reads_only_its_own_locks(admin_client, kz, monkeypatch):
     """A namespace of more lock nodes than FULL_READ_LIMIT (100,000 forged ones, say): the list reads the names,
     then only the locks of the page it shows, and says so."""

@@ -186,7 +186,7 @@ def test_lock_deadline_during_a_blip_is_an_outage_not_a_timeout(own_zk):
                 with zk_lock("busy", timeout=0.5):
                     pass
             # Within CONNECT_TIMEOUT + 1 s of the fault, the outage matrix's bound (docs/reliability.md), also when
-            # the session is declared lost first and the acquire asks a fresh one (queue.late_budget).
+            # the session is declared lost first and the acquire asks a fresh one (queue.late_until).
             assert time.monotonic() - started < 5.0 + 1.0
             proxy.heal()
             holder.release()

@@ -39,10 +39,10 @@ def json_text(value: object) -> str:
     names.shown escapes (bidi controls, C1 controls, U+2028...) is written as a JSON ``\\u`` escape, so that node
     data can neither drive the terminal nor reorder what it shows, and a JSON reader still gets the same text."""
     text = json.dumps(value, indent=2, ensure_ascii=False)
-    if all(ch.isascii() for ch in text):
+    if all(ch < "\x7f" for ch in text):
         return text
-    # JSON's own syntax is ASCII: a character outside it is inside a string, where an escape means the same.
-    return "".join(_json_escape(ch) if not ch.isascii() and unsafe_to_show(ch) else ch for ch in text)
+    # JSON's own syntax is below DEL: a character from DEL up is inside a string, where an escape means the same.
+    return "".join(_json_escape(ch) if ch >= "\x7f" and unsafe_to_show(ch) else ch for ch in text)
 
 
 def _json_escape(ch: str) -> str:
