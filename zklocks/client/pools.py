@@ -80,6 +80,7 @@ class Pool:
         if session is not None and not session.dead:
             return session
         budget = self.cfg.connect_timeout if within is None else max(0.0, min(within, self.cfg.connect_timeout))
+        bound = _within(budget, self.cfg.connect_timeout)  # for the messages
         me = threading.get_ident()
         gives_up_at = time.monotonic() + budget
         while True:
@@ -105,7 +106,7 @@ class Pool:
                     return session
                 raise ZkUnavailable(
                     f"zklocks alias {self.cfg.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable (no session "
-                    f"within {_within(budget, self.cfg.connect_timeout)}: another thread of this process is still "
+                    f"within {bound}: another thread of this process is still "
                     "starting it)"
                 )
             if start.error is not None and start.gives_up_at >= gives_up_at - 0.05:
@@ -113,7 +114,7 @@ class Pool:
             # No error (its session died at once), or a start that gave up before our own time is up: look again,
             # and start one ourselves if none is there.
         try:
-            session = self._start(max(0.0, gives_up_at - time.monotonic()), _within(budget, self.cfg.connect_timeout))
+            session = self._start(max(0.0, gives_up_at - time.monotonic()), bound)
         except ZkUnavailable as exc:
             start.error = exc  # before done is set (finally): the waiters read it once they wake
             raise
