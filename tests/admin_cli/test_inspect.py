@@ -64,6 +64,44 @@ def test_a_waiter_that_got_the_lock_shows_acquired_at():
         second.release()
 
 
+def _handed_over(name: str):
+    """``name`` held by thread 'second', which waited for thread 'first' to release it."""
+    first = hold(name, "first")
+    second = queue_behind(name, "second", 1)
+    first.release()
+    assert second.wait(10)
+    return second
+
+
+def test_a_hold_whose_record_fails_costs_later_holds_nothing(monkeypatch):
+    # One periodic look at young holds serves every hold of the process: a hold that fails it must not end it.
+    from zklocks.handles import hold_registry
+
+    real = hold_registry.record_acquired_at
+    failed = []
+
+    def fails_once(hold, waited, acquired_at):
+        if not failed:
+            failed.append(hold.name)
+            raise RuntimeError("a record that cannot be written")
+        real(hold, waited, acquired_at)
+
+    monkeypatch.setattr(hold_registry, "record_acquired_at", fails_once)
+    second = _handed_over("handover-a")
+    bystander = hold("bystander", "bystander")  # younger: the next look is still due for it after the failure
+    try:
+        wait_until(lambda: failed)
+    finally:
+        bystander.release()
+        second.release()
+    assert failed == ["handover-a"]
+    second = _handed_over("handover-b")
+    try:
+        assert wait_until(lambda: (i := read_model.lock_info("default", "handover-b")[0]) and i.holder.acquired_at)
+    finally:
+        second.release()
+
+
 def test_shared_holders_are_the_readers_before_the_first_writer():
     r1 = hold("catalog", "reader-1", shared=True)
     r2 = hold("catalog", "reader-2", shared=True)

@@ -275,13 +275,20 @@ class LongHolds:
             self._young = [e for e in self._young if now - e[0] < LONG_HOLD and e[1].count > 0]
             self._ticking = bool(self._young)
             next_at = self._young[0][0] + LONG_HOLD if self._young else None
-        for _, hold, waited, acquired_at, guarded in due:
-            if hold.count > 0 and hold.is_held:
-                if guarded:
-                    watch_own_node(hold)  # only our identity may touch it: a force-release, heard from now on
-                record_acquired_at(hold, waited, acquired_at)
-        if next_at is not None:  # on time.monotonic(): a delay, not a time on the worker thread's clock
-            worker_threads.get().call_later(max(0.0, next_at - time.monotonic()), self._tick)
+        try:
+            for _, hold, waited, acquired_at, guarded in due:
+                try:
+                    if hold.count > 0 and hold.is_held:
+                        if guarded:
+                            watch_own_node(hold)  # only our identity may touch it: a force-release, heard from now
+                        record_acquired_at(hold, waited, acquired_at)
+                except Exception:  # one hold that fails must not cost the others their watch and their record
+                    log.exception("zklocks: watching the long hold of %r failed", hold.name)
+        finally:
+            # Always: while _ticking is set nobody else schedules a tick, so a tick lost here would stop every
+            # later hold of this process from ever getting its watch and its record.
+            if next_at is not None:  # on time.monotonic(): a delay, not a time on the worker thread's clock
+                worker_threads.get().call_later(max(0.0, next_at - time.monotonic()), self._tick)
 
 
 def watch_own_node(hold: Hold) -> None:
