@@ -19,6 +19,7 @@ from zklocks import (
     lock_path,
     zk_lock,
     zk_multi_lock,
+    zk_rw_lock,
     zk_semaphore,
 )
 from zklocks.client.pools import close_all
@@ -209,6 +210,28 @@ def test_calling_a_decorated_function_with_wrong_arguments_is_a_type_error_namin
         ship()
     with pytest.raises(TypeError, match=r"ship: got an unexpected keyword argument 'nope'"):
         ship(1, nope=2)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (
+            lambda: zk_lock("a", timout=3),
+            r"zk_lock\(\) got an unexpected keyword argument 'timout'; did you mean 'timeout'\?",
+        ),
+        (lambda: zk_lock("a", reentrant=False), r"zk_lock\(\) got an unexpected keyword argument 'reentrant'"),
+        (lambda: zk_rw_lock("a", on_loss="cancel"), r"zk_rw_lock\(\) .* 'on_loss'; did you mean 'on_lost'\?"),
+        (lambda: zk_semaphore("a", 2, lock_delay=1), r"zk_semaphore\(\) .* 'lock_delay' \(options: timeout, "),
+        (lambda: zk_multi_lock(["a"], using_="x"), r"zk_multi_lock\(\) .* 'using_'; did you mean 'using'\?"),
+        (lambda: zk_lock("a", timeout=-1), r"timeout must be None or a number >= 0, not -1"),
+        (lambda: zk_multi_lock(["a"], on_lost="kill"), r"on_lost must be one of 'notify', 'cancel', not 'kill'"),
+        (lambda: zk_semaphore("a", 2, max_hold=0), r"max_hold must be None or a number of seconds > 0, not 0"),
+    ],
+)
+def test_every_handle_checks_its_options_alike_and_names_the_closest_one(make, match):
+    # The options are declared once (handles/options.py): every kind refuses the same mistakes the same way.
+    with pytest.raises((TypeError, ValueError), match=match):
+        make()
 
 
 # -- settings --

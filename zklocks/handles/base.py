@@ -12,7 +12,7 @@ import copy
 import threading
 import time
 from collections.abc import Coroutine
-from typing import Any, Self
+from typing import Any, Self, Unpack
 
 from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
@@ -42,6 +42,7 @@ from .decorator import F, decorate
 from .enforce import Enforcing
 from .hold_registry import Grant, Hold
 from .on_commit import release_after_commit
+from .options import HandleOptions, resolved
 from .stopping import lost_after_body
 
 
@@ -50,25 +51,14 @@ class BaseHandle(Enforcing, Acquirable):
 
     kind: str = Kind.EXCLUSIVE
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        timeout: float | None,
-        blocking: bool,
-        using: str,
-        release_on_commit: bool | str = False,
-        on_lost: str = "notify",
-        max_hold: float | None = None,
-    ) -> None:
+    def __init__(self, name: str, **options: Unpack[HandleOptions]) -> None:
         self.name = validate_name(name)
-        self._init_enforcing(on_lost, max_hold)
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-            raise ValueError(f"timeout must be None or a number >= 0, not {timeout!r}")
-        self.timeout = timeout
-        self.blocking = blocking
-        self.using = using
-        self.release_on_commit = release_on_commit
+        values = resolved(options, type(self).__name__)
+        self.timeout: float | None = values["timeout"]
+        self.blocking: bool = values["blocking"]
+        self.using: str = values["using"]
+        self.release_on_commit: bool | str = values["release_on_commit"]
+        self.on_lost, self.max_hold = values["on_lost"], values["max_hold"]
         self._hold_nothing()
 
     def _hold_nothing(self) -> None:

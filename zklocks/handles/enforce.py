@@ -14,7 +14,7 @@ from collections.abc import Callable
 from .. import owners
 from ..client import worker_threads
 from .hold_registry import Hold
-from .stopping import Stopper, check_max_hold, check_on_lost, note_armed, note_disarmed
+from .stopping import Stopper, note_armed, note_disarmed
 
 
 class Enforcing:
@@ -30,10 +30,6 @@ class Enforcing:
     max_hold: float | None = None
     # SingleExecutionTask's "terminate": what ends the worker process (celery/terminate.py)
     terminate: Callable[[Stopper], None] | None = None
-
-    def _init_enforcing(self, on_lost: str, max_hold: float | None) -> None:
-        self.on_lost = check_on_lost(on_lost)
-        self.max_hold = check_max_hold(max_hold)
 
     def _release_hold(self, hold: Hold, wait: bool) -> None:
         raise NotImplementedError

@@ -8,6 +8,7 @@ commit in on_commit.py.
 from __future__ import annotations
 
 import functools
+from typing import Unpack
 
 from .. import conf, lock_delay_option
 from ..client.deadline import Deadline
@@ -24,6 +25,7 @@ from ..recipes.step_runner import Steps
 from . import hold_registry
 from .base import BaseHandle
 from .hold_registry import Grant
+from .options import LOCK_OPTIONS, HandleOptions, LockHandleOptions, only
 
 
 class ZkLock(BaseHandle):
@@ -34,25 +36,12 @@ class ZkLock(BaseHandle):
         name: str,
         *,
         shared: bool = False,
-        timeout: float | None = None,
-        blocking: bool = True,
-        using: str = "default",
-        release_on_commit: bool | str = False,
         reentrant: bool = True,
         rw: bool = False,
-        on_lost: str = "notify",
-        max_hold: float | None = None,
         lock_delay: float | None = None,
+        **options: Unpack[HandleOptions],
     ) -> None:
-        super().__init__(
-            name,
-            timeout=timeout,
-            blocking=blocking,
-            using=using,
-            release_on_commit=release_on_commit,
-            on_lost=on_lost,
-            max_hold=max_hold,
-        )
+        super().__init__(name, **options)
         # None: the alias's LOCK_DELAY, read at each acquire (docs/design.md §15)
         self.lock_delay = None if lock_delay is None else lock_delay_option.checked(lock_delay, self.name)
         self.shared = shared
@@ -124,40 +113,16 @@ class ZkLock(BaseHandle):
         return hold
 
 
-def zk_lock(
-    name: str,
-    *,
-    shared: bool = False,
-    timeout: float | None = None,
-    blocking: bool = True,
-    using: str = "default",
-    release_on_commit: bool | str = False,
-    on_lost: str = "notify",
-    max_hold: float | None = None,
-    lock_delay: float | None = None,
-) -> ZkLock:
+def zk_lock(name: str, *, shared: bool = False, **options: Unpack[LockHandleOptions]) -> ZkLock:
     """A distributed lock on ``name``: context manager (``with``/``async with``), decorator, or handle.
 
-    shared=True takes the read lock. blocking=False makes one attempt. timeout=None waits for ever.
-    As a decorator, ``name`` may be a template filled from the call's bound arguments.
-    release_on_commit=True (or a database alias) defers the release to transaction.on_commit.
-    on_lost="cancel" stops the holder when the lock is lost (LockLost raised in the holding thread, or the
-    holding asyncio task cancelled); "notify" (the default) only reports it. max_hold=s ends a hold after s
-    seconds as a loss under on_lost (docs/reliability.md, "Lost means stopped").
-    lock_delay (seconds; None: the alias's LOCK_DELAY, default 0): after the holder vanished without releasing
-    (session expired, force-release), nobody holds the lock until that long after (docs/design.md §15).
+    ``shared=True`` takes the read lock. The options are those of every lock handle: ``timeout``, ``blocking``,
+    ``using``, ``release_on_commit``, ``on_lost``, ``max_hold`` and ``lock_delay``
+    ([LockHandleOptions][zklocks.handles.options.LockHandleOptions]). As a decorator, ``name`` may be a template
+    filled from the call's bound arguments.
     """
-    return ZkLock(
-        name,
-        shared=shared,
-        timeout=timeout,
-        blocking=blocking,
-        using=using,
-        release_on_commit=release_on_commit,
-        on_lost=on_lost,
-        max_hold=max_hold,
-        lock_delay=lock_delay,
-    )
+    only(options, LOCK_OPTIONS, "zk_lock")
+    return ZkLock(name, shared=shared, **options)
 
 
 def lock_path(name: str, using: str = "default") -> str:

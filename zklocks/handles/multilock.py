@@ -6,7 +6,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Unpack
 
 from .. import owners
 from ..exceptions import LockOwnershipError
@@ -16,7 +16,8 @@ from .async_bridge import run_off_loop
 from .decorator import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
-from .stopping import check_max_hold, check_on_lost, lost_after_body
+from .options import LOCK_OPTIONS, HandleOptions, LockHandleOptions, only, resolved
+from .stopping import lost_after_body
 
 MemberSpec = str | tuple[str, str] | ZkLock
 
@@ -31,16 +32,11 @@ class ZkMultiLock(Acquirable):
         self,
         members: list[MemberSpec] | tuple[MemberSpec, ...],
         *,
-        timeout: float | None = None,
-        blocking: bool = True,
-        using: str = "default",
-        release_on_commit: bool | str = False,
-        on_lost: str = "notify",
-        max_hold: float | None = None,
         lock_delay: float | None = None,
+        **options: Unpack[HandleOptions],
     ) -> None:
-        check_on_lost(on_lost)
-        check_max_hold(max_hold)
+        values = resolved(options, "zk_multi_lock")
+        on_lost, max_hold, using = values["on_lost"], values["max_hold"], values["using"]
         locks: dict[str, ZkLock] = {}
         for spec in members:
             lock = self._member(spec, using, on_lost, max_hold, lock_delay)
@@ -51,10 +47,10 @@ class ZkMultiLock(Acquirable):
             raise ValueError("zk_multi_lock needs at least one name")
         # One global order (sorted names) for every multi-lock: no deadlock between overlapping sets.
         self.locks = [locks[n] for n in sorted(locks)]
-        self.timeout = timeout
-        self.blocking = blocking
-        self.using = using
-        self.release_on_commit = release_on_commit
+        self.timeout: float | None = values["timeout"]
+        self.blocking: bool = values["blocking"]
+        self.using: str = using
+        self.release_on_commit: bool | str = values["release_on_commit"]
         self.names = [lock.name for lock in self.locks]
 
     @staticmethod
@@ -227,27 +223,11 @@ class ZkMultiLock(Acquirable):
 
 
 def zk_multi_lock(
-    names: list[MemberSpec] | tuple[MemberSpec, ...],
-    *,
-    timeout: float | None = None,
-    blocking: bool = True,
-    using: str = "default",
-    release_on_commit: bool | str = False,
-    on_lost: str = "notify",
-    max_hold: float | None = None,
-    lock_delay: float | None = None,
+    names: list[MemberSpec] | tuple[MemberSpec, ...], **options: Unpack[LockHandleOptions]
 ) -> ZkMultiLock:
     """Take several locks as one: ``zk_multi_lock(["a", ("b", "shared")], timeout=5)``; ``.tokens`` maps names.
 
     on_lost and max_hold apply to each member (as for zk_lock): the loss of any one stops the holder.
     ``lock_delay`` applies to the members given by name (docs/design.md §15)."""
-    return ZkMultiLock(
-        names,
-        timeout=timeout,
-        blocking=blocking,
-        using=using,
-        release_on_commit=release_on_commit,
-        on_lost=on_lost,
-        max_hold=max_hold,
-        lock_delay=lock_delay,
-    )
+    only(options, LOCK_OPTIONS, "zk_multi_lock")
+    return ZkMultiLock(names, **options)

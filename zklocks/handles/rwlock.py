@@ -7,8 +7,11 @@ which is a lock of its own next to Curator's mutex (``zk_lock(name)``) on the sa
 
 from __future__ import annotations
 
+from typing import Unpack
+
 from ..names import validate_name
 from .locks import ZkLock
+from .options import LOCK_OPTIONS, LockHandleOptions, only
 
 
 class ZkRwLock:
@@ -18,57 +21,20 @@ class ZkRwLock:
     write lock gets LockUpgradeError, as with zk_lock.
     """
 
-    def __init__(
-        self,
-        name: str,
-        *,
-        timeout: float | None = None,
-        blocking: bool = True,
-        using: str = "default",
-        release_on_commit: bool | str = False,
-        on_lost: str = "notify",
-        max_hold: float | None = None,
-        lock_delay: float | None = None,
-    ) -> None:
+    def __init__(self, name: str, **options: Unpack[LockHandleOptions]) -> None:
         self.name = validate_name(name)
-        self.using = using
-        common: dict = dict(
-            timeout=timeout,
-            blocking=blocking,
-            using=using,
-            release_on_commit=release_on_commit,
-            on_lost=on_lost,
-            max_hold=max_hold,
-            lock_delay=lock_delay,
-        )
-        self.read = ZkLock(name, shared=True, rw=True, **common)
-        self.write = ZkLock(name, rw=True, **common)
+        self.read = ZkLock(name, shared=True, rw=True, **options)
+        self.write = ZkLock(name, rw=True, **options)
+        self.using = self.read.using
 
     def __repr__(self) -> str:
         return f"<ZkRwLock {self.name!r} using={self.using!r}>"
 
 
-def zk_rw_lock(
-    name: str,
-    *,
-    timeout: float | None = None,
-    blocking: bool = True,
-    using: str = "default",
-    release_on_commit: bool | str = False,
-    on_lost: str = "notify",
-    max_hold: float | None = None,
-    lock_delay: float | None = None,
-) -> ZkRwLock:
+def zk_rw_lock(name: str, **options: Unpack[LockHandleOptions]) -> ZkRwLock:
     """A read/write lock on ``name``: ``zk_rw_lock(name).read`` and ``zk_rw_lock(name).write`` are handles like
     zk_lock's (context manager, decorator, acquire/release, token, is_held). Under LAYOUT "curator" it works
-    with Curator's ``InterProcessReadWriteLock(client, lock_path(name))``."""
-    return ZkRwLock(
-        name,
-        timeout=timeout,
-        blocking=blocking,
-        using=using,
-        release_on_commit=release_on_commit,
-        on_lost=on_lost,
-        max_hold=max_hold,
-        lock_delay=lock_delay,
-    )
+    with Curator's ``InterProcessReadWriteLock(client, lock_path(name))``. The options are those of every lock
+    handle ([LockHandleOptions][zklocks.handles.options.LockHandleOptions])."""
+    only(options, LOCK_OPTIONS, "zk_rw_lock")
+    return ZkRwLock(name, **options)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Unpack
+
 from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..names import join_path
@@ -11,6 +13,7 @@ from ..recipes.step_runner import Blocking, Steps
 from . import hold_registry
 from .base import BaseHandle
 from .hold_registry import Grant
+from .options import DEFAULTS, HandleOptions, only
 
 
 class ZkSemaphore(BaseHandle):
@@ -18,29 +21,10 @@ class ZkSemaphore(BaseHandle):
 
     kind: str = Kind.SEMAPHORE
 
-    def __init__(
-        self,
-        name: str,
-        max_leases: int,
-        *,
-        timeout: float | None = None,
-        blocking: bool = True,
-        using: str = "default",
-        release_on_commit: bool | str = False,
-        on_lost: str = "notify",
-        max_hold: float | None = None,
-    ) -> None:
+    def __init__(self, name: str, max_leases: int, **options: Unpack[HandleOptions]) -> None:
         if not isinstance(max_leases, int) or isinstance(max_leases, bool) or max_leases < 1:
             raise ValueError(f"max_leases must be an integer >= 1, not {max_leases!r}")
-        super().__init__(
-            name,
-            timeout=timeout,
-            blocking=blocking,
-            using=using,
-            release_on_commit=release_on_commit,
-            on_lost=on_lost,
-            max_hold=max_hold,
-        )
+        super().__init__(name, **options)
         self.max_leases = max_leases
 
     def _hold_steps(self, blocking: bool, deadline: Deadline, grant: Grant) -> Steps:
@@ -66,27 +50,11 @@ class ZkSemaphore(BaseHandle):
         return (yield from hold_registry.take_hold_steps(self.using, self.name, self.kind, take, deadline, grant))
 
 
-def zk_semaphore(
-    name: str,
-    max_leases: int,
-    *,
-    timeout: float | None = None,
-    blocking: bool = True,
-    using: str = "default",
-    release_on_commit: bool | str = False,
-    on_lost: str = "notify",
-    max_hold: float | None = None,
-) -> ZkSemaphore:
+def zk_semaphore(name: str, max_leases: int, **options: Unpack[HandleOptions]) -> ZkSemaphore:
     """A counting semaphore: at most ``max_leases`` holders of ``name`` at a time, across all processes.
 
-    on_lost and max_hold: as for zk_lock."""
-    return ZkSemaphore(
-        name,
-        max_leases,
-        timeout=timeout,
-        blocking=blocking,
-        using=using,
-        release_on_commit=release_on_commit,
-        on_lost=on_lost,
-        max_hold=max_hold,
-    )
+    The options are those of every lock handle but ``lock_delay``
+    ([HandleOptions][zklocks.handles.options.HandleOptions]).
+    """
+    only(options, DEFAULTS, "zk_semaphore")
+    return ZkSemaphore(name, max_leases, **options)

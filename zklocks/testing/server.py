@@ -89,7 +89,7 @@ TEST_JVM = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
 class ZkServer(StartedInWith):
-    """One ZooKeeper server process (standalone, or a member of a :class:`ZkEnsemble`).
+    """One ZooKeeper server process (standalone, or a member of a [ZkEnsemble][zklocks.testing.ensemble.ZkEnsemble]).
 
     ``port`` fixes the client port; by default one is picked and held until the server spawns, and a first
     start that fails (the server exited, or another socket has its port) is tried again on a fresh one.
