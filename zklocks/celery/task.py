@@ -30,8 +30,7 @@ from ..handles.stopping import lost_after_body
 from ..owners import current_owner
 from ..recipes import layout, node_data
 from . import conf as celery_conf
-from . import policies
-from .markers import QueuedMarkers
+from . import markers, policies
 from .options import record_option_problems
 from .policies import retry_delay
 from .terminate import terminator
@@ -79,7 +78,7 @@ def redelivery_wait(using: str) -> float:
     return 1.5 * connections[using].session().timeout + 1.0
 
 
-class SingleExecutionTask(QueuedMarkers, Task):
+class SingleExecutionTask(Task):
     """A Celery task that runs at most one execution per ``lock_key`` at a time.
 
     Options (None means: the value from ``settings.ZKLOCKS_CELERY``):
@@ -209,7 +208,7 @@ class SingleExecutionTask(QueuedMarkers, Task):
         try:
             return super().apply_async(args, kwargs, task_id, producer, link, link_error, shadow, **options)
         except BaseException:
-            self._forget_marker(opts, name, task_id)
+            markers.forget_marker(self.name, opts, name, task_id)
             raise
 
     # -- run --
@@ -256,7 +255,7 @@ class SingleExecutionTask(QueuedMarkers, Task):
                     self.report("throttled", name, opts, request.id)
                     return None
             if marker:
-                self._marker_running(opts, name, request.id)
+                markers.mark_running(self.name, opts, name, request.id)
             in_body = True
             return self._run_holding(lock, opts, name, args, kwargs)
         except Retry as exc:
@@ -277,9 +276,9 @@ class SingleExecutionTask(QueuedMarkers, Task):
             raise
         finally:
             if marker and not retried:
-                self._forget_marker(opts, name, request.id)
+                markers.forget_marker(self.name, opts, name, request.id)
             if debounced and not retried:
-                self._forget_latest(opts, name, request.id)
+                markers.forget_latest(self.name, opts, name, request.id)
             if lock is not None:
                 # Wait for the server's answer (bounded by CONNECT_TIMEOUT) before Celery publishes our result
                 # or the next task of a chain: a follower that runs on another session must find the lock free.

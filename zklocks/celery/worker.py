@@ -21,7 +21,7 @@ from ..client.pools import connections
 from ..exceptions import ZkLocksError
 from ..recipes import layout
 from . import conf as celery_conf
-from . import policies
+from . import markers, policies
 
 log = logging.getLogger("zklocks")
 
@@ -70,9 +70,9 @@ def forget_revoked(sender=None, request=None, **_: object) -> None:
     except (ZkLocksError, ValueError, TypeError):
         return
     if opts.unique_queued:
-        sender._forget_marker(opts, name, request.id)
+        markers.forget_marker(sender.name, opts, name, request.id)
     if opts.debounce is not None:
-        sender._forget_latest(opts, name, request.id)
+        markers.forget_latest(sender.name, opts, name, request.id)
     if opts.keep_lock_on_retry:
         try:
             policies.delete_if_owned(opts.lock_using, name, layout.RETRY, request.id)

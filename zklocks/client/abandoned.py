@@ -1,6 +1,6 @@
 """Sessions given up while ZooKeeper could not be reached, closed on the server as soon as one can be reached.
 
-A session dropped after a whole session timeout without a connection (outage_watch.py), or closed while
+A session dropped after a whole session timeout without a connection (session.py, _drop_if_still_down), or closed while
 disconnected, may still live on a server that comes back with its data: the server restores it with a fresh
 timeout and keeps its ephemeral nodes (holds, queue places, and the nodes of releases that could not be sent)
 for another whole session timeout, so that locks this process released read "held elsewhere". Its id and

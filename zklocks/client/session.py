@@ -6,9 +6,9 @@ the deciding leader could expire it; while something is held or awaited, the ses
 time. Past that moment every hold on the session is lost, the session is closed (a frozen server that resumes
 must not keep our nodes alive) and the pool opens a fresh one for the next acquire.
 
-The keeper of the lease is in lease_keeping.py, the watch for a silent or refusing server in outage_watch.py
-(both parts of :class:`Session`), what is passed to KazooClient in kazoo_options.py and the hooks on its request
-path and its connection in kazoo_adapter/hooks.py.
+The session also watches its connection for a silent or refusing server while something waits on it. What is
+passed to KazooClient is in kazoo_options.py, the hooks on its request path and its connection in
+kazoo_adapter/hooks.py.
 
 Holds are anything with ``mark_lost(reason)`` and the attributes ``lost``/``lost_reason`` (:class:`LossListener`):
 this module knows nothing of lock handles.
@@ -33,15 +33,19 @@ from .. import conf
 from ..exceptions import ZkAuthError, ZkUnavailable
 from . import abandoned, clock, lease, observe, worker_threads
 from .interrupts import new_event, raised_by_signal_handler, unmasked
-from .iohandler import DEFAULT_HANDLER
+from .iohandler import DEFAULT_HANDLER, readable_now
 from .kazoo_adapter import compat as kazoo_compat
+from .kazoo_adapter.calls import connection_socket
 from .kazoo_adapter.hooks import raise_through_wakeup, read_without_select, refuse_writes, send_close, wrap_connection
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
 from .kazoolog import KazooLog
-from .lease_keeping import LeaseKeeping
-from .outage_watch import OutageWatch
 
 log = logging.getLogger("zklocks")
+
+
+# A connected server that answers nothing for this share of CONNECT_TIMEOUT, with a request waiting, is taken
+# for paused or cut off: waiters raise ZkUnavailable (a probe goes every quarter, so the whole stays within it).
+RESPONSE_LIMIT = 0.75
 
 
 class LossListener(Protocol):
@@ -54,7 +58,7 @@ class LossListener(Protocol):
     def mark_lost(self, reason: str) -> None: ...
 
 
-class Session(LeaseKeeping, OutageWatch):
+class Session:
     """One ZooKeeper session of a pool."""
 
     def __init__(self, cfg: conf.AliasConfig) -> None:
@@ -469,3 +473,196 @@ class Session(LeaseKeeping, OutageWatch):
             stopping.join(self.cfg.connect_timeout)
         if stopping.is_alive():
             log.warning("zklocks: kazoo's connection thread of a session of %r did not stop; left behind", self.alias)
+
+    # -- the lease: its deadline --
+
+    def lease_deadline(self) -> float:
+        """On the clock of clock.now(): from then on, the deciding leader may have expired this session."""
+        return self.lease_start + self.timeout - lease.loss_margin(self.timeout)
+
+    def lease_remaining(self) -> float:
+        return self.lease_deadline() - clock.now()
+
+    def lease_expired(self) -> bool:
+        return self.lease_remaining() <= 0
+
+    # -- keeping the lease while something is held or awaited --
+
+    def renew_ahead(self) -> float:
+        """Start a renewal round when the lease has this much left: a round is a sync and a write, in turn."""
+        return max(0.1, 0.25 * (self.timeout - lease.relay_gap(self.timeout, self.cfg.tick_time)))
+
+    def round_spacing(self) -> float:
+        """The keeper starts renewal rounds at most this often."""
+        return max(0.1, 0.05 * self.timeout)
+
+    def keep_ahead(self) -> float:
+        """The keeper's threshold: with TICK_TIME known, renew while the lease still covers a silent blip of half
+        the session timeout, which ZooKeeper survives (a busy session's own traffic keeps it that far ahead), plus
+        a round, and a second one where the tick leaves room: the round the blip caught in flight is answered only
+        after it, and the lease must last until then. A round leaves at best the lease minus one tick; where that
+        is not two round intervals (an eighth of it each, at least) above half the timeout plus a round, or
+        without TICK_TIME (the relay gap is then half the timeout), half the timeout cannot be covered at a
+        bounded rate, and rounds wait for renew_ahead (docs/reliability.md, "Blips")."""
+        ahead = self.renew_ahead()
+        tick = self.cfg.tick_time
+        if not tick:
+            return ahead
+        fresh = self.timeout - lease.loss_margin(self.timeout) - lease.relay_gap(self.timeout, tick)
+        least = max(self.round_spacing(), fresh / 8)
+        half = 0.5 * self.timeout + self.round_spacing()
+        if fresh - 2 * least < half:
+            return ahead  # a tick too long for the timeout: half of it cannot be covered at a bounded rate
+        # A second round of slack as far as the tick leaves room for it (SESSION_TIMEOUT 10 s with ZooKeeper's
+        # default 2 s tick: 5.625 s, between one round, 5.5 s, and two, 6.0 s).
+        return max(ahead, min(half + self.round_spacing(), fresh - 2 * least))
+
+    def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
+        """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier, or a reconnect)."""
+        with self._lock:
+            if self.dead or (self._keeper_armed and not force):
+                return
+            self._keeper_armed = True
+            self._keeper_gen += 1
+            gen = self._keeper_gen
+        if at is None:
+            at = max(clock.now(), self.lease_deadline() - self.keep_ahead())
+        worker_threads.get().call_at(at, lambda: self._keep(gen))
+
+    def _keep(self, gen: int) -> None:
+        """On the worker thread: declare the loss at the lease deadline, renew ahead of it."""
+        with self._lock:
+            if gen != self._keeper_gen:
+                return  # replaced by a newer schedule
+            self._keeper_armed = False
+        if self.dead or not self._has_interest():
+            return
+        remaining = self.lease_remaining()
+        stop = self.stop_ahead()
+        if remaining <= stop:
+            self.declare_lost("suspended")
+            return
+        ahead = self.keep_ahead()
+        if remaining <= ahead:
+            if not self._renewing and self._connected.is_set():
+                self._renew()
+            # Look again soon: the round may not be enough (a late answer, a reconnect), and the deadline stands.
+            self._arm_keeper(min(clock.now() + min(remaining, self.round_spacing()), self.lease_deadline() - stop))
+        else:
+            self._arm_keeper(self.lease_deadline() - ahead)
+
+    def stop_ahead(self) -> float:
+        """How long before the deadline the loss is declared: 0, or what the holds' on_lost needs to stop their
+        work before the lease ends (handles/stopping.py), at most half the renewal lead so that a renewal
+        round always gets its chance first."""
+        holds = list(self._holds)  # a copy in one step: holds are removed without the lock (remove_hold)
+        wanted = max((getattr(hold, "stop_ahead", 0.0) for hold in holds), default=0.0)
+        return min(wanted, self.renew_ahead() / 2)
+
+    def _renew(self) -> None:
+        """One round of lease.py's proof: a sync (S2), then, once it is answered, an empty write (S3)."""
+        self._renewing = True
+        self.renewals += 1
+        client = self.client
+
+        def done(_result=None) -> None:
+            self._renewing = False
+
+        def on_sync(result) -> None:
+            if not result.successful() or self.dead:
+                done()
+                return
+            try:
+                txn = client.transaction()
+                txn.check("/", -1)  # a transaction that changes nothing, committed by a quorum all the same
+                txn.commit_async().rawlink(done)
+            except Exception:  # noqa: BLE001 a closing client: this round ends unproven
+                done()
+
+        try:
+            client.sync_async("/").rawlink(on_sync)
+        except Exception:  # noqa: BLE001 a closing client: this round ends unproven
+            done()
+
+    def lease_refresh_due(self) -> bool:
+        """Before a new acquire: whether the lease is about to run out, so that the acquire first sends the S2 of
+        a proof (one sync; its create completes the proof). A session that served holds a moment ago never needs
+        it, so the uncontended fast path keeps its request count."""
+        return self.lease_remaining() <= 2 * self.renew_ahead()
+
+    def lease_refresh_limit(self, deadline: float | None) -> float:
+        """How long an acquire waits for that sync."""
+        if deadline is None:
+            return self.cfg.connect_timeout
+        return max(0.0, min(self.cfg.connect_timeout, deadline - time.monotonic()))
+
+    # -- outages seen from a session that exists: a silent server, a server that refuses the session --
+
+    def _watch(self) -> None:
+        """While something waits on this session: every quarter of CONNECT_TIMEOUT, look for a silent server.
+
+        A server that is paused or cut off keeps the TCP connection open, so kazoo notices only after two thirds
+        of the session timeout. A waiter must hear of it within CONNECT_TIMEOUT: once a request has been
+        unanswered for RESPONSE_LIMIT of it and nothing at all was answered meanwhile, the session is marked
+        unresponsive (until the next answer) and every waiter is woken to raise ZkUnavailable. An idle
+        connection is probed with a read so that a pause is seen while nothing else is asked.
+        """
+        with self._lock:
+            if self.dead or not self._waiters:
+                self._watching = False
+                return
+        period = next_look = self.cfg.connect_timeout / 4
+        try:
+            now = clock.now()
+            if self._connected.is_set():
+                oldest = min((entry[0] for entry in list(self._sent.values())), default=None)
+                silent_for = now - self.last_answer
+                limit = RESPONSE_LIMIT * self.cfg.connect_timeout
+                late = oldest is not None and now - oldest > limit and silent_for > limit
+                # an answer that arrived but is unread excuses the silence, up to the whole CONNECT_TIMEOUT
+                if late and (silent_for >= self.cfg.connect_timeout or not self._answer_unread()):
+                    if not self.unresponsive:
+                        self.unresponsive = True
+                        self._wake_waiters()
+                elif late:  # excused: look again when the excuse runs out, not a whole period later
+                    next_look = min(period, self.cfg.connect_timeout - silent_for)
+                elif oldest is None and now - self.last_sent >= period:
+                    try:
+                        self.client.exists_async("/")
+                    except Exception:
+                        log.debug("zklocks: probe of alias %r not sent", self.alias, exc_info=True)
+        finally:  # whatever failed above, the watch goes on while something waits
+            worker_threads.get().call_later(next_look, self._watch)
+
+    def _answer_unread(self) -> bool:
+        """The server's bytes wait in our socket: it answered, only this process has not read them yet.
+
+        On a loaded machine kazoo's reading thread may be starved for longer than RESPONSE_LIMIT; a server whose
+        answer has arrived is not silent, and its waiters must not raise ZkUnavailable for our own slowness.
+        """
+        sock = connection_socket(self.client)
+        if sock is None:
+            return False
+        # Only the kernel's buffer: an SSL object's own (pending()) is kazoo's thread's, which may be reading it.
+        return readable_now(sock)
+
+    def _drop_if_still_down(self, down_since: float) -> None:
+        """Disconnected for a whole session timeout: the session is over on every server that still knows it.
+
+        A server that came back with empty or older data refuses this session for good (it has seen a newer
+        zxid than the server has), and kazoo would retry for ever. Drop the session: its holds are reported
+        lost, and the pool starts a fresh session for the next call.
+        """
+        if self.dead or self._down_since != down_since:
+            return
+        causes = self.kazoo_log.causes()
+        log.warning(
+            "zklocks: alias %r could not reconnect to ZooKeeper at %s for %gs (its session timeout)%s; dropping "
+            "the session, a fresh one starts with the next call. If ZooKeeper restarted with empty or older data, "
+            "its servers refuse this session for good.",
+            self.alias,
+            self.cfg.hosts,
+            self.timeout,
+            f" ({causes})" if causes else "",
+        )
+        self.declare_lost("unreachable")

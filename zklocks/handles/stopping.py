@@ -10,7 +10,7 @@
 - "terminate" (SingleExecutionTask only): the task's failure is stored, then the worker process ends, with the
   processes it started.
 
-The loss is decided on the worker thread (client/lease_keeping.py): a session with stopping holds declares its
+The loss is decided on the worker thread (client/session.py): a session with stopping holds declares its
 loss :data:`CANCEL_AHEAD` or :data:`TERMINATE_AHEAD` before the lease deadline (never later), and
 ``Hold.mark_lost`` fires every armed stopper of the hold before anything else. The holder disarms its stoppers
 first thing in its release: no checkpoint of the holder raises after that. Threads that work for an asyncio
