@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from tests.support.helpers import wait_until
+from tests.support.interrupts import Interrupted, interrupted_acquire, raise_at
 from tests.support.threads import in_thread
 from zklocks import zk_lock, zk_semaphore
 from zklocks.client.pools import Session, connections
@@ -19,48 +20,6 @@ from zklocks.owners import current_owner
 from zklocks.recipes import queue
 
 pytestmark = pytest.mark.zk
-
-
-class Interrupted(BaseException):
-    """Stands for SoftTimeLimitExceeded / KeyboardInterrupt."""
-
-
-def raise_at(code, *, nth=1, caller=None):
-    """A tracer raising Interrupted on the ``nth`` call of ``code`` (called from ``caller``, if given)."""
-    seen = []
-
-    def tracer(frame, event, arg):
-        if event == "call" and frame.f_code is code and (caller is None or frame.f_back.f_code is caller):
-            seen.append(frame)
-            if len(seen) == nth:
-                raise Interrupted(f"injected at {code.co_qualname}")
-        return
-
-    return tracer, seen
-
-
-def interrupted_acquire(handle, tracer, *, before=None, after=None):
-    """In a fresh thread: ``before()``, then ``handle.acquire()`` under ``tracer``, then ``after()``."""
-    box = {}
-
-    def run():
-        try:
-            if before:
-                before()
-            sys.settrace(tracer)
-            try:
-                handle.acquire()
-            finally:
-                sys.settrace(None)
-        except Interrupted as exc:
-            box["interrupted"] = exc
-        if after:
-            box["after"] = after()
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(30)
-    return box
 
 
 def children(handle, marker):

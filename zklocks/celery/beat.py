@@ -174,9 +174,10 @@ class LeaderScheduler(Scheduler):
         if self._closed:
             return False
         logger.info("beat: candidate in election %r (alias %r); waiting to lead", self.election, self.using)
-        if not self._published:
-            self._published = True
-            schedule_share.publish_own(self.using, self.election, self.app.conf.beat_schedule, _HOST, logger)
+        if not self._published:  # until ZooKeeper could be asked: an outage at the start must not lose it
+            self._published = schedule_share.publish_own(
+                self.using, self.election, self.app.conf.beat_schedule, _HOST, logger
+            )
         self._settle_doubts()
         if self._doubt:  # ZooKeeper is away: note them before standing (a standby could not until it leads)
             return False

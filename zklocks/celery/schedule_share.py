@@ -115,9 +115,10 @@ def same_entries(raw: bytes | None, beat_schedule: dict[str, Any]) -> bool:
         return False
 
 
-def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: str, log: Any) -> None:
+def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: str, log: Any) -> bool:
     """Publish this beat's ``beat_schedule`` unless the shared one already holds it, or it cannot be shared.
-    Never raises: a beat that could not publish runs (and, elected, leads) with its own schedule."""
+    Never raises: a beat that could not publish runs (and, elected, leads) with its own schedule. False if
+    ZooKeeper could not be asked (the caller tries again at its next stand), True once settled."""
     import time
 
     from ..client.deadline import Deadline
@@ -129,7 +130,7 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
         data = dumps(beat_schedule, host, time.time())
     except ValueError as exc:
         log.warning("beat: not publishing this beat's beat_schedule (the leader keeps its own): %s", exc)
-        return
+        return True  # it cannot be shared: asking again would not change that
     try:
         pool = connections[using]
         session = pool.session()
@@ -137,12 +138,13 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
         deadline = Deadline(session.cfg.connect_timeout)
         current = beat_state.read_schedule(session, election_path, deadline)
         if same_entries(current[0] if current else None, beat_schedule):
-            return
+            return True
         beat_state.publish_schedule(session, election_path, data, deadline)
     except Exception as exc:  # noqa: BLE001 - publishing is best effort; the beat runs its own schedule
         log.warning("beat: could not publish this beat's beat_schedule: %s", exc)
-        return
+        return False
     log.info("beat: published this beat's beat_schedule (%d entries) for the leader", len(beat_schedule or {}))
+    return True
 
 
 def follow(hold: Any, inner: Any, seen: int | None, app: Any, log: Any) -> tuple[int | None, bool]:

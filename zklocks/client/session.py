@@ -16,11 +16,12 @@ this module knows nothing of lock handles.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
@@ -46,6 +47,19 @@ log = logging.getLogger("zklocks")
 # A connected server that answers nothing for this share of CONNECT_TIMEOUT, with a request waiting, is taken
 # for paused or cut off: waiters raise ZkUnavailable (a probe goes every quarter, so the whole stays within it).
 RESPONSE_LIMIT = 0.75
+
+
+def every_step(*steps: Callable[[], object]) -> None:
+    """Run every step, even after one raised (a signal handler's exception may land in any of them), then raise the
+    first exception."""
+    first: BaseException | None = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as exc:  # noqa: BLE001 - raised below, once every step has run
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 class LossListener(Protocol):
@@ -219,15 +233,18 @@ class Session:
         self._wake_waiters()
 
     def _mark_dead(self, reason: str) -> bool:
-        """Mark the session unusable; True for the caller that did it first."""
+        """Mark the session unusable; True for the caller that did it first, which then completes the loss or the
+        close (_finish_loss, close), step by step, whatever interrupts one of the steps."""
         with self._lock:
             if self.dead:
                 return False
             self.dead = True
             self.dead_reason = reason
+        return True
+
+    def _report_dead(self, reason: str) -> None:
         if observe.observers:
             observe.session_state(self, "closed" if reason == "closed" else "lost")
-        return True
 
     def _declare_lost_soon(self, reason: str) -> None:
         if self._mark_dead(reason):
@@ -255,18 +272,26 @@ class Session:
             self._finish_loss(reason)
 
     def _finish_loss(self, reason: str) -> None:
+        """After _mark_dead: every hold lost, every waiter woken, the session closed. A signal handler's exception in
+        one step (this may run on the caller's thread) leaves none of the others undone: a hold not marked lost
+        would never stop its holder, and a session not closed would keep its nodes alive on the server."""
+        every_step(
+            lambda: self._report_dead(reason),
+            lambda: self._lose_holds(reason, report=True),
+            self._wake_waiters,
+            lambda: self.close(wait=False),
+        )
+
+    def _lose_holds(self, reason: str, report: bool = False) -> None:
         with self._lock:
             holds, self._holds = list(self._holds), set()
-        if holds:
+        if holds and report:
             names = sorted(repr(hold.name) for hold in holds)
             shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
             log.warning(
                 "zklocks: session of alias %r lost (%s); %d lock(s) lost: %s", self.alias, reason, len(holds), shown
             )
-        for hold in holds:
-            hold.mark_lost(reason)
-        self._wake_waiters()
-        self.close(wait=False)
+        every_step(*(functools.partial(hold.mark_lost, reason) for hold in holds))
 
     def _close_later_if_unsent(self) -> None:
         """Closed while disconnected: the close cannot reach the server, which may restore the session and keep its
@@ -311,17 +336,24 @@ class Session:
     @contextmanager
     def waking(self, event: threading.Event) -> Iterator[threading.Event]:
         """Set ``event`` on any change of the connection state while inside the block."""
-        with self._lock:
-            self._waiters.add(event)
-            watch = not self._watching
-            self._watching = True
-        if watch:
-            worker_threads.get().call_later(self.cfg.connect_timeout / 4, self._watch)
-        self._arm_keeper()
+        watch = False
         try:
+            with self._lock:
+                self._waiters.add(event)
+                watch = not self._watching
+                self._watching = True
+            if watch:
+                worker_threads.get().call_later(self.cfg.connect_timeout / 4, self._watch)
+                watch = False  # scheduled: the watch clears the flag itself when nobody waits any more
+            self._arm_keeper()
             yield event
         finally:
             self._waiters.discard(event)  # no lock: see remove_hold
+            if watch:
+                # A signal handler's exception before the watch was scheduled: a flag left set with no watch
+                # would leave every later waiter of this session without one (a silent server, never reported).
+                with self._lock:
+                    self._watching = False
 
     def _wake_waiters(self) -> None:
         with self._lock:
@@ -439,12 +471,13 @@ class Session:
         if self.pid != os.getpid():
             self.dead = True
             return  # a forked child never touches its parent's sessions
+        steps: list[Callable[[], object]] = []
         if self._mark_dead("closed"):
-            with self._lock:
-                holds, self._holds = list(self._holds), set()
-            for hold in holds:
-                hold.mark_lost("closed")
-        self._close_later_if_unsent()
+            steps += [lambda: self._report_dead("closed"), lambda: self._lose_holds("closed")]
+        every_step(*steps, self._close_later_if_unsent, lambda: self._stop_client(wait))
+
+    def _stop_client(self, wait: bool) -> None:
+        """Stop kazoo's threads; kazoo sends the close request first. Bounded: see below."""
 
         def _stop() -> None:
             try:
@@ -519,15 +552,25 @@ class Session:
 
     def _arm_keeper(self, at: float | None = None, *, force: bool = False) -> None:
         """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier, or a reconnect)."""
-        with self._lock:
-            if self.dead or (self._keeper_armed and not force):
-                return
-            self._keeper_armed = True
-            self._keeper_gen += 1
-            gen = self._keeper_gen
         if at is None:
             at = max(clock.now(), self.lease_deadline() - self.keep_ahead())
-        worker_threads.get().call_at(at, lambda: self._keep(gen))
+        gen = None
+        try:
+            with self._lock:
+                if self.dead or (self._keeper_armed and not force):
+                    return
+                self._keeper_gen += 1
+                gen = self._keeper_gen
+                self._keeper_armed = True
+            worker_threads.get().call_at(at, lambda: self._keep(gen))
+        except BaseException:
+            # A signal handler's exception before the keeper was scheduled: an armed flag with nothing scheduled
+            # would keep every later call from arming it, and the lease would be neither renewed nor declared
+            # lost at its deadline.
+            with self._lock:
+                if gen is None or self._keeper_gen == gen:
+                    self._keeper_armed = False
+            raise
 
     def _keep(self, gen: int) -> None:
         """On the worker thread: declare the loss at the lease deadline, renew ahead of it."""

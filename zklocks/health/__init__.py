@@ -198,7 +198,14 @@ def summary(aliases: list[str], max_hold: float) -> list[str]:
         read = _reads.get(key)
         if read is None or read.configs is not configs:
             read = _reads[key] = _SummaryRead(key, aliases, max_hold, configs)
-            read.start()
+            try:
+                read.start()
+            except BaseException:
+                # No thread (none left, or a signal handler's exception): a read that never runs would make
+                # every later request wait READ_WAIT for nothing.
+                if _reads.get(key) is read:
+                    del _reads[key]
+                raise
     if read.done.wait(READ_WAIT):
         if read.error is not None:
             raise copy.copy(read.error) from read.error  # one object per request: each adds its own traceback

@@ -189,7 +189,12 @@ def schedule(pool: Pool) -> None:
             return
         _started.add(id(pool))
     thread = threading.Thread(target=_loop, args=(pool, interval), name=f"zklocks-reaper-{pool.cfg.alias}", daemon=True)
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:  # no thread started (none left): the next session of the pool tries again
+        with _started_lock:
+            _started.discard(id(pool))
+        raise
 
 
 def _loop(pool: Pool, interval: float) -> None:

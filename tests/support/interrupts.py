@@ -1,0 +1,47 @@
+"""An exception at an exact point of a thread, as a signal handler's (SoftTimeLimitExceeded, KeyboardInterrupt)
+may raise at any bytecode: a tracer placed in that thread raises it on the call of a chosen function."""
+
+import sys
+import threading
+
+
+class Interrupted(BaseException):
+    """Stands for SoftTimeLimitExceeded / KeyboardInterrupt."""
+
+
+def raise_at(code, *, nth=1, caller=None):
+    """A tracer raising Interrupted on the ``nth`` call of ``code`` (called from ``caller``, if given)."""
+    seen = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code is code and (caller is None or frame.f_back.f_code is caller):
+            seen.append(frame)
+            if len(seen) == nth:
+                raise Interrupted(f"injected at {code.co_qualname}")
+        return
+
+    return tracer, seen
+
+
+def interrupted_acquire(handle, tracer, *, before=None, after=None):
+    """In a fresh thread: ``before()``, then ``handle.acquire()`` under ``tracer``, then ``after()``."""
+    box = {}
+
+    def run():
+        try:
+            if before:
+                before()
+            sys.settrace(tracer)
+            try:
+                handle.acquire()
+            finally:
+                sys.settrace(None)
+        except Interrupted as exc:
+            box["interrupted"] = exc
+        if after:
+            box["after"] = after()
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(30)
+    return box
