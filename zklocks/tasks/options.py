@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import names
-from ..celery import conf as option_rules  # the value rules shared with SingleExecutionTask (no Celery import)
 from ..conf import Problem
+from ..execution import option_rules
 
 # task field -> the ZKLOCKS_CELERY key whose rule it follows
 TASK_OPTIONS: tuple[tuple[str, str], ...] = (
