@@ -19,7 +19,7 @@ from tests.support.threads import HeldInThread, queue_behind
 from zklocks import ZkUnavailable, health, signals, zk_lock
 from zklocks.client import clock
 from zklocks.client.pools import connections
-from zklocks.client.session import Session
+from zklocks.client.session import Session, every_step
 from zklocks.client.worker_threads import WorkerThread
 from zklocks.handles.hold_registry import Hold
 from zklocks.testing import ZkServer
@@ -146,3 +146,22 @@ def test_an_interrupted_start_of_the_health_read_costs_later_requests_nothing(zk
         # The next request reads the locks itself: it neither waits for a read that never started nor answers
         # from nothing.
         assert [text for text in health.summary(["default"], 0.2) if "held-long" in text]
+
+
+def test_a_loss_cut_short_before_its_first_step_is_completed_by_the_close(zk_server):
+    lock = zk_lock("loss-cut")
+    lock.acquire()
+    hold = lock._hold()
+    session = connections["default"].session()
+    tracer, seen = raise_at(every_step.__code__, caller=Session.declare_lost.__code__)
+    sys.settrace(tracer)
+    try:
+        with pytest.raises(Interrupted):
+            session.declare_lost("suspended")
+    finally:
+        sys.settrace(None)
+    assert seen and session.dead and hold.lost_reason is None  # marked dead, nothing else done yet
+    session.close()  # what the pool or the exit does with a dead session
+    assert hold.lost_reason == "suspended"
+    assert session.client._stopped.is_set()
+    lock.release()

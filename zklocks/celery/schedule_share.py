@@ -118,11 +118,12 @@ def same_entries(raw: bytes | None, beat_schedule: dict[str, Any]) -> bool:
 def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: str, log: Any) -> bool:
     """Publish this beat's ``beat_schedule`` unless the shared one already holds it, or it cannot be shared.
     Never raises: a beat that could not publish runs (and, elected, leads) with its own schedule. False if
-    ZooKeeper could not be asked (the caller tries again at its next stand), True once settled."""
+    ZooKeeper could not be reached (the caller tries again at its next stand), True once settled."""
     import time
 
     from ..client.deadline import Deadline
     from ..client.pools import connections
+    from ..exceptions import ZkUnavailable
     from ..names import join_path
     from . import beat_state
 
@@ -140,9 +141,12 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
         if same_entries(current[0] if current else None, beat_schedule):
             return True
         beat_state.publish_schedule(session, election_path, data, deadline)
+    except ZkUnavailable as exc:  # asked again at the next stand
+        log.warning("beat: could not publish this beat's beat_schedule yet: %s", exc)
+        return False
     except Exception as exc:  # noqa: BLE001 - publishing is best effort; the beat runs its own schedule
         log.warning("beat: could not publish this beat's beat_schedule: %s", exc)
-        return False
+        return True  # refused (an ACL, a bad alias): asking again would not change that
     log.info("beat: published this beat's beat_schedule (%d entries) for the leader", len(beat_schedule or {}))
     return True
 

@@ -51,15 +51,20 @@ RESPONSE_LIMIT = 0.75
 
 def every_step(*steps: Callable[[], object]) -> None:
     """Run every step, even after one raised (a signal handler's exception may land in any of them), then raise the
-    first exception."""
+    first signal handler's exception if any, else the first exception."""
     first: BaseException | None = None
     for step in steps:
         try:
             step()
         except BaseException as exc:  # noqa: BLE001 - raised below, once every step has run
-            first = first or exc
+            if first is None or (_interrupt(exc) and not _interrupt(first)):
+                first = exc  # a signal handler's exception (KeyboardInterrupt, ...) before an ordinary error
     if first is not None:
         raise first
+
+
+def _interrupt(exc: BaseException) -> bool:
+    return not isinstance(exc, Exception) or raised_by_signal_handler(exc)
 
 
 class LossListener(Protocol):
@@ -248,7 +253,10 @@ class Session:
 
     def _declare_lost_soon(self, reason: str) -> None:
         if self._mark_dead(reason):
-            worker_threads.get().call_soon(lambda: self._finish_loss(reason))
+            every_step(
+                lambda: self._report_dead(reason),
+                lambda: worker_threads.get().call_soon(lambda: self._finish_loss(reason)),
+            )
 
     # -- public --
 
@@ -269,18 +277,13 @@ class Session:
 
     def declare_lost(self, reason: str) -> None:
         if self._mark_dead(reason):
-            self._finish_loss(reason)
+            every_step(lambda: self._report_dead(reason), lambda: self._finish_loss(reason))
 
     def _finish_loss(self, reason: str) -> None:
         """After _mark_dead: every hold lost, every waiter woken, the session closed. A signal handler's exception in
         one step (this may run on the caller's thread) leaves none of the others undone: a hold not marked lost
         would never stop its holder, and a session not closed would keep its nodes alive on the server."""
-        every_step(
-            lambda: self._report_dead(reason),
-            lambda: self._lose_holds(reason, report=True),
-            self._wake_waiters,
-            lambda: self.close(wait=False),
-        )
+        every_step(lambda: self._lose_holds(reason, report=True), self._wake_waiters, lambda: self.close(wait=False))
 
     def _lose_holds(self, reason: str, report: bool = False) -> None:
         with self._lock:
@@ -336,24 +339,18 @@ class Session:
     @contextmanager
     def waking(self, event: threading.Event) -> Iterator[threading.Event]:
         """Set ``event`` on any change of the connection state while inside the block."""
-        watch = False
         try:
             with self._lock:
                 self._waiters.add(event)
-                watch = not self._watching
-                self._watching = True
-            if watch:
-                worker_threads.get().call_later(self.cfg.connect_timeout / 4, self._watch)
-                watch = False  # scheduled: the watch clears the flag itself when nobody waits any more
+                if not self._watching:
+                    # Scheduled first, marked after (see _arm_keeper): a flag set with no watch would leave every
+                    # later waiter of this session without one, and a silent server never reported.
+                    worker_threads.get().call_later(self.cfg.connect_timeout / 4, self._watch)
+                    self._watching = True
             self._arm_keeper()
             yield event
         finally:
             self._waiters.discard(event)  # no lock: see remove_hold
-            if watch:
-                # A signal handler's exception before the watch was scheduled: a flag left set with no watch
-                # would leave every later waiter of this session without one (a silent server, never reported).
-                with self._lock:
-                    self._watching = False
 
     def _wake_waiters(self) -> None:
         with self._lock:
@@ -471,10 +468,16 @@ class Session:
         if self.pid != os.getpid():
             self.dead = True
             return  # a forked child never touches its parent's sessions
-        steps: list[Callable[[], object]] = []
-        if self._mark_dead("closed"):
-            steps += [lambda: self._report_dead("closed"), lambda: self._lose_holds("closed")]
-        every_step(*steps, self._close_later_if_unsent, lambda: self._stop_client(wait))
+        steps: list[Callable[[], object]] = [lambda: self._report_dead("closed")] if self._mark_dead("closed") else []
+        # Whoever marked the session dead, its holds are lost and its waiters woken here too: a loss cut short
+        # between the mark and its steps is completed by the close that follows (the pool's, or at exit).
+        every_step(
+            *steps,
+            lambda: self._lose_holds(self.dead_reason or "closed"),
+            self._wake_waiters,
+            self._close_later_if_unsent,
+            lambda: self._stop_client(wait),
+        )
 
     def _stop_client(self, wait: bool) -> None:
         """Stop kazoo's threads; kazoo sends the close request first. Bounded: see below."""
@@ -554,23 +557,16 @@ class Session:
         """Schedule the keeper; ``force`` replaces a later schedule (the deadline moved earlier, or a reconnect)."""
         if at is None:
             at = max(clock.now(), self.lease_deadline() - self.keep_ahead())
-        gen = None
-        try:
-            with self._lock:
-                if self.dead or (self._keeper_armed and not force):
-                    return
-                self._keeper_gen += 1
-                gen = self._keeper_gen
-                self._keeper_armed = True
+        with self._lock:
+            if self.dead or (self._keeper_armed and not force):
+                return
+            # Scheduled first (call_at takes no lock), marked after: a signal handler's exception in between leaves
+            # at worst a keeper of a generation that is not current (it does nothing), never a flag that says
+            # "armed" with nothing scheduled, which would keep every later call from arming it.
+            gen = self._keeper_gen + 1
             worker_threads.get().call_at(at, lambda: self._keep(gen))
-        except BaseException:
-            # A signal handler's exception before the keeper was scheduled: an armed flag with nothing scheduled
-            # would keep every later call from arming it, and the lease would be neither renewed nor declared
-            # lost at its deadline.
-            with self._lock:
-                if gen is None or self._keeper_gen == gen:
-                    self._keeper_armed = False
-            raise
+            self._keeper_gen = gen
+            self._keeper_armed = True
 
     def _keep(self, gen: int) -> None:
         """On the worker thread: declare the loss at the lease deadline, renew ahead of it."""

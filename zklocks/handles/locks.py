@@ -121,7 +121,7 @@ def zk_lock(name: str, *, shared: bool = False, **options: Unpack[LockHandleOpti
     ([LockHandleOptions][zklocks.handles.options.LockHandleOptions]). As a decorator, ``name`` may be a template
     filled from the call's bound arguments.
     """
-    only(options, LOCK_OPTIONS, "zk_lock")
+    only(options, (*LOCK_OPTIONS, "shared"), "zk_lock")
     return ZkLock(name, shared=shared, **options)
 
 

@@ -22,6 +22,7 @@ class ZkRwLock:
     """
 
     def __init__(self, name: str, **options: Unpack[LockHandleOptions]) -> None:
+        only(options, LOCK_OPTIONS, "ZkRwLock")
         self.name = validate_name(name)
         self.read = ZkLock(name, shared=True, rw=True, **options)
         self.write = ZkLock(name, rw=True, **options)

@@ -191,9 +191,10 @@ def schedule(pool: Pool) -> None:
     thread = threading.Thread(target=_loop, args=(pool, interval), name=f"zklocks-reaper-{pool.cfg.alias}", daemon=True)
     try:
         thread.start()
-    except RuntimeError:  # no thread started (none left): the next session of the pool tries again
-        with _started_lock:
-            _started.discard(id(pool))
+    except BaseException:
+        if not thread.is_alive():  # none started (none left, or a signal handler's exception): the next session
+            with _started_lock:  # of the pool tries again
+                _started.discard(id(pool))
         raise
 
 
