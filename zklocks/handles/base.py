@@ -285,7 +285,6 @@ class BaseHandle(Acquirable):
     def _end_hold(self, hold: Hold, wait: bool) -> None:
         """The last release of ``hold``: its node goes, and the release is reported."""
         hold.session.remove_hold(hold)
-        hold_registry.forget_own_watch(hold)
         # A hold ended by max_hold whose holder was stopped: its node goes as cleanly as in any release.
         clean = hold.lost_reason == "max_hold" and not hold.released and not hold.session.dead
         if not hold.lost or clean:

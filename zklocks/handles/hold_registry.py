@@ -18,7 +18,6 @@ from .. import conf, forking, signals
 from ..client import observe, worker_threads
 from ..client.deadline import Deadline, DeadlinePassed
 from ..client.interrupts import raised_by_signal_handler
-from ..client.kazoo_adapter.calls import data_watchers, exists_request, send
 from ..client.session import Session
 from ..exceptions import ZkUnavailable
 from ..owners import current_owner
@@ -52,7 +51,6 @@ class Hold:
         "own_writes",
         "stoppers",
         "released",
-        "own_watch",
         "__weakref__",
     )
 
@@ -68,7 +66,6 @@ class Hold:
         self.own_writes = 0  # writes of ours to our node: its version past this means someone else wrote it
         self.stoppers: list = []  # on_lost="cancel"/"terminate" (stopping.py): fired first when the hold is lost
         self.released = False  # the node was deleted with its release mark at the loss (max_hold)
-        self.own_watch: Callable | None = None  # the watcher on our own node (watch_own_node), until the release
         self.acquired_at = time.monotonic()
         self.key = key
         task = self.task = node_data.current_task.get()
@@ -319,11 +316,11 @@ def watch_own_node(hold: Hold) -> None:
         if not session.dead:
             worker_threads.get().call_later(0.1, rearm)
 
-    def on_exists(result) -> None:
+    def on_exists(result) -> None:  # on kazoo's callback thread: a verdict is judged on the worker thread
         if not result.successful():
             on_failed()
-        else:
-            judge(result.value)
+        elif hold.verdict(stat := result.value) is not None:
+            worker_threads.get().call_soon(lambda: judge(stat))
 
     def rearm() -> None:
         if hold.count <= 0 or hold.lost or session.dead:
@@ -331,58 +328,9 @@ def watch_own_node(hold: Hold) -> None:
         if not session.connected:
             worker_threads.get().call_later(0.05, rearm)
             return
-        if client.chroot:  # kazoo's methods strip it
-            client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
-        else:
-            send(client, exists_request(contender.node, on_own_node), _OwnNodeRead(hold, judge, on_failed))
+        client.exists_async(contender.node, watch=on_own_node).rawlink(on_exists)
 
-    hold.own_watch = on_own_node
     rearm()
-
-
-class _OwnNodeRead:
-    """Where the answer of the read that sets a hold's watch on its own node goes. kazoo's connection thread calls
-    ``set`` or ``set_exception`` on it: the usual answer (our node, at a version we wrote) ends there, without a
-    hop to kazoo's callback thread at every acquire; anything else is judged on the worker thread."""
-
-    __slots__ = ("hold", "judge", "failed")
-
-    def __init__(self, hold: Hold, judge: Callable, failed: Callable) -> None:
-        self.hold, self.judge, self.failed = hold, judge, failed
-
-    # Both run on kazoo's connection thread, where an exception would end its loop and close the client.
-    def set(self, stat=None) -> None:
-        if self.hold.verdict(stat) is None:
-            return
-        judge = self.judge
-        try:
-            worker_threads.get().call_soon(lambda: judge(stat))
-        except Exception:  # noqa: BLE001 see above
-            log.exception("zklocks: could not judge the watch read of %s", self.hold.name)
-
-    def set_exception(self, exc: BaseException) -> None:
-        try:
-            worker_threads.get().call_soon(self.failed)
-        except Exception:  # noqa: BLE001 see above
-            log.exception("zklocks: could not retry the watch read of %s", self.hold.name)
-
-
-def forget_own_watch(hold: Hold) -> None:
-    """At the release, before the delete: take the hold's watcher off kazoo's list for its node, so that the
-    notification of our own delete wakes nobody (a hop to kazoo's callback thread at every release otherwise).
-    Holds that never watched (short holds on a guarded alias) have nothing to forget."""
-    watcher = hold.own_watch
-    if watcher is None:
-        return
-    hold.own_watch = None
-    # Only our watcher goes: a waiter of this process may have added its own to the same set (kazoo's connection
-    # thread pops the whole entry when the notification comes, and a pop here could drop that waiter's).
-    client = hold.session.client
-    # kazoo keys its table by the path it sent (with the chroot, if any). A watch read not answered yet (a body
-    # shorter than a round trip) registers after this: its notification then wakes a watcher that does nothing.
-    watchers = data_watchers(client, (client.chroot or "") + (hold.contender.node or ""))
-    if watchers is not None:
-        watchers.discard(watcher)
 
 
 def record_acquired_at(hold: Hold, waited: bool, acquired_at: float) -> None:

@@ -88,9 +88,6 @@ PRIVATE: tuple[Private, ...] = (
     Private(_CLIENT, "_pending", "the loop driver's gate counts it",
             "a count of the requests not yet answered", (
                 Check(SET_ON_SELF), Check(ON_CLIENT, "_send_request", "the gate would not see requests in flight"))),
-    Private(_CLIENT, "_data_watchers", "a release takes its own node's watcher off it",
-            "removing one watcher of a node", (
-                Check(SET_ON_SELF),)),
     # kazoo.protocol.serialization: public records, built by position (RECORD) or read by field (FIELDS)
     Private(_WIRE, "CloseInstance", "the close a cut-short stop skipped is queued as it", "a stop that can resume",
             (Check(EXISTS),)),

@@ -28,11 +28,6 @@ def unanswered(client: KazooClient) -> int:
     return len(client._queue) + len(client._pending)
 
 
-def data_watchers(client: KazooClient, path: str) -> set | None:
-    """The data watchers kazoo keeps for ``path`` (as sent: with the chroot), or None."""
-    return client._data_watchers.get(path)
-
-
 def connection_socket(client: Any) -> Any:
     """The socket of the client's connection, or None."""
     return getattr(getattr(client, "_connection", None), "_socket", None)
