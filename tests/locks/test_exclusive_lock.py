@@ -98,7 +98,9 @@ def test_timeout_is_honoured_and_leaves_no_node(zk_server, timeout):
         with pytest.raises(LockTimeout) as info:
             in_thread(lambda: zk_lock("slow", timeout=timeout).__enter__())
         elapsed = time.monotonic() - started
-        assert timeout <= elapsed < timeout + 0.3
+        # Not before the timeout; after it, one round trip that confirms the lock is busy (generous: a loaded machine
+        # may take a second more, and a wait that ignored the timeout would last the holder's whole hold).
+        assert timeout <= elapsed < timeout + 2.0
         assert isinstance(info.value, LockNotAcquired) and isinstance(info.value, ZkLocksError)
         client = raw_client(zk_server.hosts)
         try:
