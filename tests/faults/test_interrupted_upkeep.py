@@ -7,14 +7,13 @@ not leave the flag set with nothing scheduled: every later lock of the process w
 tracer raises at the exact point (tests/support/interrupts.py).
 """
 
-import sys
 import threading
 import time
 
 import pytest
 
 from tests.support.helpers import raw_client, wait_until, zk_settings
-from tests.support.interrupts import Interrupted, interrupted_acquire, raise_at
+from tests.support.interrupts import Interrupted, interrupted_acquire, interrupted_call, raise_at, traced
 from tests.support.threads import HeldInThread, queue_behind
 from zklocks import ZkUnavailable, health, signals, zk_lock
 from zklocks.client import clock
@@ -105,20 +104,7 @@ def test_an_interrupted_loss_still_loses_every_hold_and_closes_the_session(zk_se
     session = connections["default"].session()
     # After the first hold is marked lost, before its signal is sent: the loop over the holds is cut there.
     tracer, seen = raise_at(signals.send_async.__code__, caller=Hold.mark_lost.__code__)
-    box = {}
-
-    def declare():
-        sys.settrace(tracer)
-        try:
-            session.declare_lost("suspended")
-        except Interrupted as exc:
-            box["interrupted"] = exc
-        finally:
-            sys.settrace(None)
-
-    thread = threading.Thread(target=declare)
-    thread.start()
-    thread.join(30)
+    box = interrupted_call(lambda: session.declare_lost("suspended"), tracer)
     assert seen and "interrupted" in box
     assert [hold.lost_reason for hold in holds] == ["suspended", "suspended"]
     # The session is closed as well: its nodes go at once, not a session timeout after this process exits.
@@ -136,12 +122,8 @@ def test_an_interrupted_start_of_the_health_read_costs_later_requests_nothing(zk
     with zk_lock("held-long"):
         time.sleep(0.3)
         tracer, seen = raise_at(threading.Thread.start.__code__, caller=health.summary.__code__)
-        sys.settrace(tracer)
-        try:
-            with pytest.raises(Interrupted):
-                health.summary(["default"], 0.2)
-        finally:
-            sys.settrace(None)
+        with traced(tracer), pytest.raises(Interrupted):
+            health.summary(["default"], 0.2)
         assert seen
         # The next request reads the locks itself: it neither waits for a read that never started nor answers
         # from nothing.
@@ -154,12 +136,8 @@ def test_a_loss_cut_short_before_its_first_step_is_completed_by_the_close(zk_ser
     hold = lock._hold()
     session = connections["default"].session()
     tracer, seen = raise_at(every_step.__code__, caller=Session.declare_lost.__code__)
-    sys.settrace(tracer)
-    try:
-        with pytest.raises(Interrupted):
-            session.declare_lost("suspended")
-    finally:
-        sys.settrace(None)
+    with traced(tracer), pytest.raises(Interrupted):
+        session.declare_lost("suspended")
     assert seen and session.dead and hold.lost_reason is None  # marked dead, nothing else done yet
     session.close()  # what the pool or the exit does with a dead session
     assert hold.lost_reason == "suspended"

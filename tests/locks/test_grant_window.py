@@ -5,12 +5,11 @@ the acquiring thread. A tracer placed in that thread raises at an exact point of
 """
 
 import sys
-import threading
 
 import pytest
 
 from tests.support.helpers import wait_until
-from tests.support.interrupts import Interrupted, interrupted_acquire, raise_at
+from tests.support.interrupts import Interrupted, interrupted_acquire, interrupted_call, raise_at
 from tests.support.threads import in_thread
 from zklocks import zk_lock, zk_semaphore
 from zklocks.client.pools import Session, connections
@@ -111,20 +110,7 @@ def test_a_soft_time_limit_right_after_the_task_lock_is_granted_releases_it():
             seen.append(arg)
             raise Interrupted("injected after the task lock was granted")
 
-    box = {}
-
-    def run():
-        sys.setprofile(profiler)
-        try:
-            rec_skip.apply(args=("window", 0.0), throw=True)
-        except Interrupted as exc:
-            box["interrupted"] = exc
-        finally:
-            sys.setprofile(None)
-
-    t = threading.Thread(target=run)
-    t.start()
-    t.join(30)
+    box = interrupted_call(lambda: rec_skip.apply(args=("window", 0.0), throw=True), profiler, install=sys.setprofile)
     assert seen and "interrupted" in box
     wait_until(lambda: children(zk_lock("rec:window"), "__lock__") == [], timeout=3)
     assert free_for_others(lambda: zk_lock("rec:window")) is True

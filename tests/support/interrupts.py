@@ -3,6 +3,7 @@ may raise at any bytecode: a tracer placed in that thread raises it on the call 
 
 import sys
 import threading
+from contextlib import contextmanager
 
 
 class Interrupted(BaseException):
@@ -23,19 +24,27 @@ def raise_at(code, *, nth=1, caller=None):
     return tracer, seen
 
 
-def interrupted_acquire(handle, tracer, *, before=None, after=None):
-    """In a fresh thread: ``before()``, then ``handle.acquire()`` under ``tracer``, then ``after()``."""
+@contextmanager
+def traced(tracer, install=sys.settrace):
+    """``tracer`` installed on this thread (``sys.settrace``, or ``sys.setprofile`` for C calls) inside the block."""
+    install(tracer)
+    try:
+        yield
+    finally:
+        install(None)
+
+
+def interrupted_call(call, tracer, *, install=sys.settrace, before=None, after=None):
+    """In a fresh thread: ``before()``, then ``call()`` under ``tracer``, then ``after()``. The box says what
+    happened: ``"interrupted"``, the Interrupted the call raised; ``"after"``, what ``after()`` returned."""
     box = {}
 
     def run():
         try:
             if before:
                 before()
-            sys.settrace(tracer)
-            try:
-                handle.acquire()
-            finally:
-                sys.settrace(None)
+            with traced(tracer, install):
+                call()
         except Interrupted as exc:
             box["interrupted"] = exc
         if after:
@@ -45,3 +54,8 @@ def interrupted_acquire(handle, tracer, *, before=None, after=None):
     t.start()
     t.join(30)
     return box
+
+
+def interrupted_acquire(handle, tracer, *, before=None, after=None):
+    """:func:`interrupted_call` of ``handle.acquire()``."""
+    return interrupted_call(handle.acquire, tracer, before=before, after=after)
