@@ -51,6 +51,7 @@ class BaseHandle(Acquirable):
     """Shared machinery: per-owner holds, properties, context-manager, decorator and async protocols."""
 
     kind: str = Kind.EXCLUSIVE
+    api_name = ""  # the factory that makes this kind of handle, named by the errors of its options
     on_lost: str = "notify"  # see _arm, and stopping.py
     max_hold: float | None = None
     # SingleExecutionTask's "terminate": what ends the worker process (celery/terminate.py)
@@ -58,7 +59,7 @@ class BaseHandle(Acquirable):
 
     def __init__(self, name: str, **options: Unpack[HandleOptions]) -> None:
         self.name = validate_name(name)
-        values = resolved(options, type(self).__name__)
+        values = resolved(options, self.api_name or type(self).__name__)
         self.timeout: float | None = values["timeout"]
         self.blocking: bool = values["blocking"]
         self.using: str = values["using"]

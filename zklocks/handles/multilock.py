@@ -16,7 +16,7 @@ from .async_bridge import run_off_loop
 from .decorator import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
-from .options import LOCK_OPTIONS, HandleOptions, LockHandleOptions, only, resolved
+from .options import LOCK_OPTIONS, HandleOptions, LockHandleOptions, resolved
 from .stopping import lost_after_body
 
 MemberSpec = str | tuple[str, str] | ZkLock
@@ -35,7 +35,7 @@ class ZkMultiLock(Acquirable):
         lock_delay: float | None = None,
         **options: Unpack[HandleOptions],
     ) -> None:
-        values = resolved(options, "zk_multi_lock")
+        values = resolved(options, "zk_multi_lock", LOCK_OPTIONS)
         on_lost, max_hold, using = values["on_lost"], values["max_hold"], values["using"]
         locks: dict[str, ZkLock] = {}
         for spec in members:
@@ -229,5 +229,4 @@ def zk_multi_lock(
 
     on_lost and max_hold apply to each member (as for zk_lock): the loss of any one stops the holder.
     ``lock_delay`` applies to the members given by name (docs/design.md §15)."""
-    only(options, LOCK_OPTIONS, "zk_multi_lock")
     return ZkMultiLock(names, **options)

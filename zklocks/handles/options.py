@@ -65,9 +65,10 @@ def only(options: Mapping[str, Any], known: Iterable[str], what: str) -> None:
             raise TypeError(f"{what}() got an unexpected keyword argument {key!r}{hint}")
 
 
-def resolved(options: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """``options`` with the defaults filled in and every value checked."""
-    only(options, DEFAULTS, what)
+def resolved(options: Mapping[str, Any], what: str, known: Iterable[str] = DEFAULTS) -> dict[str, Any]:
+    """``options`` with the defaults filled in and every value checked; ``what`` and ``known`` (the options the
+    caller takes, for the hint) name the caller in the error of an unknown one."""
+    only(options, known, what)
     values: dict[str, Any] = {**DEFAULTS, **options}
     timeout = values["timeout"]
     if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):

@@ -22,7 +22,7 @@ class ZkRwLock:
     """
 
     def __init__(self, name: str, **options: Unpack[LockHandleOptions]) -> None:
-        only(options, LOCK_OPTIONS, "ZkRwLock")
+        only(options, LOCK_OPTIONS, "zk_rw_lock")
         self.name = validate_name(name)
         self.read = ZkLock(name, shared=True, rw=True, **options)
         self.write = ZkLock(name, rw=True, **options)
@@ -37,5 +37,4 @@ def zk_rw_lock(name: str, **options: Unpack[LockHandleOptions]) -> ZkRwLock:
     zk_lock's (context manager, decorator, acquire/release, token, is_held). Under LAYOUT "curator" it works
     with Curator's ``InterProcessReadWriteLock(client, lock_path(name))``. The options are those of every lock
     handle ([LockHandleOptions][zklocks.handles.options.LockHandleOptions])."""
-    only(options, LOCK_OPTIONS, "zk_rw_lock")
     return ZkRwLock(name, **options)

@@ -13,13 +13,14 @@ from ..recipes.step_runner import Blocking, Steps
 from . import hold_registry
 from .base import BaseHandle
 from .hold_registry import Grant
-from .options import DEFAULTS, HandleOptions, only
+from .options import HandleOptions
 
 
 class ZkSemaphore(BaseHandle):
     """Up to ``max_leases`` holders at once (not reentrant: each acquire takes a lease)."""
 
     kind: str = Kind.SEMAPHORE
+    api_name = "zk_semaphore"
 
     def __init__(self, name: str, max_leases: int, **options: Unpack[HandleOptions]) -> None:
         if not isinstance(max_leases, int) or isinstance(max_leases, bool) or max_leases < 1:
@@ -56,5 +57,4 @@ def zk_semaphore(name: str, max_leases: int, **options: Unpack[HandleOptions]) -
     The options are those of every lock handle but ``lock_delay``
     ([HandleOptions][zklocks.handles.options.HandleOptions]).
     """
-    only(options, DEFAULTS, "zk_semaphore")
     return ZkSemaphore(name, max_leases, **options)
