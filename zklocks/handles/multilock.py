@@ -146,9 +146,10 @@ class ZkMultiLock(Acquirable):
             lock.ensure_held()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        owner = owners.current_owner()
         stoppers: list = []
         try:  # the body has ended: no member's checkpoint raises after this
+            # Inside the try: a signal handler's exception raised in the call still releases every member.
+            owner = owners.current_owner()
             for lock in self.locks:
                 if lock._stops:
                     stoppers += lock._disarm_top(owner)
