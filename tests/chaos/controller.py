@@ -19,6 +19,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -129,24 +130,26 @@ class ChaosRun:
         self.wait_sessions(timeout=60)
         self.wait_progress(time.monotonic(), timeout=60)
 
-    def renew_client(self) -> None:
-        """The controller's own session, new: after a wipe the servers refuse the old one (it saw later zxids)."""
-        old, self.zk = (
-            self.zk,
-            KazooClient(
-                hosts=self.ensemble.hosts,
-                timeout=4.0,
-                connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": 0.5},
-                auth_data=project_auth(),  # the workers' identity: the final sweep deletes their lock nodes
-            ),
-        )
-        self.zk.start(timeout=30)
+    def renew_client(self, started: KazooClient | None = None) -> None:
+        """The controller's own session, new: after a wipe the servers refuse the old one (it saw later zxids).
+        ``started``: a client already started (``new_client``), to take in its place."""
+        old, self.zk = self.zk, started or self.new_client()
+        if started is None:
+            self.zk.start(timeout=30)
         if old is not None:
             try:
                 old.stop()
                 old.close()
             except Exception:
                 pass
+
+    def new_client(self, max_delay: float = 0.5) -> KazooClient:
+        return KazooClient(
+            hosts=self.ensemble.hosts,
+            timeout=4.0,
+            connection_retry={"max_tries": -1, "delay": 0.05, "max_delay": max_delay},
+            auth_data=project_auth(),  # the workers' identity: the final sweep deletes their lock nodes
+        )
 
     def proxy_to(self, server) -> TcpProxy:
         """A client proxy to ``server``, on a port that is none of the ensemble's: a follower binds its quorum
@@ -470,16 +473,19 @@ class ChaosRun:
             server.kill()
             server.proc = None
         time.sleep(self.session_timeout + 1.0)
+        # The observer connects while the servers start, as the closers do: the time its own connect takes after
+        # the ensemble's return is not counted against the closers (it is reported as "observer").
+        observer = self.new_client(max_delay=0.1)
+        connecting = threading.Thread(target=observer.start, kwargs={"timeout": 60}, daemon=True)
+        connecting.start()
         self.ensemble.start()
         ended = time.monotonic()
-        self.renew_client()
+        connecting.join(60)
+        ready = time.monotonic() - ended
+        self.renew_client(observer if observer.connected else None)
         ghosts = self._ghosts_gone(before, ended)
-        return Fault(
-            "outage-release",
-            started,
-            ended,
-            {"down": round(ended - started, 2), "ghosts": None if ghosts is None else round(ghosts, 3)},
-        )
+        detail = {"down": round(ended - started, 2), "ghosts": None if ghosts is None else round(ghosts, 3)}
+        return Fault("outage-release", started, ended, {**detail, "observer": round(ready, 3)})
 
     def _ghosts_gone(self, before: set[int], back: float, timeout: float = 15.0) -> float | None:
         """Seconds from ``back`` until no lock node has an owner among the sessions ``before`` (None: not within
