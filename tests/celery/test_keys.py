@@ -157,3 +157,43 @@ def test_eager_run_holds_the_lock_and_releases_it(zklocks_settings):
     with zk_lock("rec:eager-held"):
         with pytest.raises(LockNotAcquired, match="rec:eager-held"):
             rec_raise.apply(args=("eager-held",), throw=True)
+
+
+def free_for_another_thread(name: str) -> bool:
+    """Whether a thread other than this one (which may hold ``name`` re-entrantly) can take ``name`` at once."""
+    import threading
+
+    from zklocks import zk_lock
+
+    got: list[bool] = []
+
+    def take() -> None:
+        lock = zk_lock(name, blocking=False)
+        got.append(lock.acquire())
+        if got[-1]:
+            lock.release(wait=True)
+
+    thread = threading.Thread(target=take)
+    thread.start()
+    thread.join(20)
+    return got == [True]
+
+
+@pytest.mark.zk
+def test_a_soft_time_limit_as_the_marker_goes_still_releases_the_lock(zklocks_settings):
+    """The soft time limit's exception lands as the run removes its unique_queued marker (a round trip, after the
+    body): the task's lock is released all the same."""
+    from tests.support.celery_app import unique_long
+    from tests.support.interrupts import Interrupted, raise_at, traced
+    from zklocks.celery import markers
+    from zklocks.celery.task import SingleExecutionTask
+
+    tracer, seen = raise_at(markers.forget_marker.__code__, caller=SingleExecutionTask.__call__.__code__)
+    unique_long.push_request(id="soft-limit-marker", is_eager=False)  # as a worker runs it: policies apply
+    try:
+        with pytest.raises(Interrupted), traced(tracer):
+            unique_long("soft-limit", 0.01)
+    finally:
+        unique_long.pop_request()
+    assert len(seen) == 1
+    assert free_for_another_thread("u:soft-limit")

@@ -121,3 +121,78 @@ def test_atomic_requests_pitfall(release_on_commit, expected):
     # Plain form: the lock was released before A committed, so B read the stale 10.
     # release_on_commit: B got the lock only after A's commit and read 9.
     assert seen == [expected]
+
+
+def callees(code, run) -> list:
+    """The functions that frames of ``code`` call while ``run()`` runs, in the order first called."""
+    from tests.support.interrupts import traced
+
+    called: list = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_back is not None and frame.f_back.f_code is code:
+            if frame.f_code not in called:
+                called.append(frame.f_code)
+
+    with traced(tracer):
+        run()
+    return called
+
+
+@pytest.mark.parametrize("end", ["commit", "rollback"])
+@pytest.mark.parametrize("form", ["zk_lock", "zk_multi_lock"])
+def test_an_exception_as_the_release_is_handed_to_the_transaction_leaves_nothing_held(form, end):
+    """A signal handler's exception lands in turn on each call that hands the release to the transaction (and on
+    that hand-over itself): the lock is released at once or by the commit or the rollback, never left held, and
+    never released twice."""
+    from tests.support.interrupts import Interrupted, raise_at, traced
+    from zklocks import zk_multi_lock
+    from zklocks.handles import on_commit
+    from zklocks.handles.locks import ZkLock
+    from zklocks.handles.multilock import ZkMultiLock
+
+    names = [f"txn-sig-{form}-{end}-a", f"txn-sig-{form}-{end}-b"]
+
+    def make():
+        if form == "zk_lock":
+            return zk_lock(names[0], release_on_commit=True)
+        return zk_multi_lock(names, release_on_commit=True)
+
+    exit_code = (ZkLock if form == "zk_lock" else ZkMultiLock).__exit__.__code__
+    hand_over = on_commit.release_after_commit.__code__
+
+    def cycle():
+        with transaction.atomic():
+            with make():
+                pass
+
+    points = [(hand_over, exit_code)] + [(code, hand_over) for code in callees(hand_over, cycle)]
+    assert len(points) >= 5, points
+    wrong = []
+    for code, caller in points:
+        handle = make()
+        try:
+            with transaction.atomic():
+                handle.__enter__()
+                tracer, seen = raise_at(code, caller=caller)
+                try:
+                    with traced(tracer):
+                        handle.__exit__(None, None, None)
+                except Interrupted:
+                    pass
+                assert len(seen) == 1, code.co_qualname
+                if end == "rollback":
+                    raise RuntimeError("roll back")
+        except RuntimeError:
+            pass
+        gc.collect()
+        held = [name for name in names if held_elsewhere(name)]
+        if held or handle.is_held:
+            wrong.append((code.co_qualname, held))
+        # released once: a second cycle on the same handle takes and frees the lock as usual
+        with transaction.atomic():
+            with handle:
+                pass
+        if any(held_elsewhere(name) for name in names):
+            wrong.append((code.co_qualname, "released twice or not at all"))
+    assert wrong == []

@@ -136,3 +136,30 @@ def test_dummy_backend_unique_queued_keeps_one_queued_task(djtasks, outcomes):
     task_backends["dummy"].clear()
     fresh = djtasks.dummy_unique.enqueue(1)
     assert fresh.id != first.id and len(task_backends["dummy"].results) == 1
+
+
+def test_an_exception_as_the_record_goes_still_releases_the_lock(djtasks):
+    """A signal handler's exception (a time limit) that lands as the run removes its unique_queued record, after
+    the function: the lock is released all the same."""
+    from tests.support.interrupts import Interrupted, raise_at, traced
+    from zklocks import zk_lock
+    from zklocks.tasks import runner
+
+    tracer, seen = raise_at(runner._forget.__code__, caller=runner.run_single.__code__)
+    with traced(tracer):
+        try:
+            djtasks.unique_report.enqueue(8, seconds=0.01)
+        except Interrupted:
+            pass  # or recorded as the task's failure, as the backend chooses
+    assert len(seen) == 1 and [r[0] for r in djtasks.RUNS] == ["unique:8"]
+
+    def take_elsewhere():
+        lock = zk_lock("unique:8", blocking=False)
+        if lock.acquire():
+            lock.release(wait=True)
+            return True
+        return False
+
+    threads, out = in_threads(take_elsewhere)
+    threads[0].join(20)
+    assert out == [True]

@@ -275,14 +275,16 @@ class SingleExecutionTask(Task):
                     )
             raise
         finally:
-            if marker and not retried:
-                markers.forget_marker(self.name, opts, name, request.id)
-            if debounced and not retried:
-                markers.forget_latest(self.name, opts, name, request.id)
-            if lock is not None:
-                # Wait for the server's answer (bounded by CONNECT_TIMEOUT) before Celery publishes our result
-                # or the next task of a chain: a follower that runs on another session must find the lock free.
-                lock.release(wait=True)
+            try:  # a soft time limit that lands while the markers go (round trips) still releases the lock
+                if marker and not retried:
+                    markers.forget_marker(self.name, opts, name, request.id)
+                if debounced and not retried:
+                    markers.forget_latest(self.name, opts, name, request.id)
+            finally:
+                if lock is not None:
+                    # Wait for the server's answer (bounded by CONNECT_TIMEOUT) before Celery publishes our result
+                    # or the next task of a chain: a follower that runs on another session must find the lock free.
+                    lock.release(wait=True)
 
     def _run_holding(self, lock: ZkLock | ZkSemaphore, opts: LockOptions, name: str, args: tuple, kwargs: dict) -> Any:
         request = self.request

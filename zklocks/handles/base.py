@@ -370,7 +370,12 @@ class BaseHandle(Acquirable):
                 stoppers = self._disarm_top(current_owner())
         finally:
             if self.release_on_commit:
-                release_after_commit(self, self.release_on_commit)
+                try:
+                    release_after_commit(self, self.release_on_commit, released)
+                except BaseException:  # e.g. a signal handler's, before the release was handed over: release now
+                    if not released[0]:
+                        self.release()
+                    raise
             else:
                 try:  # as in release()
                     self._release(False, released)

@@ -155,8 +155,16 @@ class ZkMultiLock(Acquirable):
                     stoppers += lock._disarm_top(owner)
         finally:
             if self.release_on_commit:
-                for lock in reversed(self.locks):
-                    release_after_commit(lock, self.release_on_commit)
+                settled = None
+                try:
+                    settled = self._release_flags()
+                    for lock, flag in reversed(list(zip(self.locks, settled, strict=True))):
+                        release_after_commit(lock, self.release_on_commit, flag)
+                except BaseException:  # e.g. a signal handler's: the members not handed over are released now
+                    for lock, flag in zip(self.locks, settled or self._release_flags(), strict=True):
+                        if not flag[0]:
+                            lock.release()
+                    raise
             else:
                 done = None
                 try:  # as in release(): a signal handler's exception leaves nothing held

@@ -28,23 +28,37 @@ def _watch_collections() -> None:
         gc.callbacks.append(_phase.move_to_end)  # type: ignore[arg-type]  # info, a non-empty dict: last=True
 
 
-def release_after_commit(handle: Any, release_on_commit: bool | str) -> None:
-    """Release ``handle`` for the calling owner when the transaction of ``release_on_commit`` commits."""
-    from django.db import DEFAULT_DB_ALIAS, transaction
+def release_after_commit(handle: Any, release_on_commit: bool | str, settled: list[bool]) -> None:
+    """Release ``handle`` for the calling owner when the transaction of ``release_on_commit`` commits.
 
-    db = release_on_commit if isinstance(release_on_commit, str) else DEFAULT_DB_ALIAS
-    connection = transaction.get_connection(db)
-    if not connection.in_atomic_block:
+    ``settled[0]`` turns True once the release is handed to the transaction or done: a caller that sees an
+    exception (a signal handler's) with it still False releases the handle itself."""
+    release: _OwnerRelease | None = None
+    try:
+        from django.db import DEFAULT_DB_ALIAS, transaction
+
+        db = release_on_commit if isinstance(release_on_commit, str) else DEFAULT_DB_ALIAS
+        if transaction.get_connection(db).in_atomic_block:
+            _watch_collections()
+            release = _OwnerRelease(handle, current_owner())
+            trigger = _Trigger(release)
+            # Django drops on_commit callbacks on rollback without calling them; when it drops ours, the
+            # finalizer releases at once. On commit, the callback runs first and the finalizer does nothing.
+            # (The finalizer must not reference the trigger, or the trigger would never die.)
+            weakref.finalize(trigger, release.on_rollback)
+            transaction.on_commit(trigger, using=db)
+            settled[0] = True
+            return
+    except BaseException:
+        # Before the release was handed over: release now, as a rollback would. A release handed over already is
+        # marked done, so that the commit does not release twice.
+        if release is not None:
+            release.done = True
+        settled[0] = True
         handle.release()
-        return
-    _watch_collections()
-    release = _OwnerRelease(handle, current_owner())
-    trigger = _Trigger(release)
-    # Django drops on_commit callbacks on rollback without calling them; when it drops ours, the
-    # finalizer releases at once. On commit, the callback runs first and the finalizer does nothing.
-    # (The finalizer must not reference the trigger, or the trigger would never die.)
-    weakref.finalize(trigger, release.on_rollback)
-    transaction.on_commit(trigger, using=db)
+        raise
+    settled[0] = True
+    handle.release()
 
 
 class _Trigger:
@@ -79,6 +93,8 @@ class _OwnerRelease:
     def fire(self) -> None:
         if self.done:
             return
-        self.done = True
         with acting_as(self.owner):
+            # Set here, not before the with: an exception (a signal handler's) raised in acting_as leaves the
+            # release to the rollback's finalizer instead of to nobody.
+            self.done = True
             self.handle.release()

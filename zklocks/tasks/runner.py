@@ -61,13 +61,14 @@ def run_single(task: SingleExecutionTask, using: str, args: tuple, kwargs: dict)
     unique = bool(task.option("unique_queued")) and result_id is not None
     lock = ZkLock(name, using=using, reentrant=False)
     wait = float(task.option("lock_timeout"))
-    holder = node_data.current_task.set((result_id, task.module_path)) if result_id else None
-    try:
-        got = lock.acquire(blocking=wait > 0, timeout=wait if wait > 0 else None)
-    finally:
-        if holder is not None:
-            node_data.current_task.reset(holder)
-    try:
+    got = False
+    try:  # one try from the acquire on: an exception (a signal handler's) after it still releases
+        holder = node_data.current_task.set((result_id, task.module_path)) if result_id else None
+        try:
+            got = lock.acquire(blocking=wait > 0, timeout=wait if wait > 0 else None)
+        finally:
+            if holder is not None:
+                node_data.current_task.reset(holder)
         call = call_digest(task, call_args, kwargs) if unique else None
         _hand_over_record(task, using, name, result_id, running=got and unique, call=call)
         if not got:
@@ -80,12 +81,14 @@ def run_single(task: SingleExecutionTask, using: str, args: tuple, kwargs: dict)
         finally:
             _current_lock.reset(token)
     finally:
-        if unique and got:
-            _forget(task, using, name, result_id)
-        if got:
-            # Wait for the server's answer before the worker records the result: a follower enqueued on that
-            # news must find the lock free.
-            lock.release(wait=True)
+        try:  # an exception while the record goes (a round trip) still releases the lock
+            if unique and got:
+                _forget(task, using, name, result_id)
+        finally:
+            if got:
+                # Wait for the server's answer before the worker records the result: a follower enqueued on that
+                # news must find the lock free.
+                lock.release(wait=True)
 
 
 def _hand_over_record(
