@@ -476,3 +476,31 @@ def test_a_handler_that_calls_zklocks_while_its_thread_starts_a_session_is_answe
     assert len(answered) == 1 and answered[0][0] == "ZkUnavailable", answered
     assert answered[0][1] < 0.5, f"the handler waited {answered[0][1]:.2f} s"
     assert outer < 2.0 + 1.0, f"the interrupted start took {outer:.2f} s (CONNECT_TIMEOUT 2 s)"
+
+
+@pytest.mark.parametrize("point", ["connected", "settled"])
+def test_an_exception_once_the_session_connected_closes_it(aliases, point):
+    """The exception lands after kazoo connected the new session, before the pool has it: as the session marks
+    itself connected, or as the pool waits for the sessions it gave up to be closed. The session is closed (no
+    connected session that nobody uses), and the next call starts one."""
+    from zklocks.client import abandoned
+    from zklocks.client.interrupts import new_event
+    from zklocks.client.pools import Pool, close_all
+    from zklocks.client.session import Session
+
+    close_all()
+    code, caller = {
+        "connected": (type(new_event()).set.__code__, Session.start.__code__),
+        "settled": (abandoned.settle.__code__, Pool._start.__code__),
+    }[point]
+    tracer, seen = raise_at(code, caller=caller)
+    with pytest.raises(Interrupted), traced(tracer):
+        zk_lock("sig-start").acquire()
+    assert len(seen) == 1
+    frame = seen[0].f_back
+    session = frame.f_locals["self" if point == "connected" else "session"]
+    assert isinstance(session, Session) and session.dead
+    wait_until(lambda: not session.client.connected, timeout=10)
+    assert connections["default"].ready_session() is None
+    with zk_lock("sig-start", timeout=5):
+        pass

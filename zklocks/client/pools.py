@@ -114,13 +114,11 @@ class Pool:
             # No error (its session died at once), or a start that gave up before our own time is up: look again,
             # and start one ourselves if none is there.
         try:
-            session = self._start(max(0.0, gives_up_at - time.monotonic()), bound)
+            session = self._start(idx, max(0.0, gives_up_at - time.monotonic()), bound)
         except ZkUnavailable as exc:
             start.error = exc  # before done is set (finally): the waiters read it once they wake
             raise
         else:
-            with self._slot_locks[idx]:
-                self._slots[idx] = session
             for hook in _on_session_started:
                 hook(self)
         finally:
@@ -130,17 +128,24 @@ class Pool:
             start.done.set()
         return session
 
-    def _start(self, budget: float, bound: str) -> Session:
+    def _start(self, idx: int, budget: float, bound: str) -> Session:
+        """A new session, in slot ``idx`` once it is there; closed if anything (a signal handler's exception
+        too) comes between its start and the slot, so that no connected session is left that nobody uses."""
         if self.closed:
             raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
         session = Session(self.cfg)
         session.start(budget, bound)
-        # A server answers: the sessions this alias gave up during the outage are closed first, so that no lock
-        # this process released reads as held by its own previous session.
-        abandoned.settle(self.cfg.alias, self.cfg.hosts, self.cfg.connect_timeout)
-        if self.closed:  # closed while we were connecting: do not leak the new session
+        try:
+            # A server answers: the sessions this alias gave up during the outage are closed first, so that no
+            # lock this process released reads as held by its own previous session.
+            abandoned.settle(self.cfg.alias, self.cfg.hosts, self.cfg.connect_timeout)
+            if self.closed:  # closed while we were connecting: do not leak the new session
+                raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
+            with self._slot_locks[idx]:
+                self._slots[idx] = session
+        except BaseException:
             session.close(wait=False)
-            raise ZkUnavailable(f"zklocks alias {self.cfg.alias!r} was closed")
+            raise
         return session
 
     def sessions(self) -> list[Session]:

@@ -420,36 +420,39 @@ class Session:
             if live is not None:
                 while not live.is_set() and not self.auth_failed and time.monotonic() < limit:
                     live.wait(0.05)  # a rejected AUTH never sets ``live``: do not wait for CONNECT_TIMEOUT then
+            error = box.get("error")
+            if error is None and not self.client.connected:
+                error = KazooTimeoutError("connection time-out")
+            if error is None:  # in the try: a session connected when the exception lands is closed too
+                self._connected.set()
+                if observe.observers:
+                    observe.session_state(self, "connected")
+                return
         except BaseException as exc:  # noqa: BLE001 re-raised: the signal handler's exception, if it hides one
             self._close_once_started(started)
             real = unmasked(exc)
             if real is exc:
                 raise
             raise real from None
-        error = box.get("error")
-        if error is None and not self.client.connected:
-            error = KazooTimeoutError("connection time-out")
-        if error is not None:
+        try:  # the start failed: its kazoo threads are stopped whatever comes
             auth_failed = self.auth_failed or self.client.client_state == KeeperState.AUTH_FAILED
+        finally:
             self._close_once_started(started, "unreachable")
-            if auth_failed:
-                raise ZkAuthError(
-                    f"zklocks alias {self.alias!r}: ZooKeeper rejected the AUTH credentials "
-                    "(unknown scheme or malformed credential)"
-                ) from error
-            if isinstance(error, KazooTimeoutError):
-                detail = f"no session within {bound or f'CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s'}"
-                causes = self.kazoo_log.causes()
-                if causes:
-                    detail += f": {causes}"
-            else:
-                detail = f"{type(error).__name__}: {error}"
-            raise ZkUnavailable(
-                f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable ({detail})"
+        if auth_failed:
+            raise ZkAuthError(
+                f"zklocks alias {self.alias!r}: ZooKeeper rejected the AUTH credentials "
+                "(unknown scheme or malformed credential)"
             ) from error
-        self._connected.set()
-        if observe.observers:
-            observe.session_state(self, "connected")
+        if isinstance(error, KazooTimeoutError):
+            detail = f"no session within {bound or f'CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s'}"
+            causes = self.kazoo_log.causes()
+            if causes:
+                detail += f": {causes}"
+        else:
+            detail = f"{type(error).__name__}: {error}"
+        raise ZkUnavailable(
+            f"zklocks alias {self.alias!r}: ZooKeeper at {self.cfg.hosts} is unavailable ({detail})"
+        ) from error
 
     def _close_once_started(self, started: threading.Event, reason: str = "closed") -> None:
         """A start that did not end in a session: dead at once, closed (in the background) once kazoo's start
