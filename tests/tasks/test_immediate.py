@@ -163,3 +163,54 @@ def test_an_exception_as_the_record_goes_still_releases_the_lock(djtasks):
     threads, out = in_threads(take_elsewhere)
     threads[0].join(20)
     assert out == [True]
+
+
+@pytest.mark.parametrize(
+    "where, call",
+    [
+        ("enqueue", "set"),  # the claim of the enqueue lock
+        ("enqueue", "get"),  # the enqueue's finally: whose the enqueue lock is now
+        ("enqueue", "reset"),
+        ("hand_over", "set"),  # the run inside the enqueue takes the enqueue lock over
+    ],
+)
+def test_an_exception_around_the_enqueue_lock_lets_it_go(djtasks, where, call):
+    """A signal handler's exception lands as one of the C calls around the unique_queued enqueue lock returns:
+    the enqueue lock and the task's lock are free afterwards (an enqueue lock left held would block every later
+    enqueue of the key for ENQUEUE_WAIT)."""
+    import sys
+
+    from tests.support.interrupts import Interrupted, traced
+    from zklocks import zk_lock
+    from zklocks.tasks import markers, runner
+    from zklocks.tasks.backend import SingleExecutionBackend
+
+    target = {"enqueue": SingleExecutionBackend.enqueue, "hand_over": runner._hand_over_record}[where].__code__
+    seen: list = []
+
+    def profiler(frame, event, arg):
+        if event == "c_return" and frame.f_code is target and getattr(arg, "__name__", "") == call:
+            if not seen:
+                seen.append(arg)
+                raise Interrupted(f"injected as {call} returned in {where}")
+
+    key = 10 + len(where) + len(call)
+    with traced(profiler, sys.setprofile):
+        try:
+            djtasks.unique_report.enqueue(key, seconds=0.0)
+        except Interrupted:
+            pass
+    assert len(seen) == 1
+
+    def free(name: str) -> bool:
+        lock = zk_lock(name, blocking=False)
+        if lock.acquire():
+            lock.release(wait=True)
+            return True
+        return False
+
+    names = [f"unique:{key}", markers.enqueue_lock_name(f"unique:{key}")]
+    threads, out = in_threads(*[lambda n=n: free(n) for n in names])
+    for t in threads:
+        t.join(20)
+    assert out == [True, True]

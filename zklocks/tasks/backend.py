@@ -108,9 +108,11 @@ class SingleExecutionBackend(BaseTaskBackend):
         using = self.using_for(task)
         name = lock_name(task, args, kwargs)  # a bad key fails here, before anything is queued
         gate = ZkLock(markers.enqueue_lock_name(name), using=using, reentrant=False)
-        gate.acquire(timeout=ENQUEUE_WAIT)
+        # The claim first, the gate inside the try: an exception (a signal handler's) at any point lets it go.
         claim = runner.enqueuing.set((name, gate))
+        still_ours = True
         try:
+            gate.acquire(timeout=ENQUEUE_WAIT)
             call = call_digest(task, args, kwargs)
             existing = self._live_result(task, using, name, args, kwargs, call)
             if existing is _ANOTHER_CALL:
@@ -130,10 +132,12 @@ class SingleExecutionBackend(BaseTaskBackend):
                 markers.write(using, name, str(result.id), task.module_path, "queued", ttl, call)
             return result
         finally:
-            still_ours = runner.enqueuing.get() is not None
-            runner.enqueuing.reset(claim)
-            if still_ours:  # not handed back by a run inside the enqueue (ImmediateBackend)
-                gate.release()
+            try:
+                still_ours = runner.enqueuing.get() is not None
+                runner.enqueuing.reset(claim)
+            finally:
+                if still_ours:  # not handed back by a run inside the enqueue (ImmediateBackend); else a no-op
+                    gate.release()
 
     def _live_result(self, task: SingleExecutionTask, using: str, name: str, args: Any, kwargs: Any, call: str) -> Any:
         """The result of the live task recorded for ``name``; None (and the stale record removed) if none is;

@@ -97,8 +97,8 @@ def _hand_over_record(
     claim = enqueuing.get()
     if claim is not None and claim[0] == name:
         # Our own producer (ImmediateBackend) still holds the enqueue lock: write the record, then let it go.
-        enqueuing.set(None)
         try:
+            enqueuing.set(None)
             if running and result_id is not None:
                 ttl = float(task.option("unique_timeout"))
                 markers.write(using, name, result_id, task.module_path, "running", ttl, call)
