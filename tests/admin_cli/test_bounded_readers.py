@@ -27,6 +27,9 @@ NAMESPACE = "/hostile/locks"
 BIG = 900_000  # bytes of each forged node (a server refuses a request near its jute.maxbuffer, 1 MiB)
 COUNT = 40  # forged locks, each with a holder of BIG bytes: 72 MB in a server of 256 MB
 SMALL_HEAP = ("-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+# The default session timeout, not the suite's short one: a collection of the small heap on a loaded machine can
+# pause the server longer than 2 s times two thirds (kazoo's read timeout), which says nothing about the readers.
+TIMEOUTS = {"SESSION_TIMEOUT": 10.0, "CONNECT_TIMEOUT": 5.0}
 
 
 @pytest.fixture
@@ -51,7 +54,7 @@ def test_nodes_of_a_megabyte_each_leave_the_server_and_the_session_alive(small_s
         for i in range(COUNT):
             forger.create(f"{NAMESPACE}/big-{i:02d}", b"x" * BIG)
             forger.create(f"{NAMESPACE}/big-{i:02d}/forged__lock__", b"y" * BIG, ephemeral=True, sequence=True)
-        with zk_settings(small_server.hosts, NAMESPACE, AUTH="open"):
+        with zk_settings(small_server.hosts, NAMESPACE, AUTH="open", **TIMEOUTS):
             with zk_lock("real-one") as lock:
                 changes = states_of()
                 tracemalloc.start()
@@ -87,7 +90,7 @@ def test_names_too_long_to_be_zklocks_are_skipped_and_reported(small_server):
             forger.create(f"{NAMESPACE}/{letter * 200_000}")
         forger.create(f"{NAMESPACE}/queue-of-long-names")
         forger.create(f"{NAMESPACE}/queue-of-long-names/{'q' * 300_000}__lock__", ephemeral=True, sequence=True)
-        with zk_settings(small_server.hosts, NAMESPACE, AUTH="open"):
+        with zk_settings(small_server.hosts, NAMESPACE, AUTH="open", **TIMEOUTS):
             with zk_lock("real-one") as lock:
                 changes = states_of()
                 snap = snapshot(["default"])

@@ -89,6 +89,8 @@ def test_a_waiter_behind_busy_threads_times_out_from_its_call():
         return took, err.value
 
     took, error = asyncio.run(main())
-    assert 0.45 <= took < 1.0, took
+    # From its call: a timeout counted once a thread took the call up would end after the fillers' 6 s. The margin
+    # above 0.5 s is the loaded machine's.
+    assert 0.45 <= took < 3.0, took
     assert name in str(error) and "default" in str(error)
     wait_until(lambda: queued(name) == 0, timeout=5)

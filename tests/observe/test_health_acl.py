@@ -3,6 +3,7 @@ told to, and a wrong password fails it."""
 
 import asyncio
 import os
+import re
 import socket
 import time
 import uuid
@@ -51,9 +52,11 @@ def test_an_auth_only_alias_counts_the_locks_held_too_long_without_naming_them(s
     secured(AUTH=RIGHT, READ_ACL="auth")
     text = held_too_long()
     assert details(text) == [], text
-    assert text.startswith(
-        "alias 'default': 1 lock(s) held for longer than MAX_HOLD_SECONDS=0.3 (the longest 1s); names, hosts and "
-        "pids not shown, as the alias's ACL keeps them from other readers"
+    # "the longest": the hold's age when the check ran, 1 s on a quiet machine, more on a loaded one
+    assert re.match(
+        r"alias 'default': 1 lock\(s\) held for longer than MAX_HOLD_SECONDS=0\.3 \(the longest \d+s\); names, hosts "
+        r"and pids not shown, as the alias's ACL keeps them from other readers",
+        text,
     ), text
     assert details(held_too_long(SHOW_LOCK_DETAILS=True)) == [NAME, socket.gethostname(), f"pid {os.getpid()}"]
 

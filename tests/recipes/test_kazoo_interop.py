@@ -5,6 +5,7 @@ import threading
 import pytest
 from kazoo.recipe.lock import Lock, ReadLock, WriteLock
 
+from tests.support.helpers import wait_until
 from zklocks import lock_path, zk_lock
 
 pytestmark = pytest.mark.zk
@@ -71,6 +72,8 @@ def test_zklocks_holder_against_kazoo(kz, shared, kazoo_kind, expected):
         assert got is expected
         if got:
             contender.release()
+    # The with statement's release does not wait for its answer; another client sees it one round trip later.
+    wait_until(lambda: not kz.get_children(lock_path(name)), timeout=5)
     contender = KAZOO[kazoo_kind](kz, lock_path(name))
     assert contender.acquire(blocking=False) is True
     contender.release()
