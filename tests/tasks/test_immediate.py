@@ -165,19 +165,21 @@ def test_an_exception_as_the_record_goes_still_releases_the_lock(djtasks):
     assert out == [True]
 
 
-@pytest.mark.parametrize(
-    "where, call",
-    [
-        ("enqueue", "set"),  # the claim of the enqueue lock
-        ("enqueue", "get"),  # the enqueue's finally: whose the enqueue lock is now
-        ("enqueue", "reset"),
-        ("hand_over", "set"),  # the run inside the enqueue takes the enqueue lock over
-    ],
-)
-def test_an_exception_around_the_enqueue_lock_lets_it_go(djtasks, where, call):
+ENQUEUE_POINTS = [
+    # (where, the C call, which of its returns in that frame, another call's record is live)
+    ("enqueue", "set", 1, False),  # the claim of the enqueue lock
+    ("enqueue", "get", 1, False),  # whether a run inside the enqueue took the lock over
+    ("enqueue", "reset", 1, False),  # the finally's
+    ("enqueue", "set", 2, True),  # another call's record: the enqueue lock goes before the call is queued
+    ("hand_over", "set", 1, False),  # the run inside the enqueue takes the enqueue lock over
+]
+
+
+@pytest.mark.parametrize("point", range(len(ENQUEUE_POINTS)))
+def test_an_exception_around_the_enqueue_lock_lets_it_go(djtasks, point):
     """A signal handler's exception lands as one of the C calls around the unique_queued enqueue lock returns:
     the enqueue lock and the task's lock are free afterwards (an enqueue lock left held would block every later
-    enqueue of the key for ENQUEUE_WAIT)."""
+    enqueue of the key for ENQUEUE_WAIT), and the enqueue's claim is not left in the caller's context."""
     import sys
 
     from tests.support.interrupts import Interrupted, traced
@@ -185,22 +187,26 @@ def test_an_exception_around_the_enqueue_lock_lets_it_go(djtasks, where, call):
     from zklocks.tasks import markers, runner
     from zklocks.tasks.backend import SingleExecutionBackend
 
+    where, call, nth, other = ENQUEUE_POINTS[point]
+    key = 20 + point
+    if other:
+        markers.write("default", f"unique:{key}", "other-id", "tests.support.djtasks.unique_report", "queued", 60, "x")
     target = {"enqueue": SingleExecutionBackend.enqueue, "hand_over": runner._hand_over_record}[where].__code__
     seen: list = []
 
     def profiler(frame, event, arg):
         if event == "c_return" and frame.f_code is target and getattr(arg, "__name__", "") == call:
-            if not seen:
-                seen.append(arg)
+            seen.append(arg)
+            if len(seen) == nth:
                 raise Interrupted(f"injected as {call} returned in {where}")
 
-    key = 10 + len(where) + len(call)
     with traced(profiler, sys.setprofile):
         try:
             djtasks.unique_report.enqueue(key, seconds=0.0)
         except Interrupted:
             pass
-    assert len(seen) == 1
+    assert len(seen) >= nth
+    assert runner.enqueuing.get() is None
 
     def free(name: str) -> bool:
         lock = zk_lock(name, blocking=False)

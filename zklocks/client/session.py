@@ -456,9 +456,11 @@ class Session:
 
     def _close_once_started(self, started: threading.Event, reason: str = "closed") -> None:
         """A start that did not end in a session: dead at once, closed (in the background) once kazoo's start
-        is over, so that its threads are never left running."""
-        self.dead = True
-        self.dead_reason = reason
+        is over, so that its threads are never left running. One that observers heard connect (the exception
+        landed after) is marked dead by that close, which tells them it closed."""
+        if not self._connected.is_set():
+            self.dead = True
+            self.dead_reason = reason
 
         def close() -> None:
             started.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -163,7 +164,8 @@ class ZkMultiLock(Acquirable):
                 except BaseException:  # e.g. a signal handler's: the members not handed over are released now
                     for lock, flag in zip(self.locks, settled or self._release_flags(), strict=True):
                         if not flag[0]:
-                            lock.release()
+                            with contextlib.suppress(Exception):  # the first exception is the one to see
+                                lock.release()
                     raise
             else:
                 done = None

@@ -54,11 +54,9 @@ def release_after_commit(handle: Any, release_on_commit: bool | str, settled: li
         # marked done, so that the commit does not release twice.
         if release is not None:
             release.done = True
-        settled[0] = True
-        handle.release()
+        handle._release(False, settled)  # settled once done: if interrupted before, the caller releases
         raise
-    settled[0] = True
-    handle.release()
+    handle._release(False, settled)
 
 
 class _Trigger:
@@ -95,6 +93,13 @@ class _OwnerRelease:
             return
         with acting_as(self.owner):
             # Set here, not before the with: an exception (a signal handler's) raised in acting_as leaves the
-            # release to the rollback's finalizer instead of to nobody.
+            # release to the rollback's finalizer instead of to nobody. Past this point the release is done here,
+            # also if the exception lands as it starts (release()'s own retry, inline).
             self.done = True
-            self.handle.release()
+            released = [False]
+            try:
+                self.handle._release(False, released)
+            except BaseException:
+                if not released[0]:
+                    self.handle.release()
+                raise

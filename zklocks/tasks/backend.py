@@ -108,10 +108,10 @@ class SingleExecutionBackend(BaseTaskBackend):
         using = self.using_for(task)
         name = lock_name(task, args, kwargs)  # a bad key fails here, before anything is queued
         gate = ZkLock(markers.enqueue_lock_name(name), using=using, reentrant=False)
-        # The claim first, the gate inside the try: an exception (a signal handler's) at any point lets it go.
-        claim = runner.enqueuing.set((name, gate))
-        still_ours = True
+        # The claim and the gate inside the try: an exception (a signal handler's) at any point lets both go.
+        claim = None
         try:
+            claim = runner.enqueuing.set((name, gate))
             gate.acquire(timeout=ENQUEUE_WAIT)
             call = call_digest(task, args, kwargs)
             existing = self._live_result(task, using, name, args, kwargs, call)
@@ -133,10 +133,14 @@ class SingleExecutionBackend(BaseTaskBackend):
             return result
         finally:
             try:
-                still_ours = runner.enqueuing.get() is not None
-                runner.enqueuing.reset(claim)
+                if claim is not None:
+                    runner.enqueuing.reset(claim)
+                elif (current := runner.enqueuing.get()) is not None and current[1] is gate:
+                    runner.enqueuing.set(None)  # set, but interrupted before ``claim`` had it
             finally:
-                if still_ours:  # not handed back by a run inside the enqueue (ImmediateBackend); else a no-op
+                # Unless let go already (the other call's branch, or a run inside the enqueue: ImmediateBackend).
+                # The handle is this call's own and not re-entrant: what it holds, it holds for this enqueue.
+                if gate._holds_now():
                     gate.release()
 
     def _live_result(self, task: SingleExecutionTask, using: str, name: str, args: Any, kwargs: Any, call: str) -> Any:
