@@ -141,3 +141,50 @@ def test_async_django_view_guarded_by_zk_lock():
 
         values = asyncio.run(main())
     assert sorted(values) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("form", ["zk_multi_lock", "release_on_commit"])
+def test_a_task_cancelled_while_its_release_waits_for_a_thread_still_releases(form):
+    """The release of ``async with`` runs in a thread of the release pool; the task is cancelled (a TaskGroup's
+    sibling failed, a timeout) while the release waits for a free thread: the release runs all the same once one
+    is free, and the lock is not left held by a task that is gone."""
+    import threading
+
+    from zklocks.handles import async_bridge
+
+    names = [f"async-cancel-release-{form}-a", f"async-cancel-release-{form}-b"]
+    free_threads = threading.Event()
+    busy = [async_bridge._releaser().submit(free_threads.wait, 30) for _ in range(64)]  # every release thread
+
+    async def holder(entered: asyncio.Event):
+        handle = zk_multi_lock(names) if form == "zk_multi_lock" else zk_lock(names[0], release_on_commit=True)
+        async with handle:
+            entered.set()
+        raise AssertionError("the release waited for a thread: the task should be cancelled before this")
+
+    async def main():
+        entered = asyncio.Event()
+        task = asyncio.create_task(holder(entered))
+        await entered.wait()
+        await asyncio.sleep(0.2)  # the task now awaits its release, queued behind the busy threads
+        assert not task.done()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    try:
+        asyncio.run(main())
+    finally:
+        free_threads.set()
+    for job in busy:
+        job.result(10)
+    wanted = names if form == "zk_multi_lock" else names[:1]
+
+    def free() -> bool:
+        lock = zk_multi_lock(wanted, blocking=False)
+        if lock.acquire():
+            lock.release(wait=True)
+            return True
+        return False
+
+    wait_until(lambda: asyncio.run(asyncio.to_thread(free)), timeout=10)

@@ -50,9 +50,11 @@ forking.register(reset_after_fork)
 
 
 async def run_off_loop(fn: Callable, *args: Any) -> Any:
-    """Run a release in a thread of its own pool, never behind the acquire threads."""
+    """Run a release in a thread of its own pool, never behind the acquire threads. Shielded: a task cancelled
+    while its release waits for a thread stops waiting, and the release still runs (else the pool would drop it,
+    and the lock would stay held by a task that is gone)."""
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_releaser(), owner_context().run, fn, *args)
+    return await asyncio.shield(loop.run_in_executor(_releaser(), owner_context().run, fn, *args))
 
 
 def refuse_in_event_loop(handle) -> None:
