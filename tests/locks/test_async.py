@@ -188,3 +188,42 @@ def test_a_task_cancelled_while_its_release_waits_for_a_thread_still_releases(fo
         return False
 
     wait_until(lambda: asyncio.run(asyncio.to_thread(free)), timeout=10)
+
+
+def test_an_acquire_granted_after_its_loop_closed_is_given_back():
+    """``asyncio.run`` ends while a multi-lock's acquire thread is still at work: it cancels the task and closes
+    the loop, and the thread's success comes afterwards (as when the grant of a create under way arrives late).
+    The grant is given back all the same, and the locks are free; a closed loop never tells its futures anything."""
+    import threading
+
+    from zklocks.handles.multilock import ZkMultiLock
+
+    names = ["async-closed-loop-a", "async-closed-loop-b"]
+    at_work = threading.Event()
+    go_on = threading.Event()
+
+    class HeldUp(ZkMultiLock):
+        """Its acquire thread, granted, returns only once the test lets it (once the loop is closed)."""
+
+        def _acquire(self, *args):
+            result = super()._acquire(*args)
+            at_work.set()
+            go_on.wait(30)
+            return result
+
+    async def main():
+        asyncio.get_running_loop().create_task(HeldUp(names).acquire_async())
+        await asyncio.to_thread(at_work.wait, 30)
+        # main returns: asyncio.run cancels the task above and closes the loop
+
+    asyncio.run(main())
+    go_on.set()
+
+    def free() -> bool:
+        lock = zk_multi_lock(names, blocking=False)
+        if lock.acquire():
+            lock.release(wait=True)
+            return True
+        return False
+
+    wait_until(lambda: asyncio.run(asyncio.to_thread(free)), timeout=10)

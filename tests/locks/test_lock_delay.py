@@ -503,3 +503,22 @@ def test_a_clean_release_with_nobody_queued_clears_the_guard(aliases, wait):
     assert not delay_recorded("clean-alone")
     client = connections["c"].session().client
     assert client.get(zk_lock("clean-alone").path)[0] == b""  # the second release cleared its guard too
+
+
+def test_an_acquire_interrupted_after_its_guard_was_sent_leaves_no_guard(aliases):
+    """The acquire is interrupted (a signal handler's exception, or a cancelled coroutine) once its guard was sent,
+    before it noted that it guards: the node it gives back takes the guard with it, and the next contender holds
+    at once (a guard left behind would make it wait a lock-delay after a hold that never began)."""
+    from tests.support.interrupts import interrupted_acquire, raise_at
+    from zklocks.recipes import lock_delay
+
+    holder = zk_lock("guard-cut", lock_delay=DELAY)
+    tracer, seen = raise_at(lock_delay._guard_steps.__code__, nth=2)  # the generator resumes: the write answered
+    box = interrupted_acquire(holder, tracer)
+    assert len(seen) == 2 and "interrupted" in box
+    client = connections["c"].session().client
+    wait_until(lambda: client.get(zk_lock("guard-cut").path)[0] == b"", timeout=5)
+    started = time.monotonic()
+    with zk_lock("guard-cut", using="b", lock_delay=DELAY, timeout=10):
+        assert time.monotonic() - started < DELAY / 4
+    assert not delay_recorded("guard-cut")

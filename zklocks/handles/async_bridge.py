@@ -86,9 +86,8 @@ async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None)
     at = time.monotonic() + wait if resolved and wait else None
     ctx = owner_context()
     cancel = threading.Event()
-    future = asyncio.get_running_loop().run_in_executor(
-        _executor(), ctx.run, handle._acquire, blocking, timeout, cancel, at
-    )
+    job = _executor().submit(ctx.run, handle._acquire, blocking, timeout, cancel, at)
+    future = asyncio.wrap_future(job)
     try:
         if at is None:
             await asyncio.shield(future)
@@ -97,7 +96,9 @@ async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None)
             await asyncio.wait_for(asyncio.shield(future), max(0.0, at - time.monotonic()) + answer + _ASYNC_GRACE)
     except (TimeoutError, asyncio.CancelledError) as exc:
         cancel.set()
-        future.add_done_callback(
+        # On the job itself, not on the loop's future: the loop may be closed when the thread is granted (asyncio.run
+        # cancels the tasks left as it ends), and a closed loop drops what its future would have been told.
+        job.add_done_callback(
             lambda f: f.cancelled() or f.exception() is not None or _releaser().submit(ctx.copy().run, handle.release)
         )
         if isinstance(exc, asyncio.TimeoutError):

@@ -177,12 +177,14 @@ def _guard_steps(contender: Any, deadline: Deadline) -> Steps:
     if not (lay.holders_write and lay.is_exclusive(getattr(contender, "marker", ""))) or not contender.name:
         return
     data = guard(contender.name, contender.lock_delay, time.time())
+    # Noted before the write is sent: an acquire interrupted or cancelled once it is under way gives its node back
+    # with the guard's clearing (node.py), instead of leaving a guard that delays the next holder for nothing.
+    contender.guards = True
     try:
         yield Request(lambda: session.client.set_async(contender.parent, data), session, deadline)
     except ZkAuthError:
+        contender.guards = False
         log.warning("zklocks: cannot guard %s (NoAuth): after an unclean loss newcomers hold at once", contender.parent)
-        return
-    contender.guards = True
 
 
 def _wait_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) -> Steps:
