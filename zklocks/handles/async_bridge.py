@@ -93,7 +93,10 @@ async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None)
             await asyncio.shield(future)
         else:
             answer = _connect_timeout(handle.using)
-            await asyncio.wait_for(asyncio.shield(future), max(0.0, at - time.monotonic()) + answer + _ASYNC_GRACE)
+            # asyncio.timeout, not wait_for: before Python 3.12, wait_for could swallow a cancellation of the
+            # caller that met the acquire's success, and the body would run in a task told to stop.
+            async with asyncio.timeout(max(0.0, at - time.monotonic()) + answer + _ASYNC_GRACE):
+                await asyncio.shield(future)
     except (TimeoutError, asyncio.CancelledError) as exc:
         cancel.set()
         # On the job itself, not on the loop's future: the loop may be closed when the thread is granted (asyncio.run
