@@ -120,7 +120,7 @@ def test_modes_kinds_long_names_and_the_release_button(live_server, allow_orm_be
             t.release()
 
 
-def test_the_list_looks_like_a_django_changelist_at_1280_and_1920(
+def test_the_list_looks_like_a_django_changelist_from_1024_to_1920(
     live_server, allow_orm_beside_playwright, kz, tmp_path
 ):
     """The lock list as Django lays out its own changelists: no horizontal overflow, the filter in the sidebar
@@ -143,7 +143,7 @@ def test_the_list_looks_like_a_django_changelist_at_1280_and_1920(
     try:
         with chromium_page(viewport=(1280, 900)) as page:
             login(page, live_server.url)
-            for width in (1280, 1920):
+            for width in (1024, 1280, 1500, 1920):
                 page.set_viewport_size({"width": width, "height": 900})
                 page.reload()
                 scroll = page.evaluate("document.documentElement.scrollWidth")
