@@ -1,5 +1,6 @@
 """No forged log lines: a value that comes from a client or from ZooKeeper (a request path, a queued marker's task
-id) is logged through repr, so a newline in it cannot start a line of its own."""
+id) is logged through repr, so a newline in it cannot start a line of its own. The marker's case is
+tests/tasks/test_immediate.py::test_a_newline_in_a_forged_records_task_id_forges_no_log_line."""
 
 import logging
 

@@ -220,3 +220,20 @@ def test_an_exception_around_the_enqueue_lock_lets_it_go(djtasks, point):
     for t in threads:
         t.join(20)
     assert out == [True, True]
+
+
+def test_a_newline_in_a_forged_records_task_id_forges_no_log_line(djtasks, caplog):
+    """A record written by anyone who can write the namespace names a task id with a newline in it: the enqueue
+    finds it stale and logs its removal with the id through repr, so no line of its own starts (the request path's
+    case is tests/faults/test_log_injection.py)."""
+    import logging
+
+    from zklocks.tasks import markers
+
+    forged = "f00d\nERROR zklocks: forged line"
+    markers.write("default", "unique:40", forged, "tests.support.djtasks.unique_report", "running", 60, "x")
+    caplog.set_level(logging.INFO, logger="zklocks")
+    djtasks.unique_report.enqueue(40, seconds=0.0)
+    removals = [r.getMessage() for r in caplog.records if "stale queued record" in r.getMessage()]
+    assert len(removals) == 1 and "\n" not in removals[0], removals
+    assert "\\nERROR zklocks: forged line" in removals[0]
