@@ -4,6 +4,10 @@ say with a token of 2**62, must not record anything, or every genuine tick of it
 
 from __future__ import annotations
 
+import json
+import uuid
+
+import pytest
 from django.test import override_settings
 
 from zklocks.celery.beat_fence import sign, signed
@@ -29,3 +33,29 @@ def test_a_rotated_secret_key_keeps_ticks_signed_with_its_fallback():
         assert signed(genuine)
     with override_settings(SECRET_KEY="new-key-" + "y" * 50, SECRET_KEY_FALLBACKS=[]):
         assert not signed(genuine)
+
+
+@pytest.mark.zk
+def test_a_forged_tick_at_the_workers_start_records_nothing_and_genuine_ticks_go_on(zklocks_settings, kz):
+    """What a fencing worker does with a task's stamp before the task starts (beat_fence._before_start): a forged
+    stamp, unsigned or signed with another key, is dropped (Ignore) and records nothing; the genuine tick that
+    comes after it, with a far smaller token, is admitted."""
+    from types import SimpleNamespace
+
+    from celery.exceptions import Ignore
+
+    from zklocks import conf
+    from zklocks.celery import beat_fence
+
+    zklocks_settings()
+    election = f"beat-forged-{uuid.uuid4().hex[:8]}"
+    path = beat_fence.executed_path(conf.alias_config().namespace, election, "report")
+    with override_settings(SECRET_KEY="another-project-" + "z" * 50):
+        signed_elsewhere = sign(stamp(election=election, token=2**62))
+    for forged in (stamp(election=election, token=2**62), signed_elsewhere):
+        task = SimpleNamespace(request=SimpleNamespace(zklocks_beat=forged, headers={}))
+        with pytest.raises(Ignore):
+            beat_fence._before_start(task, "forged-task", (), {})
+        assert kz.exists(path) is None
+    beat_fence.admit(sign(stamp(election=election, token=7)), "genuine-task")
+    assert json.loads(kz.get(path)[0])["token"] == 7
