@@ -147,3 +147,21 @@ def test_the_reaper_keeps_a_lock_delay_it_would_erase(zk_server, zklocks_setting
     finally:
         client.stop()
         client.close()
+
+
+def test_nested_namespaces_are_refused_whatever_name_the_hosts_go_by(zk_server, zklocks_settings):
+    """The outer alias names the server by its address, the inner one by a host name that resolves to it: the
+    pool still refuses the inner alias (the hosts are compared as the resolver answers, not as spelled)."""
+    import socket
+
+    from zklocks import ZkConfigError
+    from zklocks.client.pools import connections
+
+    name = socket.gethostname()
+    address = socket.getaddrinfo(name, None)[0][4][0]
+    port = zk_server.hosts.rsplit(":", 1)[1]
+    default = zklocks_settings(HOSTS=f"{address}:{port}")
+    inner = {**default, "HOSTS": f"{name.upper()}:{port}", "NAMESPACE": default["NAMESPACE"] + "/inner"}
+    zklocks_settings(HOSTS=f"{address}:{port}", EXTRA_ALIASES={"inner": inner})
+    with pytest.raises(ZkConfigError, match=r"zklocks\.E042"):
+        connections["inner"]

@@ -186,7 +186,9 @@ class ConnectionHandler:
         if pool is not None:
             return pool
         cfg = conf.alias_config(alias)
-        outer = next((o for a, o in conf.nested(conf.get_config()[0]) if a == alias), None)
+        # Host names resolved, as ZooKeeper's clients reach them: only for namespaces that nest (checked first), once
+        # per name and process (conf._address is cached).
+        outer = next((o for a, o in conf.nested(conf.get_config()[0], resolve=True) if a == alias), None)
         if outer is not None and not _silenced("zklocks.E042"):
             raise ZkConfigError(
                 f"zklocks alias {alias!r} is not started: its NAMESPACE lies inside alias {outer!r}'s on the same "
