@@ -12,7 +12,7 @@
 # make docs   — the documentation site (mkdocs.yml, docs/) built with mkdocs build --strict into site/; requirements-docs.txt
 # make bench  — every figure against its floor (docs/benchmarks.md); make bench-view: the demo's reservation view under
 #               gunicorn and uvicorn on PostgreSQL, driven by wrk (both install postgresql and wrk when missing).
-# make demo   — ZooKeeper and Redis when missing (no JDK, Curator or Chromium), the venv, then the demo site with
+# make demo   — ZooKeeper, Redis and Chromium when missing (no JDK or Curator), the venv, then the demo site with
 #               ZooKeeper, Redis, a Celery worker and a load generator
 #               (make demo DEMO_PORT=8001 when port 8000 is taken).
 SHELL := /bin/bash

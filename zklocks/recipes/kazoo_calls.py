@@ -1,4 +1,5 @@
-"""Deadlines, waiting for kazoo's answers, and the one translator from kazoo errors to zklocks errors.
+"""Waiting for kazoo's answers within a deadline (client/deadline.py), and the one translator from kazoo errors to
+zklocks errors.
 
 Every recipe waits through :func:`wait_result` or :func:`call`, and every other module that talks to ZooKeeper
 turns a kazoo error into the error a user sees with :func:`translate`. Knows kazoo, nothing of Django.
