@@ -1,5 +1,5 @@
 # make lint   — ruff (lint and format check) and mypy with django-stubs over zklocks/
-# make test   — the fast tier (at most 8 minutes on 2 cores, installs aside); make test-all: everything (about 35 minutes)
+# make test   — the fast tier (at most 8 minutes on 2 cores, installs aside); make test-all: everything (about 36 minutes)
 #               make lint, then installs what is missing (Debian: zookeeper, redis-server, chromium, openssl for the TLS test
 #               certificates, default-jdk-headless for javac, which compiles the snapshot writer and the Curator
 #               contenders of zklocks/testing/java and tests/support/java, libcurator-recipes-java (Apache Curator 5.4 with guava,
