@@ -227,3 +227,32 @@ def test_an_acquire_granted_after_its_loop_closed_is_given_back():
         return False
 
     wait_until(lambda: asyncio.run(asyncio.to_thread(free)), timeout=10)
+
+
+def test_a_cancelled_wait_in_a_thread_logs_nothing_as_never_retrieved(caplog):
+    """A multi-lock's acquire waits in a thread behind a holder, and its task is cancelled: the thread then ends in
+    LockTimeout, which nobody awaits any more. It is read all the same: asyncio logs no "Future exception was never
+    retrieved" for it."""
+    import gc
+    import logging
+
+    names = ["async-unread-a", "async-unread-b"]
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    holder = zk_multi_lock(names)
+    assert holder.acquire()
+    try:
+
+        async def main():
+            task = asyncio.create_task(zk_multi_lock(names, timeout=30).acquire_async())
+            await asyncio.to_thread(wait_until, lambda: queue_len(names[0]) == 2, 10)  # queued behind the holder
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.to_thread(wait_until, lambda: queue_len(names[0]) == 1, 10)  # the thread gave up
+            await asyncio.sleep(0.2)  # its LockTimeout reaches the loop's future
+
+        asyncio.run(main())
+        gc.collect()
+    finally:
+        holder.release()
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []

@@ -522,3 +522,29 @@ def test_an_acquire_interrupted_after_its_guard_was_sent_leaves_no_guard(aliases
     with zk_lock("guard-cut", using="b", lock_delay=DELAY, timeout=10):
         assert time.monotonic() - started < DELAY / 4
     assert not delay_recorded("guard-cut")
+
+
+def test_an_acquire_cut_short_on_a_lock_node_it_may_not_write_gives_its_node_back(aliases):
+    """The lock node's ACL lets the alias queue but not write its data (a foreign lock node: no guard is kept).
+    The acquire is interrupted as its guard write is answered (refused): the node it gives back goes all the same,
+    and the session, with another hold on it, lives on (a release transaction refused as a whole must not end it)."""
+    from kazoo.security import ACL, Id, Permissions
+
+    from tests.support.interrupts import interrupted_acquire, raise_at
+    from zklocks.recipes import lock_delay
+
+    client = connections["c"].session().client
+    path = zk_lock("foreign-node").path
+    may_queue = Permissions.READ | Permissions.CREATE | Permissions.DELETE
+    client.create(path, b"", acl=[ACL(may_queue, Id("world", "anyone"))], makepath=True)
+    other = zk_lock("beside-it")
+    assert other.acquire()
+    try:
+        tracer, seen = raise_at(lock_delay._guard_steps.__code__, nth=2)  # resumed with the refusal
+        box = interrupted_acquire(zk_lock("foreign-node", lock_delay=DELAY), tracer)
+        assert len(seen) == 2 and "interrupted" in box
+        wait_until(lambda: client.get_children(path) == [], timeout=5)
+        other.ensure_held()  # the session was not ended for a refused release
+        assert other.is_held
+    finally:
+        other.release()

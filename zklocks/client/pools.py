@@ -186,10 +186,12 @@ class ConnectionHandler:
         if pool is not None:
             return pool
         cfg = conf.alias_config(alias)
-        # Host names resolved, as ZooKeeper's clients reach them: only for namespaces that nest (checked first), once
-        # per name and process (conf._address is cached).
-        outer = next((o for a, o in conf.nested(conf.get_config()[0], resolve=True) if a == alias), None)
-        if outer is not None and not _silenced("zklocks.E042"):
+        # Host names resolved, as ZooKeeper's clients reach them: unless silenced, and only for namespaces that nest
+        # (checked first), once per name and process (conf._address is cached).
+        silenced = _silenced("zklocks.E042")
+        nested = [] if silenced else conf.nested(conf.get_config()[0], resolve=True)
+        outer = next((o for a, o in nested if a == alias), None)
+        if outer is not None:
             raise ZkConfigError(
                 f"zklocks alias {alias!r} is not started: its NAMESPACE lies inside alias {outer!r}'s on the same "
                 "ZooKeeper servers, where each would take the other's nodes for its own locks and their reapers "

@@ -99,6 +99,8 @@ async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None)
                 await asyncio.shield(future)
     except (TimeoutError, asyncio.CancelledError) as exc:
         cancel.set()
+        # The loop's future is read once done, so that a late LockTimeout is not logged as never retrieved.
+        future.add_done_callback(lambda f: f.cancelled() or f.exception())
         # On the job itself, not on the loop's future: the loop may be closed when the thread is granted (asyncio.run
         # cancels the tasks left as it ends), and a closed loop drops what its future would have been told.
         job.add_done_callback(

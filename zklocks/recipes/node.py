@@ -14,6 +14,7 @@ from kazoo.exceptions import (
     ConnectionClosedError,
     ConnectionLoss,
     KazooException,
+    NoAuthError,
     NoNodeError,
     OperationTimeoutError,
     RolledBackError,
@@ -352,6 +353,15 @@ class GuaranteedDelete:
             result.get_nowait()
         except (ConnectionLoss, OperationTimeoutError):
             self._later(self._delete)
+        except NoAuthError as exc:
+            if self.c.guards:
+                # The guard's clearing was refused: a lock node we may not write, whose guard write was cut short
+                # (lock_delay._guard_steps notes it before the answer), so it holds no guard of ours. The whole
+                # transaction was refused: delete the node without it.
+                self.c.guards = False
+                self._delete()
+            else:
+                delete_failed(self.c, exc)
         except Exception as exc:  # noqa: BLE001 delete_failed reports any other failure
             delete_failed(self.c, exc)
 
