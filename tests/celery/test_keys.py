@@ -159,32 +159,14 @@ def test_eager_run_holds_the_lock_and_releases_it(zklocks_settings):
             rec_raise.apply(args=("eager-held",), throw=True)
 
 
-def free_for_another_thread(name: str) -> bool:
-    """Whether a thread other than this one (which may hold ``name`` re-entrantly) can take ``name`` at once."""
-    import threading
-
-    from zklocks import zk_lock
-
-    got: list[bool] = []
-
-    def take() -> None:
-        lock = zk_lock(name, blocking=False)
-        got.append(lock.acquire())
-        if got[-1]:
-            lock.release(wait=True)
-
-    thread = threading.Thread(target=take)
-    thread.start()
-    thread.join(20)
-    return got == [True]
-
-
 @pytest.mark.zk
 def test_a_soft_time_limit_as_the_marker_goes_still_releases_the_lock(zklocks_settings):
     """The soft time limit's exception lands as the run removes its unique_queued marker (a round trip, after the
     body): the task's lock is released all the same."""
     from tests.support.celery_app import unique_long
     from tests.support.interrupts import Interrupted, raise_at, traced
+    from tests.support.threads import free_for_others
+    from zklocks import zk_lock
     from zklocks.celery import markers
     from zklocks.celery.task import SingleExecutionTask
 
@@ -196,4 +178,4 @@ def test_a_soft_time_limit_as_the_marker_goes_still_releases_the_lock(zklocks_se
     finally:
         unique_long.pop_request()
     assert len(seen) == 1
-    assert free_for_another_thread("u:soft-limit")
+    assert free_for_others(lambda: zk_lock("u:soft-limit")) is True

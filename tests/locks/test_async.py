@@ -8,6 +8,7 @@ import pytest
 from django.test import AsyncClient, override_settings
 
 from tests.support.helpers import wait_until
+from tests.support.threads import free_for_others
 from zklocks import LockTimeout, zk_lock, zk_multi_lock, zk_semaphore
 from zklocks.client.pools import connections
 
@@ -179,15 +180,7 @@ def test_a_task_cancelled_while_its_release_waits_for_a_thread_still_releases(fo
     for job in busy:
         job.result(10)
     wanted = names if form == "zk_multi_lock" else names[:1]
-
-    def free() -> bool:
-        lock = zk_multi_lock(wanted, blocking=False)
-        if lock.acquire():
-            lock.release(wait=True)
-            return True
-        return False
-
-    wait_until(lambda: asyncio.run(asyncio.to_thread(free)), timeout=10)
+    wait_until(lambda: free_for_others(lambda: zk_multi_lock(wanted)), timeout=10)
 
 
 def test_an_acquire_granted_after_its_loop_closed_is_given_back():
@@ -218,15 +211,7 @@ def test_an_acquire_granted_after_its_loop_closed_is_given_back():
 
     asyncio.run(main())
     go_on.set()
-
-    def free() -> bool:
-        lock = zk_multi_lock(names, blocking=False)
-        if lock.acquire():
-            lock.release(wait=True)
-            return True
-        return False
-
-    wait_until(lambda: asyncio.run(asyncio.to_thread(free)), timeout=10)
+    wait_until(lambda: free_for_others(lambda: zk_multi_lock(names)), timeout=10)
 
 
 def test_a_cancelled_wait_in_a_thread_logs_nothing_as_never_retrieved(caplog):

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.helpers import wait_until
 from tests.support.interrupts import Interrupted, interrupted_acquire, interrupted_call, raise_at
-from tests.support.threads import in_thread
+from tests.support.threads import free_for_others, take_and_give_back
 from zklocks import zk_lock, zk_semaphore
 from zklocks.client.pools import Session, connections
 from zklocks.handles.base import BaseHandle
@@ -26,19 +26,6 @@ def children(handle, marker):
     return [c for c in client.get_children(handle.path) if marker in c] if client.exists(handle.path) else []
 
 
-def free_for_others(handle_factory):
-    """Another owner acquires at once."""
-    return in_thread(lambda: _take_and_give_back(handle_factory()))
-
-
-def _take_and_give_back(handle, timeout=None):
-    got = handle.acquire(blocking=timeout is not None, timeout=timeout)
-    if got:
-        handle.ensure_held()  # a real node, not a stale hold whose node is gone
-        handle.release()
-    return got
-
-
 WINDOW = [
     ("Hold.__init__", Hold.__init__.__code__, 1, None),
     ("Session.add_hold", Session.add_hold.__code__, 1, None),
@@ -52,7 +39,7 @@ WINDOW = [
 def test_an_exception_in_the_grant_window_leaves_the_lock_free(where, code, nth, caller):
     name = f"window-{code.co_name}"
     tracer, seen = raise_at(code, nth=nth, caller=caller)
-    box = interrupted_acquire(zk_lock(name), tracer, after=lambda: _take_and_give_back(zk_lock(name), 3))
+    box = interrupted_acquire(zk_lock(name), tracer, after=lambda: take_and_give_back(zk_lock(name), 3))
     assert seen and "interrupted" in box, f"the tracer never fired at {where}"
     # The same owner gets a real, fresh hold (not a stale one whose node is deleted in the background) ...
     assert box["after"] is True

@@ -124,22 +124,6 @@ def test_atomic_requests_pitfall(release_on_commit, expected):
     assert seen == [expected]
 
 
-def callees(code, run) -> list:
-    """The functions that frames of ``code`` call while ``run()`` runs, in the order first called."""
-    from tests.support.interrupts import traced
-
-    called: list = []
-
-    def tracer(frame, event, arg):
-        if event == "call" and frame.f_back is not None and frame.f_back.f_code is code:
-            if frame.f_code not in called:
-                called.append(frame.f_code)
-
-    with traced(tracer):
-        run()
-    return called
-
-
 def raise_on_return(code, caller):
     """A tracer raising Interrupted as the first frame of ``code`` called from ``caller`` returns (where a signal
     handler's exception lands after the call's work is done)."""
@@ -169,7 +153,7 @@ def test_an_exception_as_the_release_is_handed_to_the_transaction_leaves_nothing
     rollback, never left held, and released once only. An outer hold of each name by the same thread (re-entered
     by the with statement) tells: a second release would free it, a missing one would keep the name held after
     the outer release."""
-    from tests.support.interrupts import Interrupted, raise_at, traced
+    from tests.support.interrupts import Interrupted, callees_of, raise_at, traced
     from zklocks import zk_multi_lock
     from zklocks.handles import on_commit
     from zklocks.handles.locks import ZkLock
@@ -194,7 +178,7 @@ def test_an_exception_as_the_release_is_handed_to_the_transaction_leaves_nothing
             with make():
                 pass
 
-    points = [("call", hand_over, exit_code)] + [("call", code, hand_over) for code in callees(hand_over, cycle)]
+    points = [("call", hand_over, exit_code)] + [("call", code, hand_over) for code in callees_of(hand_over, cycle)]
     if end != "no transaction":
         points.append(("return", transaction.on_commit.__code__, hand_over))
     assert len(points) >= (3 if end == "no transaction" else 6), points

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 import pytest
 
 from tests.support.helpers import tree, wait_until
-from tests.support.interrupts import Interrupted, raise_at, traced
+from tests.support.interrupts import Interrupted, callees_of, raise_at, traced
 from zklocks import zk_lock, zk_multi_lock, zk_semaphore
 from zklocks.client.pools import connections
 from zklocks.handles import hold_registry
@@ -364,20 +364,6 @@ EXIT_FORMS: dict[str, Callable[[], object]] = {
     "zk_semaphore": lambda: zk_semaphore("sig-exit-sem", 1),
     "zk_multi_lock": lambda: zk_multi_lock(["sig-exit-a", ("sig-exit-b", "shared")]),
 }
-
-
-def callees_of(code, run: Callable[[], None]) -> list:
-    """The functions that frames of ``code`` call while ``run()`` runs, in the order first called."""
-    called: list = []
-
-    def tracer(frame, event, arg):
-        if event == "call" and frame.f_back is not None and frame.f_back.f_code is code:
-            if frame.f_code not in called:
-                called.append(frame.f_code)
-
-    with traced(tracer):
-        run()
-    return called
 
 
 @pytest.mark.parametrize("way", ["__exit__", "release"])

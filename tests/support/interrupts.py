@@ -24,6 +24,20 @@ def raise_at(code, *, nth=1, caller=None):
     return tracer, seen
 
 
+def callees_of(code, run):
+    """The functions that frames of ``code`` call while ``run()`` runs, in the order first called."""
+    called = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_back is not None and frame.f_back.f_code is code:
+            if frame.f_code not in called:
+                called.append(frame.f_code)
+
+    with traced(tracer):
+        run()
+    return called
+
+
 @contextmanager
 def traced(tracer, install=sys.settrace):
     """``tracer`` installed on this thread (``sys.settrace``, or ``sys.setprofile`` for C calls) inside the block."""

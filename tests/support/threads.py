@@ -95,6 +95,21 @@ def in_thread(fn, *args):
     return box.get("value")
 
 
+def take_and_give_back(handle, timeout=None):
+    """Acquire ``handle`` (at once, or within ``timeout``), check that its node is real, and release; whether it
+    was taken."""
+    got = handle.acquire(blocking=timeout is not None, timeout=timeout)
+    if got:
+        handle.ensure_held()  # a real node, not a stale hold whose node is gone
+        handle.release()
+    return got
+
+
+def free_for_others(handle_factory):
+    """Whether another owner (a thread of its own) takes ``handle_factory()`` at once."""
+    return in_thread(lambda: take_and_give_back(handle_factory()))
+
+
 def hold(name: str, thread: str, *, shared: bool = False, task=None, using: str = "default") -> HeldInThread:
     """``name`` held by a thread called ``thread`` (optionally as a Celery task (id, name))."""
     t = HeldInThread(zk_lock(name, shared=shared, timeout=30, using=using), name=thread, task=task)

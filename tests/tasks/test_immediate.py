@@ -4,6 +4,7 @@ import threading
 
 import pytest
 
+from tests.support.threads import free_for_others
 from tests.tasks.conftest import REQUIRES, wait_for
 
 pytestmark = [pytest.mark.zk, pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
@@ -152,17 +153,7 @@ def test_an_exception_as_the_record_goes_still_releases_the_lock(djtasks):
         except Interrupted:
             pass  # or recorded as the task's failure, as the backend chooses
     assert len(seen) == 1 and [r[0] for r in djtasks.RUNS] == ["unique:8"]
-
-    def take_elsewhere():
-        lock = zk_lock("unique:8", blocking=False)
-        if lock.acquire():
-            lock.release(wait=True)
-            return True
-        return False
-
-    threads, out = in_threads(take_elsewhere)
-    threads[0].join(20)
-    assert out == [True]
+    assert free_for_others(lambda: zk_lock("unique:8")) is True
 
 
 ENQUEUE_POINTS = [
@@ -207,19 +198,8 @@ def test_an_exception_around_the_enqueue_lock_lets_it_go(djtasks, point):
             pass
     assert len(seen) >= nth
     assert runner.enqueuing.get() is None
-
-    def free(name: str) -> bool:
-        lock = zk_lock(name, blocking=False)
-        if lock.acquire():
-            lock.release(wait=True)
-            return True
-        return False
-
-    names = [f"unique:{key}", markers.enqueue_lock_name(f"unique:{key}")]
-    threads, out = in_threads(*[lambda n=n: free(n) for n in names])
-    for t in threads:
-        t.join(20)
-    assert out == [True, True]
+    for name in (f"unique:{key}", markers.enqueue_lock_name(f"unique:{key}")):
+        assert free_for_others(lambda n=name: zk_lock(n)) is True, name
 
 
 def test_a_newline_in_a_forged_records_task_id_forges_no_log_line(djtasks, caplog):
