@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from . import forking
+from .client import interrupts
 
 _thread_local = threading.local()
 _numbers = itertools.count(1)
@@ -75,7 +76,7 @@ def current_owner() -> object:
     owner = _owner_var.get()
     if owner is not None:
         return owner
-    if asyncio._get_running_loop() is not None:
+    if interrupts.running_loop() is not None:
         task = asyncio.current_task()
         if task is not None:
             return _task_owner(task)
@@ -119,7 +120,7 @@ def releasing_for() -> object | None:
     holder's hold. Never for a release run as a named owner (``release_async`` of a child task runs its release in
     a thread acting as that child). A task releases for the holder only through a coroutine the holder created
     (``__aexit__``, ``release_async``)."""
-    if asyncio._get_running_loop() is not None or _owner_var.get() is not None:
+    if interrupts.running_loop() is not None or _owner_var.get() is not None:
         return None
     attempted = _attempted_by.get()
     if attempted is not None and (attempted is current_owner() or getattr(attempted, "task_name", None) is not None):

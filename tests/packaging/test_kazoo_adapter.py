@@ -1,16 +1,22 @@
-"""kazoo's private names are used in zklocks/client/kazoo_adapter/ only, and each one there is declared in its
-PRIVATE (which the self-check, compat.py, checks against the installed kazoo)."""
+"""kazoo's private names, its wire modules and the callables it runs on its connection thread are used in
+zklocks/client/kazoo_adapter/ only or declared there (PRIVATE, which the self-check, compat.py, checks against the
+installed kazoo; CONNECTION_THREAD); CPython's internals are used in zklocks/client/interrupts.py only."""
 
 import ast
 from pathlib import Path
 
-from zklocks.client.kazoo_adapter import NAMES, PRIVATE, RECORD
+import kazoo
+
+from zklocks.client import interrupts
+from zklocks.client.kazoo_adapter import CONNECTION_THREAD, NAMES, PRIVATE, RECORD
 
 ROOT = Path(__file__).resolve().parents[2] / "zklocks"
 ADAPTER = ROOT / "client" / "kazoo_adapter"
-OUTSIDE = ("testing",)  # the test servers' own helpers; not part of the adapter's contract
-# Names with an underscore that the adapter uses and are no kazoo private: namedtuple's own API.
-ALLOWED = frozenset({"_fields"})
+# Names with an underscore that are no kazoo private: namedtuple's own API.
+ALLOWED = frozenset({"_fields", "_make", "_replace", "_asdict"})
+# kazoo's modules of wire formats, connections and result internals: imported by the adapter only.
+WIRE_MODULES = {"kazoo.protocol.serialization", "kazoo.protocol.connection", "kazoo.handlers.utils"}
+CPYTHON_INTERNALS = {*interrupts.RLOCK_INTERNALS, *interrupts.EVENT_INTERNALS, *interrupts.ASYNCIO_INTERNALS}
 ATTRIBUTE_CALLS = {"getattr", "setattr", "hasattr", "delattr"}
 BUILT_BY_POSITION = {p.name for p in PRIVATE if any(c.kind == RECORD for c in p.checks)}
 
@@ -51,15 +57,141 @@ def _records_built(tree: ast.AST):
             yield node.lineno, node.func.id
 
 
-def test_no_module_outside_the_adapter_names_a_kazoo_private():
-    found = []
+def _private_names_defined(under: Path) -> set[str]:
+    """Every non-dunder ``_name`` the modules under ``under`` define: functions, classes, module globals, and
+    attributes set on self or cls."""
+    names: set[str] = set()
+    for _, tree in _modules(under):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _outside_the_adapter():
     for path, tree in _modules(ROOT):
-        relative = path.relative_to(ROOT)
-        if path.is_relative_to(ADAPTER) or relative.parts[0] in OUTSIDE:
-            continue
-        found += [f"{relative}:{line}: {name}" for line, name in _attributes(tree) if name in NAMES]
+        if not path.is_relative_to(ADAPTER):
+            yield path.relative_to(ROOT), tree
+
+
+def test_no_module_outside_the_adapter_names_a_kazoo_private():
+    # Any private name of the installed kazoo, declared or not, unless zklocks defines the same name itself.
+    kazoo_private = _private_names_defined(Path(kazoo.__file__).parent)
+    foreign = (kazoo_private | NAMES) - (_private_names_defined(ROOT) - NAMES) - ALLOWED
+    found = []
+    for relative, tree in _outside_the_adapter():
+        found += [f"{relative}:{line}: {name}" for line, name in _attributes(tree) if name in foreign]
         found += [f"{relative}:{line}: {name}(...) built by position" for line, name in _records_built(tree)]
     assert not found, "use zklocks.client.kazoo_adapter instead:\n" + "\n".join(found)
+
+
+def _imported_modules(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            yield node.lineno, node.module
+        elif isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+
+
+def test_kazoo_wire_modules_are_imported_by_the_adapter_only():
+    found = [
+        f"{relative}:{line}: {module}"
+        for relative, tree in _outside_the_adapter()
+        for line, module in _imported_modules(tree)
+        if module in WIRE_MODULES
+    ]
+    assert not found, "use zklocks.client.kazoo_adapter instead:\n" + "\n".join(found)
+
+
+class _ConnectionThreadShapes(ast.NodeVisitor):
+    """``module:qualname`` of each callable kazoo runs on its connection thread, found by its shape: an object it
+    answers (``set`` and ``set_exception``), a request record (``serialize`` and ``deserialize``), a subclass of a
+    kazoo class (a handler), a hook given to ``wrap_connection``, a state listener, a ``logger=``."""
+
+    def __init__(self, module: str, tree: ast.AST) -> None:
+        self.module, self.scope, self.found = module, [], {}
+        self.kazoo_names = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("kazoo")
+            for alias in node.names
+        }
+        self.visit(tree)
+
+    def _note(self, qualname: str, line: int) -> None:
+        self.found[f"{self.module}:{qualname}"] = line
+
+    def _scoped(self, node) -> None:
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        methods = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+        bases = {b.id for b in node.bases if isinstance(b, ast.Name)}
+        answered = {"set", "set_exception"} <= methods or {"serialize", "deserialize"} <= methods
+        if answered or bases & self.kazoo_names:
+            self._note(".".join([*self.scope, node.name]), node.lineno)
+        self._scoped(node)
+
+    visit_FunctionDef = visit_AsyncFunctionDef = _scoped
+
+    def visit_Call(self, node: ast.Call) -> None:
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        hooks = [k.value for k in node.keywords] if called == "wrap_connection" else []
+        hooks += node.args if called == "add_listener" else []
+        hooks += [k.value.func for k in node.keywords if k.arg == "logger" and isinstance(k.value, ast.Call)]
+        for hook in hooks:
+            if isinstance(hook, ast.Name) and hook.id[:1].islower():
+                self._note(".".join([*self.scope, hook.id]), node.lineno)  # a function defined in this scope
+            elif isinstance(hook, ast.Name):
+                self._note(f"<class {hook.id}>", node.lineno)  # an instance of that class
+            elif isinstance(hook, ast.Attribute):
+                self._note(".".join([*self.scope[:-1], hook.attr]), node.lineno)  # self.<method>
+        self.generic_visit(node)
+
+
+def _connection_thread_callables() -> dict[str, int]:
+    found: dict[str, int] = {}
+    for path, tree in _modules(ROOT):
+        found |= _ConnectionThreadShapes(str(path.relative_to(ROOT)), tree).found
+    return found
+
+
+def test_every_callable_kazoo_runs_on_its_connection_thread_is_declared():
+    declared = {c.where for c in CONNECTION_THREAD}
+    classes = {where.rsplit(":", 1)[1] for where in declared}
+    found = _connection_thread_callables()
+    undeclared = [
+        f"{where} (line {line})"
+        for where, line in found.items()
+        if where not in declared and not (where.endswith(">") and where.split("<class ")[1][:-1] in classes)
+    ]
+    assert not undeclared, "declare these in kazoo_adapter.CONNECTION_THREAD:\n" + "\n".join(undeclared)
+    # Each declared one is there (and those the shapes above cannot see, by name).
+    for where in declared:
+        module, qualname = where.split(":")
+        tree = ast.parse((ROOT / module).read_text())
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert set(qualname.split(".")) <= defined, f"{where} is declared but not defined"
+
+
+def test_cpython_internals_are_used_in_interrupts_only():
+    found = [
+        f"{relative}:{line}: {name}"
+        for relative, tree in _outside_the_adapter()
+        if str(relative) != "client/interrupts.py"
+        for line, name in _attributes(tree)
+        if name in CPYTHON_INTERNALS
+    ]
+    assert not found, "use zklocks.client.interrupts instead:\n" + "\n".join(found)
 
 
 def test_every_private_name_the_adapter_uses_is_declared():

@@ -105,3 +105,44 @@ def test_a_connection_without_its_wake_socket_or_a_kazoo_without_its_close_is_re
     message = str(caught.value)
     assert "ConnectionHandler no longer sets self._write_sock (the signal-safe send" in message
     assert "kazoo.protocol.serialization.CloseInstance is missing" in message
+
+
+def test_a_kazoo_whose_wire_helpers_changed_is_refused(monkeypatch):
+    import struct
+
+    from kazoo.protocol import serialization
+
+    # multiRead reads a node's stat and a count with kazoo's structs, and its answers by their opcodes.
+    monkeypatch.setattr(serialization, "stat_struct", struct.Struct("!qqqqiiiqii"))
+    monkeypatch.setattr(serialization.GetData, "type", 40)
+    monkeypatch.delattr(serialization, "read_string")
+    with pytest.raises(ZkConfigError) as caught:
+        kazoo_compat.verify(ConnectionHandler, KazooClient)
+    message = str(caught.value)
+    assert "stat_struct is not a struct of '!qqqqiiiqiiq'" in message
+    assert "GetData is not opcode 4" in message
+    assert "kazoo.protocol.serialization.read_string is missing" in message
+
+
+def test_a_connection_that_no_longer_answers_through_set_is_refused():
+    class Renamed(ConnectionHandler):
+        def _read_response(self, header, buffer, offset):
+            return None  # a kazoo that hands answers to its results another way
+
+    with pytest.raises(ZkConfigError) as caught:
+        kazoo_compat.verify(Renamed)
+    message = str(caught.value)
+    assert "Renamed._read_response no longer uses .set (a release's outcome would never be told)" in message
+    assert "no longer uses .deserialize" in message
+
+
+def test_a_result_class_with_another_constructor_is_refused(monkeypatch):
+    from kazoo.handlers import utils
+
+    class Result(utils.AsyncResult):
+        def __init__(self, handler, condition_factory, timeout_factory, name=""):
+            super().__init__(handler, condition_factory, timeout_factory)
+
+    monkeypatch.setattr(kazoo_compat, "AsyncResult", Result)
+    with pytest.raises(ZkConfigError, match=r"Result\.__init__ has the signature .*name=''.*signal-safe condition"):
+        kazoo_compat.verify(ConnectionHandler, KazooClient)

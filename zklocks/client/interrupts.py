@@ -11,6 +11,8 @@ lock taken that another thread needs: :class:`SafeCondition` and :class:`SafeEve
 from __future__ import annotations
 
 import _thread
+import asyncio
+import contextlib
 import signal
 import threading
 from types import BuiltinFunctionType, CodeType
@@ -162,6 +164,33 @@ class SafeEvent(threading.Event):
 # signal handler's exception can land in (system check zklocks.W062 says so).
 RLOCK_INTERNALS = ("_is_owned", "_release_save", "_acquire_restore", "_recursion_count", "_at_fork_reinit")
 EVENT_INTERNALS = ("_flag", "_cond")
+
+
+# asyncio's: whether a loop runs in this thread, without the exception of get_running_loop (on every acquire);
+# a task's cancellation requested but not yet thrown into its coroutine (the C Task has it read-only).
+ASYNCIO_INTERNALS = ("_get_running_loop", "_must_cancel")
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, or None."""
+    getter = getattr(asyncio, "_get_running_loop", None)
+    if getter is not None:
+        return getter()
+    try:  # the fallback where it is gone: the same answer, at the cost of an exception without a loop
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def cancel_pending(task: asyncio.Task) -> bool:
+    """Whether ``task`` has a cancellation requested that has not reached its coroutine yet (False if unknown)."""
+    return bool(getattr(task, "_must_cancel", False))
+
+
+def drop_pending_cancel(task: asyncio.Task) -> None:
+    """Withdraw that cancellation, where the task lets us (Python < 3.13's ``uncancel`` leaves it pending)."""
+    with contextlib.suppress(AttributeError):
+        setattr(task, "_must_cancel", False)  # noqa: B010
 
 
 def cpython_internals_missing() -> list[str]:

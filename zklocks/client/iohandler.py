@@ -23,9 +23,9 @@ import threading
 from typing import Any
 
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
-from kazoo.handlers.utils import AsyncResult, fileobj_to_fd
 
 from .interrupts import new_condition, new_event
+from .kazoo_adapter.calls import AsyncResult, fileobj_to_fd, new_async_result
 
 HAS_POLL = hasattr(_select, "poll")  # Windows has neither poll(2) nor its constants
 _READ = getattr(_select, "POLLIN", 0x1)  # as select(2): urgent data is no reason to wake
@@ -79,7 +79,7 @@ class PollingHandler(SequentialThreadingHandler):
     # Results and Events that a signal handler's exception, landing in the main thread's wait, cannot leave locked
     # for kazoo's threads (interrupts.py).
     def async_result(self) -> AsyncResult:
-        return AsyncResult(self, new_condition, KazooTimeoutError)
+        return new_async_result(self, new_condition, KazooTimeoutError)
 
     def event_object(self) -> threading.Event:
         return new_event()

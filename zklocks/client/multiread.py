@@ -20,24 +20,14 @@ The namespace may hold anything (an open alias, a hostile client), so every requ
 from __future__ import annotations
 
 import weakref
-from collections import deque, namedtuple
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import EXCEPTIONS, NoNodeError, UnimplementedError
-from kazoo.protocol.serialization import (
-    GetChildren,
-    GetData,
-    MultiHeader,
-    ZnodeStat,
-    int_struct,
-    multiheader_struct,
-    read_buffer,
-    read_string,
-    stat_struct,
-)
+from kazoo.exceptions import NoNodeError, UnimplementedError
 
-from .kazoo_adapter.calls import children_request, data_request, operation_header, send
+from .kazoo_adapter.calls import children_request, data_request, send
+from .kazoo_adapter.wire import STAT_BYTES, MultiRead
 
 DATA, CHILDREN = "data", "children"
 BATCH = 64  # most reads per request (nodes of zklocks' own hold about 1 KB; as fast as 200 per request here)
@@ -49,45 +39,6 @@ SINGLES = 32  # single reads outstanding at once, against a server without multi
 _OP_BYTES = 16  # a read's own bytes in a request besides its path
 _UNSUPPORTED = (UnimplementedError,)  # what a server older than 3.6 answers to an unknown opcode
 multiread_support: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # client -> bool
-
-
-class MultiRead(namedtuple("MultiRead", "operations")):
-    """The multiRead request: like a transaction, but of reads, each answered on its own."""
-
-    type = 22
-
-    def serialize(self) -> bytearray:
-        b = bytearray()
-        for op in self.operations:
-            b.extend(operation_header(op.type).serialize() + op.serialize())
-        return b + multiheader_struct.pack(-1, True, -1)
-
-    @classmethod
-    def deserialize(cls, buf, offset) -> list[Any]:
-        results: list[Any] = []
-        while True:
-            header, offset = MultiHeader.deserialize(buf, offset)
-            if header.done:
-                return results
-            if header.type == GetData.type:
-                data, offset = read_buffer(buf, offset)
-                stat = ZnodeStat._make(stat_struct.unpack_from(buf, offset))
-                offset += stat_struct.size
-                results.append((data, stat))
-            elif header.type == GetChildren.type:
-                count = int_struct.unpack_from(buf, offset)[0]
-                offset += int_struct.size
-                children = []
-                for _ in range(max(count, 0)):
-                    child, offset = read_string(buf, offset)
-                    children.append(child)
-                results.append(children)
-            elif header.type == -1:
-                err = int_struct.unpack_from(buf, offset)[0]
-                offset += int_struct.size
-                results.append(EXCEPTIONS[err]())
-            else:
-                raise ValueError(f"unexpected multiRead result type {header.type}")
 
 
 def _op(client, kind: str, path: str):
@@ -166,7 +117,7 @@ def _cut(answer: Any, keep: int | None) -> Any:
 def _size(answer: Any) -> int:
     """About how many bytes a read's answer took (at least 1)."""
     if isinstance(answer, tuple):
-        return len(answer[0] or b"") + stat_struct.size
+        return len(answer[0] or b"") + STAT_BYTES
     if isinstance(answer, list):
         return 4 + sum(len(child) + 4 for child in answer)
     return 16

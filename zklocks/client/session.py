@@ -27,7 +27,6 @@ from typing import Any, Protocol
 
 from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.serialization import Connect
 from kazoo.protocol.states import KazooState, KeeperState
 
 from .. import conf
@@ -36,7 +35,7 @@ from . import abandoned, clock, lease, observe, worker_threads
 from .interrupts import new_event, raised_by_signal_handler, unmasked
 from .iohandler import DEFAULT_HANDLER, readable_now
 from .kazoo_adapter import compat as kazoo_compat
-from .kazoo_adapter.calls import connection_socket
+from .kazoo_adapter.calls import connection_socket, is_handshake
 from .kazoo_adapter.hooks import raise_through_wakeup, read_without_select, refuse_writes, send_close, wrap_connection
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
 from .kazoolog import KazooLog
@@ -177,7 +176,7 @@ class Session:
             return header, buf, offset
 
         def invoke(orig_invoke, timeout, request, xid=None):
-            if not isinstance(request, Connect):
+            if not is_handshake(request):
                 return orig_invoke(timeout, request, xid)
             # The connect handshake: kazoo reports CONNECTED (and our waiters go on) before its _connect returns,
             # so the new connection's lease is settled here, as soon as the answer is read.

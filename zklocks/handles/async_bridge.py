@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .. import forking
+from ..client import interrupts
 from ..exceptions import LockTimeout, SyncLockInEventLoop
 from ..owners import owner_context
 
@@ -61,7 +62,7 @@ def refuse_in_event_loop(handle) -> None:
     """Raise SyncLockInEventLoop if this thread runs an event loop: a blocking acquire would stop the loop, and
     wait forever for a holder that is a coroutine of that loop. (Async acquires call ``_acquire`` in a thread of
     their own pool, where no loop runs.)"""
-    if asyncio._get_running_loop() is not None:
+    if interrupts.running_loop() is not None:
         what, _ = handle.describe()
         raise SyncLockInEventLoop(
             f"{what} (alias {handle.using!r}): a blocking acquire on the thread of a running event loop would stop "

@@ -20,7 +20,7 @@ from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
 from .. import owners, signals
-from ..client import observe, worker_threads
+from ..client import interrupts, observe, worker_threads
 from ..client.deadline import Deadline
 from ..client.pools import connections
 from ..exceptions import (
@@ -512,7 +512,7 @@ class BaseHandle(Acquirable):
             return None
         task = fired.task
         assert task is not None  # noqa: S101 - cancel_sent is only set with a task
-        pending = getattr(task, "_must_cancel", False)  # requested, not yet thrown into the body
+        pending = interrupts.cancel_pending(task)  # requested, not yet thrown into the body
         remaining = task.uncancel()
         if exc_type is not None and issubclass(exc_type, asyncio.CancelledError):
             return None if remaining > 0 else fired.lost_error()
@@ -520,8 +520,7 @@ class BaseHandle(Acquirable):
             # The body ended before the cancellation reached it: it must not reach the caller's code either.
             if remaining == 0:
                 # Python < 3.13: uncancel() leaves it pending. The C Task refuses the write: the release goes on.
-                with contextlib.suppress(AttributeError):
-                    setattr(task, "_must_cancel", False)  # noqa: B010
+                interrupts.drop_pending_cancel(task)
             return None
         # The body caught the cancellation and ended normally: the caller still learns that the lock was lost.
         return fired.lost_error() if remaining == 0 else None

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import owners
-from ..client import clock
+from ..client import clock, interrupts
 from ..exceptions import LockLost
 
 log = logging.getLogger("zklocks")
@@ -149,7 +149,7 @@ class Stopper:
         self.task: asyncio.Task | None = None
         self.cancel_sent = False
         self._terminate = terminate
-        if mode == "cancel" and asyncio._get_running_loop() is not None:
+        if mode == "cancel" and interrupts.running_loop() is not None:
             self.task = asyncio.current_task()
             if self.task is not None:
                 self.loop = self.task.get_loop()

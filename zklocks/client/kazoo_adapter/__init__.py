@@ -4,11 +4,14 @@ fails if another module names one of kazoo's private names).
 - hooks.py: what each session installs on its client and its connection: the lease's view of the traffic, the
   short read path, the signal-safe send, the refusal of writes on a READ_ONLY alias; and the skipped close.
 - calls.py: the calls other modules make instead of naming a private attribute, and the records built by position.
+- wire.py: zklocks' own request record (multiRead), written and read with kazoo's serialization helpers.
 - compat.py: the self-check of the installed kazoo (before the first session, and system check zklocks.E060).
 
 :data:`PRIVATE` declares each name: its owner, what in zklocks depends on it, the public kazoo API that would
-replace it, and how compat.py checks it; and kazoo's records that zklocks builds by position or reads by field.
-docs/compatibility.md lists them.
+replace it, and how compat.py checks it; kazoo's records and serialization helpers that zklocks builds by position
+or reads by field; and the duck contracts of the objects zklocks hands to kazoo's connection thread.
+:data:`CONNECTION_THREAD` lists each zklocks callable that kazoo runs on its connection thread, where an exception
+would end its loop. docs/compatibility.md lists both.
 """
 
 from __future__ import annotations
@@ -19,28 +22,30 @@ from typing import Any, NamedTuple
 SIGNATURE = "signature"  # a method of the owner, with this signature
 SET_ON_SELF = "set on self"  # an attribute some method of the owner sets on self
 THROUGH_SELF = "through self"  # the owner's method ``caller`` uses self.<name> (and unpacks the result)
-ON_CLIENT = "on client"  # ConnectionHandler's method ``caller`` uses <client>.<name>
+USED_IN = "used in"  # ConnectionHandler's method ``caller`` uses .<name> (of the client, a request or a result)
 FIELDS = "fields"  # a record with at least these fields (read by name)
 RECORD = "record"  # a record of exactly these fields, in this order (built by position)
 EXISTS = "exists"  # a module-level object of kazoo.protocol.serialization
+STRUCT = "struct"  # a struct.Struct of kazoo.protocol.serialization with this format
+OPCODE = "opcode"  # a record whose ``type`` (its opcode on the wire) is this number
 
 
 class Check(NamedTuple):
     kind: str
-    detail: Any = None  # the signature; the fields; for THROUGH_SELF and ON_CLIENT, the calling method
-    lost: str = ""  # THROUGH_SELF, ON_CLIENT: what is lost if the caller stops using it
+    detail: Any = None  # the signature; the fields; the format; the opcode; for THROUGH_SELF and USED_IN, the caller
+    lost: str = ""  # THROUGH_SELF, USED_IN: what is lost if the caller stops using it
     unpacked: int | None = None  # THROUGH_SELF: the length of the tuple the result is unpacked into
 
 
 class Private(NamedTuple):
-    owner: str  # ConnectionHandler, KazooClient, or serialization (the module kazoo.protocol.serialization)
+    owner: str  # ConnectionHandler, KazooClient, AsyncResult, or serialization (kazoo.protocol.serialization)
     name: str
     needs: str  # what in zklocks depends on it
     public: str  # the public kazoo API that would replace it (none of these exists in kazoo 2.11)
     checks: tuple[Check, ...]
 
 
-_CONN, _CLIENT, _WIRE = "ConnectionHandler", "KazooClient", "serialization"
+_CONN, _CLIENT, _RESULT, _WIRE = "ConnectionHandler", "KazooClient", "AsyncResult", "serialization"
 _SHORT = "the short read path would read another socket than kazoo"
 _SEND = "a public send of a request record"
 
@@ -84,23 +89,44 @@ PRIVATE: tuple[Private, ...] = (
                 Check(SIGNATURE, "(self, path, value, acl, flags, trailing=False, include_data=False)"),)),
     Private(_CLIENT, "_queue", "the loop driver's gate counts it; the signal-safe send and the close queue on it",
             "a count of the requests not yet answered; " + _SEND, (
-                Check(SET_ON_SELF), Check(ON_CLIENT, "_send_request", "the gate would not see queued requests"))),
+                Check(SET_ON_SELF), Check(USED_IN, "_send_request", "the gate would not see queued requests"))),
     Private(_CLIENT, "_pending", "the loop driver's gate counts it",
             "a count of the requests not yet answered", (
-                Check(SET_ON_SELF), Check(ON_CLIENT, "_send_request", "the gate would not see requests in flight"))),
+                Check(SET_ON_SELF), Check(USED_IN, "_send_request", "the gate would not see requests in flight"))),
+    Private(_RESULT, "__init__", "each session's handler builds kazoo's results with a signal-safe condition "
+            "(iohandler.py)", "-", (Check(SIGNATURE, "(self, handler, condition_factory, timeout_factory)"),)),
+    # Duck contracts of what zklocks hands to the connection thread (recipes/node.py's release outcome, wire.py).
+    Private(_CONN, "set", "a request's result object gets its answer (node.py's _DeleteOutcome)", "-",
+            (Check(USED_IN, "_read_response", "a release's outcome would never be told"),)),
+    Private(_CONN, "set_exception", "a request's result object gets its error (node.py's _DeleteOutcome)", "-",
+            (Check(USED_IN, "_read_response", "a failed release would never be told"),)),
+    Private(_CONN, "serialize", "a request record writes itself (wire.MultiRead)", "a multiRead call",
+            (Check(USED_IN, "_submit", "multiRead would go out garbled"),)),
+    Private(_CONN, "deserialize", "a request record reads its own answer (wire.MultiRead)", "a multiRead call",
+            (Check(USED_IN, "_read_response", "multiRead's answers would be misread"),)),
     # kazoo.protocol.serialization: public records, built by position (RECORD) or read by field (FIELDS)
     Private(_WIRE, "CloseInstance", "the close a cut-short stop skipped is queued as it", "a stop that can resume",
             (Check(EXISTS),)),
-    Private(_WIRE, "Connect", "the lease reads the negotiated timeout and the session id", "-",
-            (Check(FIELDS, ("time_out", "session_id")),)),
+    Private(_WIRE, "Connect", "the lease reads the negotiated timeout, the session id and read-only", "-",
+            (Check(FIELDS, ("time_out", "session_id", "read_only")),)),
     Private(_WIRE, "ReplyHeader", "the lease reads every answer's header", "-",
             (Check(FIELDS, ("xid", "zxid", "err")),)),
     Private(_WIRE, "MultiHeader", "multiRead builds and reads it", "a multiRead call",
             (Check(RECORD, ("type", "done", "err")),)),
-    Private(_WIRE, "GetData", "multiRead builds it", "a multiRead call",
-            (Check(RECORD, ("path", "watcher")),)),
+    Private(_WIRE, "GetData", "multiRead builds it and reads its answers by its opcode", "a multiRead call",
+            (Check(RECORD, ("path", "watcher")), Check(OPCODE, 4))),
     Private(_WIRE, "GetChildren", "multiRead and the listing of a lock node build it", _SEND,
-            (Check(RECORD, ("path", "watcher")),)),
+            (Check(RECORD, ("path", "watcher")), Check(OPCODE, 8))),
+    Private(_WIRE, "ZnodeStat", "multiRead reads a node's stat by position", "a multiRead call",
+            (Check(RECORD, ("czxid", "mzxid", "ctime", "mtime", "version", "cversion", "aversion",
+                            "ephemeralOwner", "dataLength", "numChildren", "pzxid")),)),
+    Private(_WIRE, "int_struct", "multiRead reads counts and errors", "a multiRead call", (Check(STRUCT, "!i"),)),
+    Private(_WIRE, "multiheader_struct", "multiRead ends its request", "a multiRead call",
+            (Check(STRUCT, "!iBi"),)),
+    Private(_WIRE, "stat_struct", "multiRead reads a node's stat", "a multiRead call",
+            (Check(STRUCT, "!qqqqiiiqiiq"),)),
+    Private(_WIRE, "read_buffer", "multiRead reads a node's data", "a multiRead call", (Check(EXISTS),)),
+    Private(_WIRE, "read_string", "multiRead reads a child's name", "a multiRead call", (Check(EXISTS),)),
     Private(_WIRE, "Sync", "the synced reads build it", _SEND,
             (Check(RECORD, ("path",)),)),
     Private(_WIRE, "Exists", "the synced reads and the watch on a held node build it", _SEND,
@@ -114,5 +140,36 @@ PRIVATE: tuple[Private, ...] = (
 )
 # fmt: on
 
-# The private names (the records are kazoo's public classes).
-NAMES = frozenset(p.name for p in PRIVATE if p.name.startswith("_"))
+# The private names (the records, helpers and duck contracts are public names).
+NAMES = frozenset(p.name for p in PRIVATE if p.name.startswith("_") and not p.name.startswith("__"))
+
+
+class Callback(NamedTuple):
+    where: str  # the zklocks callable: module (under zklocks/) and qualified name
+    called_by: str  # the kazoo code that calls it on its connection thread
+    how: str  # what keeps that thread's loop alive
+
+
+# Every zklocks callable that kazoo runs on its connection thread (tests/packaging/test_kazoo_adapter.py finds
+# them by shape and fails on one not listed). None may block; an exception it lets out would end kazoo's loop.
+# fmt: off
+CONNECTION_THREAD: tuple[Callback, ...] = (
+    Callback("client/session.py:Session._instrument.submit", "ConnectionHandler._submit (hooks.wrap_connection)",
+             "records a time; calls kazoo's own on"),
+    Callback("client/session.py:Session._instrument.read_header", "ConnectionHandler._read_header",
+             "records a time and an answer; no I/O of its own"),
+    Callback("client/session.py:Session._instrument.invoke", "ConnectionHandler._invoke (the handshake)",
+             "settles the lease; arms the keeper without waiting"),
+    Callback("client/session.py:Session._on_state", "KazooClient's state listeners (add_listener)",
+             "sets events and wakes waiters; observers are guarded (observe.py)"),
+    Callback("recipes/node.py:_DeleteOutcome", "ConnectionHandler._read_response (set, set_exception)",
+             "hands a failure to the worker thread, under a guard"),
+    Callback("client/kazoo_adapter/wire.py:MultiRead", "ConnectionHandler._submit, _read_response",
+             "(de)serializes only; a malformed answer raises as kazoo's own records do"),
+    Callback("client/kazoolog.py:KazooLog", "kazoo's logging calls (logger=)",
+             "notes why an attempt failed and logs with the secrets masked"),
+    Callback("client/iohandler.py:PollingHandler", "ConnectionHandler (select, async_result, event_object)",
+             "poll(2) with kazoo's select contract"),
+    Callback("client/interrupts.py:SafeCondition", "AsyncResult.set, inside every answer", "takes its lock in C"),
+)
+# fmt: on

@@ -6,7 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.protocol.serialization import Delete, Exists, GetChildren, GetData, MultiHeader, SetData, Sync, Transaction
+from kazoo.handlers.utils import AsyncResult, fileobj_to_fd
+from kazoo.protocol.serialization import (
+    Connect,
+    Delete,
+    Exists,
+    GetChildren,
+    GetData,
+    MultiHeader,
+    SetData,
+    Sync,
+    Transaction,
+)
+
+__all__ = ["AsyncResult", "fileobj_to_fd"]  # kazoo's own, for the I/O handler (kazoo.handlers.utils)
 
 _EPHEMERAL_SEQUENTIAL = 1 | 2  # kazoo's create flags
 
@@ -31,6 +44,16 @@ def unanswered(client: KazooClient) -> int:
 def connection_socket(client: Any) -> Any:
     """The socket of the client's connection, or None."""
     return getattr(getattr(client, "_connection", None), "_socket", None)
+
+
+def new_async_result(handler: Any, condition_factory: Any, timeout_factory: Any) -> AsyncResult:
+    """kazoo's AsyncResult with the handler's own condition factory (built by position, as kazoo's handlers do)."""
+    return AsyncResult(handler, condition_factory, timeout_factory)
+
+
+def is_handshake(request: Any) -> bool:
+    """Whether a request the connection sends is the connect handshake (its answer: the negotiated timeout)."""
+    return isinstance(request, Connect)
 
 
 def sync_request(path: str) -> Sync:

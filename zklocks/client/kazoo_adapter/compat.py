@@ -17,11 +17,12 @@ from importlib import metadata
 from types import CodeType, ModuleType
 
 from kazoo.client import KazooClient
+from kazoo.handlers.utils import AsyncResult
 from kazoo.protocol import serialization
 from kazoo.protocol.connection import ConnectionHandler
 
 from ...exceptions import ZkConfigError
-from . import EXISTS, FIELDS, ON_CLIENT, PRIVATE, RECORD, SET_ON_SELF, SIGNATURE, THROUGH_SELF
+from . import EXISTS, FIELDS, OPCODE, PRIVATE, RECORD, SET_ON_SELF, SIGNATURE, STRUCT, THROUGH_SELF, USED_IN
 
 # The kazoo releases zklocks is tested with (noxfile.py's kazoo cells: the lowest and the highest); the same range
 # as pyproject.toml's dependency.
@@ -58,8 +59,8 @@ def _installed_version() -> str:
 
 def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization) -> list[str]:
     out: list[str] = []
-    owners = {"ConnectionHandler": conn_cls, "KazooClient": client_cls}
-    stored = {cls: _self_stores_of(cls) for cls in owners.values()}
+    owners = {"ConnectionHandler": conn_cls, "KazooClient": client_cls, "AsyncResult": AsyncResult}
+    stored = {cls: _self_stores_of(cls) for cls in (conn_cls, client_cls)}
     for entry in PRIVATE:
         name, why = entry.name, entry.needs
         cls = owners.get(entry.owner)
@@ -82,12 +83,16 @@ def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization
                         f"{cls.__name__}.{check.detail} no longer unpacks self.{name}(...) into {check.unpacked} "
                         f"values ({check.lost})"
                     )
-            elif check.kind == ON_CLIENT:
+            elif check.kind == USED_IN:
                 code = _code(conn_cls, check.detail)
                 if code is not None and name not in _all_names(code):
-                    out.append(f"{conn_cls.__name__}.{check.detail} no longer uses client.{name} ({check.lost})")
+                    out.append(f"{conn_cls.__name__}.{check.detail} no longer uses .{name} ({check.lost})")
             elif check.kind == EXISTS and getattr(wire, name, None) is None:
                 out.append(f"kazoo.protocol.serialization.{name} is missing ({why})")
+            elif check.kind == STRUCT and getattr(getattr(wire, name, None), "format", None) != check.detail:
+                out.append(f"kazoo.protocol.serialization.{name} is not a struct of {check.detail!r} ({why})")
+            elif check.kind == OPCODE and getattr(getattr(wire, name, None), "type", None) != check.detail:
+                out.append(f"kazoo.protocol.serialization.{name} is not opcode {check.detail} ({why})")
             elif check.kind in (FIELDS, RECORD):
                 out.extend(_record_problem(getattr(wire, name, None), name, check.kind, check.detail, why))
     return list(dict.fromkeys(out))
