@@ -142,7 +142,7 @@ class Demo:
         self.zk = ZkServer(tick_time=500, workdir=str(self.data / "zookeeper"))
         self.zk.spawn()
         self._write_pids()
-        self.zk.wait_serving(90)
+        self.zk.wait_ready(90)
         self.env["ZKLOCKS_HOSTS"] = self.zk.hosts
         self.say(f"ZooKeeper: started on {self.zk.hosts} (data in {self.zk.dir})")
 

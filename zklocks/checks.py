@@ -1,53 +1,9 @@
 """Django system checks for settings.ZKLOCKS and for lock decorators that name an unknown alias.
 
-Stable ids: zklocks.E001 (no/invalid ZKLOCKS), E002 (alias not a dict / bad alias key), E003 (HOSTS),
-E004 (NAMESPACE), E005 (SESSION_TIMEOUT), E006 (CONNECT_TIMEOUT), E007 (POOL_SIZE), E008 (AUTH),
-E009 (OPTIONS), E010 (READ_ACL), E011 (REAP_INTERVAL), E012 (decorator or task uses an unknown alias), E022
-(READ_ONLY not a bool), W008 (a decorator or task takes locks on a READ_ONLY alias), W009 (check --deploy: nodes
-the project's read-only identity may not read),
-W001 (unknown option), E013 (OPTIONS that KazooClient does not take, or that zklocks sets itself),
-E014 (ACL not a list of kazoo ACL entries), E016 (TICK_TIME), E085 (LOCK_DELAY), W085 (LOCK_DELAY under Curator's
-layout: every handoff is delayed), E040 (unknown LAYOUT), E041 (two aliases with
-different LAYOUTs on the same HOSTS and NAMESPACE), E042 (one alias's NAMESPACE inside another's on a shared
-server: see zklocks/ops/security_checks.py). Celery (see zklocks.celery.conf): E020, W020, E021, W021 (a task
-option that neither SingleExecutionTask nor Celery knows, e.g. ``lock_timout``), W022 (the tasks of a Celery app
-could not be loaded), W080 (a task with on_lost="terminate" that Celery requeues when its process ends:
-acks_late with reject_on_worker_lost); the de-duplication policies of a task: E100 (an invalid value), E101
-(share_running with lock_concurrency above 1), E102 (debounce with unique_queued), E103 (keep_lock_on_retry with
-lock_concurrency above 1), W100 (debounce whose latest call can be skipped), W101 (share_running with
-unique_queued). The checks load the tasks of the project's Celery apps first, as a worker does.
-
-Celery: E020/W020/E021 (ZKLOCKS_CELERY, task options; see celery/conf.py). Beat (ZKLOCKS_BEAT, checked when set):
-E030 (SCHEDULER is no importable Celery scheduler class), E031 (USING names no configured alias), E032 (not a dict,
-or ELECTION not a valid name), W030 (unknown key).
-
-Other settings (each checked when set): E050 (ZKLOCKS_HEALTH not a dict, its MAX_HOLD_SECONDS not a positive number,
-or its SHOW_LOCK_DETAILS not a bool or None), W050 (unknown key in ZKLOCKS_HEALTH), E051 (ZKLOCKS_TRACING not
-True/False), E052 (ZKLOCKS_METRICS not True/False), E053 (ZKLOCKS_METRICS_FAMILY neither a callable nor an
-importable dotted path to one; the metrics then run without the family label), E054 (ZKLOCKS_UNAVAILABLE_RETRY_AFTER
-not a whole number of seconds >= 0).
-
-Django's tasks framework (see zklocks/tasks/checks.py; checked when a backend of settings.TASKS is a
-SingleExecutionBackend): E110 (its OPTIONS are invalid: no wrapped BACKEND, OPTIONS not a dict, USING no configured
-alias), W110 (an unknown key in its OPTIONS), E111 (a task option is invalid, e.g. a lock_key naming a missing
-argument: the task was refused with InvalidTask), W111 (a ``tasks`` module of an installed app failed to import).
-
-The installed kazoo: E060 (a kazoo internal that zklocks relies on is missing, has another signature or is no
-longer called through ``self``, or a record has other fields: no session would start; see
-zklocks/client/kazoo_adapter/compat.py). The interpreter: W062 (a CPython internal of the signal-safe waits is
-missing: the standard library's Condition and Event are used instead; zklocks/client/interrupts.py).
-
-Deploy checks (``manage.py check --deploy``; they talk to ZooKeeper, so they never run on every command):
-E015 (the configured identity lacks rights on the namespace: every lock would fail with NoAuth),
-W002 (the namespace or a node below it has a weaker ACL than configured), W003 (the ACLs could not be checked),
-W007 (an alias others may write: AUTH="open", or an ACL granting world, ip: or a foreign digest; read from settings),
-W005 (a parent of the namespace lets another identity delete or create it), W006 (ZooKeeper hides the digest ids
-of a node from this identity, which the configured ACL gives ADMIN), E018 (the audit stopped at
-security.DEPLOY_LIMIT nodes: the rest was not checked),
-E017 (a server's tickTime or session bounds, read through the ``conf`` four-letter word, leave the lease's relay
-gap shorter than a tick: see zklocks/client/serverconf.py), W004 (the servers negotiate different session timeouts),
-W070 (with DEBUG off, zklocks' metrics view or a health view running the ZooKeeper check answers an anonymous
-request: see zklocks/ops/security_checks.py).
+Every id, what it reports and when it runs (``check --deploy`` for those that talk to ZooKeeper) is listed in
+docs/reference.md, "System checks"; the ids are stable. The Celery checks live in celery/conf.py, those of Django's
+tasks framework in tasks/checks.py, the kazoo self-check in client/kazoo_adapter/compat.py, the deploy checks'
+audits in ops/security_checks.py and ops/acl_audit.py: this module registers them all.
 """
 
 from __future__ import annotations

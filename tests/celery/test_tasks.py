@@ -24,7 +24,7 @@ from tests.support.celery_harness import new_key, running_workers
 from tests.support.helpers import assert_no_overlap, raw_client, wait_until
 from zklocks.names import join_path
 from zklocks.recipes import node_data
-from zklocks.recipes.layout import sort_contenders
+from zklocks.recipes.layout import KAZOO
 from zklocks.testing import expire_session
 
 pytestmark = pytest.mark.celery
@@ -122,7 +122,7 @@ def test_holder_data_names_the_task(celery_env):
         found = []
         for name in (f"rec:{key}", f"inner:{key}"):  # the task's lock, and a lock its body took
             parent = join_path(celery_env.namespace, name)
-            first = sort_contenders(client.get_children(parent))[0][2]
+            first = KAZOO.sort_contenders(client.get_children(parent))[0][2]
             found.append(node_data.parse(client.get(f"{parent}/{first}")[0]))
     finally:
         client.stop()

@@ -18,7 +18,7 @@ from tests.support.celery_app import (
 from tests.support.celery_harness import new_key, running_workers
 from tests.support.helpers import assert_no_overlap, wait_until
 from zklocks.names import join_path
-from zklocks.recipes.layout import sort_contenders
+from zklocks.recipes.layout import KAZOO
 from zklocks.testing import four_letter
 from zklocks.testing.proxy import TcpProxy
 
@@ -37,7 +37,7 @@ def celery_env(zk_server, redis_server, celery_app):
 
 
 def holder_node(client, namespace, name):
-    contenders = sort_contenders(client.get_children(join_path(namespace, name)))
+    contenders = KAZOO.sort_contenders(client.get_children(join_path(namespace, name)))
     return contenders[0][2] if contenders else None
 
 

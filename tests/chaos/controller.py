@@ -400,7 +400,7 @@ class ChaosRun:
 
     def fault_restart_ensemble(self) -> Fault:
         started = time.monotonic()
-        self.ensemble.restart_all()
+        self.ensemble.restart()
         self.ensemble.wait_quorum()
         ended = time.monotonic()
         return Fault("restart-ensemble", started, ended, {"down": round(ended - started, 2)})

@@ -19,7 +19,6 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 OPTION = "zklocks_catch_up"
-KINDS = ("skip", "once", "each", "window")
 MAX_TICKS = 10_000  # missed ticks counted at most (a 1 s entry down for almost three hours)
 
 

@@ -341,9 +341,5 @@ def beat_settings() -> dict[str, Any]:
     return _beat_cached()[0]
 
 
-def beat_problems() -> tuple[Problem, ...]:
-    return _beat_cached()[1]
-
-
 def reset_beat() -> None:
     _beat_cached.cache_clear()

@@ -54,10 +54,6 @@ def _put(pool: Pool, path: str, data: bytes, version: int | None):
     return bounded_call(pool, lambda s: s.client.set_async(path, data, version=version))
 
 
-def _delete(path: str, version: int):
-    return lambda s: s.client.delete_async(path, version=version)
-
-
 def delete_if_owned(using: str, name: str, marker: str, task_id: str) -> bool:
     """Delete the ``marker`` node of ``name`` if it names ``task_id``; True if it did."""
     pool = connections[using]

@@ -633,12 +633,6 @@ class Session:
         it, so the uncontended fast path keeps its request count."""
         return self.lease_remaining() <= 2 * self.renew_ahead()
 
-    def lease_refresh_limit(self, deadline: float | None) -> float:
-        """How long an acquire waits for that sync."""
-        if deadline is None:
-            return self.cfg.connect_timeout
-        return max(0.0, min(self.cfg.connect_timeout, deadline - time.monotonic()))
-
     # -- outages seen from a session that exists: a silent server, a server that refuses the session --
 
     def _watch(self) -> None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -30,8 +29,6 @@ from typing import Any
 from .. import owners
 from ..client import clock, interrupts
 from ..exceptions import LockLost
-
-log = logging.getLogger("zklocks")
 
 ON_LOST = ("notify", "cancel", "terminate")
 

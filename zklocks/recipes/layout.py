@@ -57,7 +57,6 @@ EXCLUSIVE = "__lock__"
 SHARED = "__rlock__"
 LEASE = "__lease__"
 ELECTION = "__elect__"  # an election is an exclusive queue of its own marker: the first candidate leads
-EXCLUSIVE_MARKERS = (EXCLUSIVE, ELECTION)
 # Persistent children zklocks itself creates below a lock node.
 MUTEX = "__mutex__"
 QUEUED = "__queued__"
@@ -71,7 +70,6 @@ INTERNAL_CHILDREN = (MUTEX,)
 _CONTENDER = re.compile(r"(__lock__|__rlock__|__elect__)(-?\d{10})$")
 _LEASE = re.compile(r"__lease__-?\d{10}$")
 _SEMAPHORE_CHILD = re.compile(r"^__mutex__$|__lease__-?\d{10}$")
-_SEQUENCE = re.compile(r"__(?:lock|rlock|lease|elect)__(-?\d{10})$")
 
 # A sequential child's suffix is its parent's child counter, a signed 32-bit int (docs/design.md §13). ZooKeeper 3.8
 # hands out 2147483647 once the counter is there and then keeps it there: every later child gets 2147483647
@@ -81,86 +79,9 @@ SEQUENCE_LIMIT = 2**31 - 1
 SEQUENCE_WARN = SEQUENCE_LIMIT - 2**24  # about 17 million creates before the limit: warn, look twice
 
 
-def marker(kind: Kind | str) -> str:
-    """The contender marker of a lock kind (a semaphore's internal queue is exclusive)."""
-    if kind == Kind.ELECTION:
-        return ELECTION
-    return SHARED if kind == Kind.SHARED else EXCLUSIVE
-
-
-def mode(marker_: str) -> str:
-    """How the read model names a contender: "exclusive", "shared", "election" or "lease"."""
-    return {EXCLUSIVE: Kind.EXCLUSIVE.value, SHARED: Kind.SHARED.value, ELECTION: Kind.ELECTION.value}.get(
-        marker_, "lease"
-    )
-
-
-def sort_contenders(children: list[str]) -> list[tuple[str, str, str]]:
-    """(sequence, marker, child) for every contender child, in queue order. Other children are ignored."""
-    out = []
-    for child in children:
-        m = _CONTENDER.search(child)
-        if m is not None:
-            out.append((m.group(2), m.group(1), child))
-    out.sort()
-    return out
-
-
-def sequence_of(child: str) -> int | None:
-    """The sequence number of a contender (or lease) child, None for other children."""
-    m = _SEQUENCE.search(child)
-    return None if m is None else int(m.group(1))
-
-
 def sequence_trusted(seq: int) -> bool:
     """Whether ZooKeeper can have given this suffix in creation order (below the stuck counter, not wrapped)."""
     return 0 <= seq < SEQUENCE_LIMIT
-
-
-def blockers_ahead(contenders: list[tuple[str, str, str]], own: str | None, marker_: str) -> list[str]:
-    """The children ahead of ``own`` (or of a new contender, for ``None``) that keep it waiting, in queue order:
-    every one for an exclusive contender (or an election candidate), the exclusive ones for a shared contender.
-    The last one is the single node to watch. Raises KeyError if ``own`` is not queued."""
-    ahead = []
-    for _, kind, child in contenders:
-        if child == own:
-            break
-        if marker_ != SHARED or kind != SHARED:
-            ahead.append(child)
-    else:
-        if own is not None:
-            raise KeyError(own)
-    return ahead
-
-
-def split_queue(order: list[tuple[str, str, str]]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
-    """Holders and waiters of a fair queue: shared contenders hold until the first exclusive one."""
-    holders = []
-    for idx, entry in enumerate(order):
-        if entry[1] in EXCLUSIVE_MARKERS:
-            if idx == 0:
-                holders.append(entry)
-            break
-        holders.append(entry)
-    return holders, order[len(holders) :]
-
-
-def leases(children: list[str]) -> list[str]:
-    """A semaphore's lease children, oldest first."""
-    return sorted((c for c in children if _LEASE.search(c)), key=lambda c: int(c.rsplit("__", 1)[1]))
-
-
-def is_semaphore_child(child: str) -> bool:
-    """A child only a semaphore puts below a lock node (its mutex or a lease)."""
-    return _SEMAPHORE_CHILD.search(child) is not None
-
-
-def child_path(lock_path: str, child: str) -> str:
-    return f"{lock_path}/{child}"
-
-
-def mutex_path(lock_path: str) -> str:
-    return f"{lock_path}/{MUTEX}"
 
 
 def queued_marker_path(lock_path: str) -> str:
@@ -262,7 +183,9 @@ class Layout:
         return out
 
     def blockers_ahead(self, contenders: list[tuple[str, str, str]], own: str | None, marker_: str) -> list[str]:
-        """As :func:`blockers_ahead`, for this layout's exclusive markers."""
+        """The children ahead of ``own`` (or of a new contender, for ``None``) that keep it waiting, in queue order:
+        every one for an exclusive contender (or an election candidate), the exclusive ones for a shared contender.
+        The last one is the single node to watch. Raises KeyError if ``own`` is not queued."""
         ahead = []
         for _, kind, child in contenders:
             if child == own:
@@ -311,25 +234,19 @@ class Layout:
         """A semaphore's leases among the children of :meth:`leases_path`, oldest first. Curator counts every
         child of ``leases/`` as a lease, and so does its layout."""
         if self.leases_child is None:
-            return leases(children)
+            return sorted((c for c in children if _LEASE.search(c)), key=lambda c: int(c.rsplit("__", 1)[1]))
         return sorted(children, key=lambda c: (self.sequence_of(c) is None, self.sequence_of(c) or 0, c))
 
     def is_semaphore_child(self, child: str) -> bool:
         """A child only a semaphore puts below a lock node (its mutex, its leases)."""
         if self.leases_child is None:
-            return is_semaphore_child(child)
+            return _SEMAPHORE_CHILD.search(child) is not None
         return child in (self.mutex, self.leases_child)
 
     @property
     def internal_children(self) -> tuple[str, ...]:
         """Persistent children of a lock node that the reaper removes when they are empty."""
         return (self.mutex,) if self.leases_child is None else (self.mutex, self.leases_child)
-
-    def latch_order(self, children: list[str]) -> list[str]:
-        """Election candidates in order: the first leads, each other one watches the one before it."""
-        pattern = re.compile(f"{re.escape(self.latch)}(-?\\d{{10}})$")
-        found = [(m.group(1), c) for c in children if (m := pattern.search(c)) is not None]
-        return [c for _, c in sorted(found)]
 
 
 KAZOO = Layout(

@@ -12,7 +12,6 @@ This module knows kazoo and paths, nothing of Django.
 from __future__ import annotations
 
 import functools
-import logging
 import time
 from collections.abc import Callable
 
@@ -50,8 +49,6 @@ from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
 from .recycle import recycle_steps
 from .step_runner import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
-
-log = logging.getLogger("zklocks")
 
 # How many nodes ahead a waiter finds gone, one after the other, before it reads the queue again instead of
 # walking back one round trip per node (a waiter whose predecessor gave up usually finds the next one there).

@@ -217,10 +217,6 @@ class ZkEnsemble(StartedInWith):
                 s.wipe()
         self.start(timeout)
 
-    def restart_all(self, timeout: float = 90.0) -> None:
-        """:meth:`restart` with the data kept."""
-        self.restart(timeout)
-
     def cleanup(self) -> None:
         for s in self.servers:
             s.stop()

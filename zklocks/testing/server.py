@@ -301,9 +301,6 @@ class ZkServer(StartedInWith):
         ``timeout`` or never will. The process is left as it is."""
         poll_until(self.ready, self.describe, f"{self.name} did not serve within {timeout:.0f}s", timeout)
 
-    def wait_serving(self, timeout: float = 60.0) -> None:
-        self.wait_ready(timeout)
-
     def _movable(self) -> bool:
         """Whether a failed start may move it to a fresh port: a standalone server on a port it picked (not one
         given, or set on ``.port``) that never served."""
