@@ -194,8 +194,8 @@ def check_kazoo(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
                 f"This Python lacks {', '.join(missing)}: zklocks waits on the standard library's Condition and "
                 "Event, where an exception raised by a signal handler (Celery's soft time limit, a SIGALRM "
                 "handler) can leave one of their locks taken.",
-                hint="Run a CPython that has them (3.12, 3.13, or a recent 3.11 release), or silence this where no "
-                "signal handler raises.",
+                hint="Run a CPython that has them (3.12, 3.13, or a recent 3.11 release; a later Python once zklocks "
+                "is tested on it), or silence this where no signal handler raises.",
                 id="zklocks.W062",
             )
         )
@@ -349,7 +349,7 @@ def check_beat_settings(app_configs=None, **kwargs) -> list[checks.CheckMessage]
     if raw is _UNSET:
         return messages
     configs = conf.get_config()[0]
-    values, problems = celery_conf.validate_beat(raw, frozenset(configs))
+    values, problems = celery_conf.validate_beat(raw, frozenset(configs), conf.alias_names())
     for p in problems:
         cls = checks.Warning if p.id.startswith("zklocks.W") else checks.Error
         messages.append(cls(p.msg, hint=p.hint, id=p.id))

@@ -565,6 +565,14 @@ def declare_alias(alias: str, where: str) -> None:
     _declared_aliases.append((alias, where))
 
 
+def alias_names() -> frozenset[str]:
+    """Every alias named in settings.ZKLOCKS, valid or not (the configured ones if the setting is no dict)."""
+    raw = getattr(settings, "ZKLOCKS", None)
+    if isinstance(raw, dict):
+        return frozenset(k for k in raw if isinstance(k, str))
+    return frozenset(get_config()[0])
+
+
 def declared_aliases() -> list[tuple[str, str]]:
     """Distinct (alias, where) pairs, in the order they were declared."""
     return list(dict.fromkeys(_declared_aliases))

@@ -1,8 +1,9 @@
-"""The exception tree of zklocks.
+"""The exception tree of zklocks:
 
+```text
 ZkLocksError
 ├── LockNotAcquired          the lock is held elsewhere (contention)
-│   └── LockTimeout          ... and the wait ran past ``timeout``
+│   └── LockTimeout          ... and the wait ran past the timeout
 ├── LockLost                 a lock this process held is gone (session lost, node deleted)
 ├── LockUpgradeError         a shared-only holder asked for the exclusive lock
 ├── LockOwnershipError       a release by a non-owner while several owners hold through the handle
@@ -14,6 +15,7 @@ ZkLocksError
 ├── ZkConfigError            settings.ZKLOCKS is unusable (also ImproperlyConfigured)
 ├── SyncLockInEventLoop      a blocking acquire in a coroutine (also Django's SynchronousOnlyOperation)
 └── InvalidLockName          also ValueError
+```
 """
 
 from __future__ import annotations

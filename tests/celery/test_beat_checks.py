@@ -71,6 +71,19 @@ def test_unknown_alias_bad_election_and_unknown_key():
     assert not_dict.id == "zklocks.E032" and "must be a dict" in not_dict.msg
 
 
+def test_beat_on_a_misconfigured_alias_says_so_not_that_the_alias_is_missing():
+    bad = {"default": {"HOSTS": "127.0.0.1:2181", "SESSION_TIMEOUT": -1}}
+    with override_settings(ZKLOCKS=bad, ZKLOCKS_BEAT={}):
+        beat = [m for m in checks.run_checks() if m.id == "zklocks.E031"]
+    assert beat == [
+        Error(
+            "ZKLOCKS_BEAT: USING='default' names a zklocks alias whose settings are invalid.",
+            hint="Fix settings.ZKLOCKS['default']: the zklocks errors of manage.py check say what is wrong.",
+            id="zklocks.E031",
+        )
+    ]
+
+
 @pytest.mark.timeout(30)
 def test_fence_workers_must_be_a_bool():
     assert run({"FENCE_WORKERS": True}) == []

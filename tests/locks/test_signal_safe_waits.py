@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -100,6 +101,11 @@ def test_the_cpython_internals_are_checked_and_their_absence_falls_back_to_the_s
     monkeypatch.setattr(interrupts, "RLOCK_INTERNALS", (*interrupts.RLOCK_INTERNALS, "_gone_in_a_later_python"))
     (warning,) = [m for m in check_kazoo() if m.id == "zklocks.W062"]
     assert "_thread.RLock._gone_in_a_later_python" in warning.msg
+    monkeypatch.setattr(interrupts, "RLOCK_INTERNALS", interrupts.RLOCK_INTERNALS[:-1])
+    # A Python newer than the suite has run on (3.14's with statement) takes the fallback too.
+    monkeypatch.setattr(interrupts, "TESTED_UP_TO", (3, sys.version_info[1] - 1))
+    (warning,) = [m for m in check_kazoo() if m.id == "zklocks.W062"]
+    assert f"after a C __enter__ (Python 3.{sys.version_info[1]})" in warning.msg
     monkeypatch.setattr(interrupts, "_SAFE_WAITS", False)
     assert type(interrupts.new_event()) is threading.Event
     assert type(interrupts.new_condition()) is threading.Condition

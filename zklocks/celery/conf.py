@@ -234,8 +234,11 @@ BEAT_DEFAULTS: dict[str, Any] = {
 }
 
 
-def validate_beat(raw: Any, aliases: set[str] | frozenset[str]) -> tuple[dict[str, Any], list[Problem]]:
-    """Merge ``raw`` (ZKLOCKS_BEAT, or None) over BEAT_DEFAULTS. Pure: the SCHEDULER import is the check's."""
+def validate_beat(
+    raw: Any, aliases: set[str] | frozenset[str], declared: frozenset[str] = frozenset()
+) -> tuple[dict[str, Any], list[Problem]]:
+    """Merge ``raw`` (ZKLOCKS_BEAT, or None) over BEAT_DEFAULTS. Pure: the SCHEDULER import is the check's.
+    ``aliases``: the zklocks aliases configured without error; ``declared``: every name in settings.ZKLOCKS."""
     from ..names import validate_name
 
     values = dict(BEAT_DEFAULTS)
@@ -263,7 +266,16 @@ def validate_beat(raw: Any, aliases: set[str] | frozenset[str]) -> tuple[dict[st
             )
         )
     using = values["USING"]
-    if not isinstance(using, str) or using not in aliases:
+    if isinstance(using, str) and using in declared and using not in aliases:
+        problems.append(
+            Problem(
+                "zklocks.E031",
+                None,
+                f"ZKLOCKS_BEAT: USING={using!r} names a zklocks alias whose settings are invalid.",
+                f"Fix settings.ZKLOCKS[{using!r}]: the zklocks errors of manage.py check say what is wrong.",
+            )
+        )
+    elif not isinstance(using, str) or using not in aliases:
         known = ", ".join(repr(a) for a in sorted(aliases)) or "none"
         problems.append(
             Problem(

@@ -14,6 +14,7 @@ import _thread
 import asyncio
 import contextlib
 import signal
+import sys
 import threading
 from types import BuiltinFunctionType, CodeType
 from typing import Any
@@ -193,12 +194,23 @@ def drop_pending_cancel(task: asyncio.Task) -> None:
         setattr(task, "_must_cancel", False)  # noqa: B010
 
 
+# The newest Python whose ``with`` runs no signal handler between a C ``__enter__`` and the block's ``try``, which
+# SafeCondition relies on; a later one gets the fallback until the suite has run on it (docs/compatibility.md).
+TESTED_UP_TO = (3, 13)
+
+
 def cpython_internals_missing() -> list[str]:
     """The CPython internals of :class:`SafeCondition` and :class:`SafeEvent` this interpreter lacks."""
     missing = [f"_thread.RLock.{name}" for name in RLOCK_INTERNALS if not hasattr(_thread.RLock, name)]
+    if sys.version_info[:2] > TESTED_UP_TO:
+        missing.append(f"a with statement known to run no signal handler after a C __enter__ ({_version()})")
     event = threading.Event()
     missing += [f"threading.Event().{name}" for name in EVENT_INTERNALS if not hasattr(event, name)]
     return missing
+
+
+def _version() -> str:
+    return "Python " + ".".join(map(str, sys.version_info[:2]))
 
 
 _SAFE_WAITS = not cpython_internals_missing()

@@ -59,10 +59,7 @@ def check_tasks(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     if not ours:
         return []
     aliases = frozenset(conf.get_config()[0])
-    zklocks_setting = getattr(settings, "ZKLOCKS", None)
-    declared = (
-        frozenset(k for k in zklocks_setting if isinstance(k, str)) if isinstance(zklocks_setting, dict) else aliases
-    )
+    declared = conf.alias_names()
     messages: list[checks.CheckMessage] = []
     for alias, raw in ours.items():
         for p in options.backend_problems(alias, raw, aliases, declared):

@@ -48,6 +48,7 @@ class Private(NamedTuple):
 _CONN, _CLIENT, _RESULT, _WIRE = "ConnectionHandler", "KazooClient", "AsyncResult", "serialization"
 _SHORT = "the short read path would read another socket than kazoo"
 _SEND = "a public send of a request record"
+_MULTI = "send() of zklocks' own record (upstream/kazoo 0003); no multiRead call (upstream/kazoo/README.md)"
 
 # fmt: off
 PRIVATE: tuple[Private, ...] = (
@@ -85,8 +86,13 @@ PRIVATE: tuple[Private, ...] = (
             "and the READ_ONLY refusal replace it", _SEND + ", and a hook on the request path", (
                 Check(SIGNATURE, "(self, request, async_object)"),)),
     Private(_CLIENT, "_create_async_inner", "contenders' creates are answered without kazoo's callback thread",
-            "a create_async answered on the connection thread", (
+            "send(Create2(...)) (upstream/kazoo 0003)", (
                 Check(SIGNATURE, "(self, path, value, acl, flags, trailing=False, include_data=False)"),)),
+    # A public method, but replaced on every session's client (hooks.raise_through_wakeup), by this signature.
+    Private(_CLIENT, "create_async", "a signal handler's exception raised while a create is sent is raised at once "
+            "(hooks.py), not kept for the result", "-",
+            (Check(SIGNATURE, "(self, path, value=b'', acl=None, ephemeral=False, sequence=False, makepath=False, "
+                   "include_data=False)"),)),
     Private(_CLIENT, "_queue", "the loop driver's gate counts it; the signal-safe send and the close queue on it",
             "a count of the requests not yet answered; " + _SEND, (
                 Check(SET_ON_SELF), Check(USED_IN, "_send_request", "the gate would not see queued requests"))),
@@ -100,33 +106,34 @@ PRIVATE: tuple[Private, ...] = (
             (Check(USED_IN, "_read_response", "a release's outcome would never be told"),)),
     Private(_CONN, "set_exception", "a request's result object gets its error (node.py's _DeleteOutcome)", "-",
             (Check(USED_IN, "_read_response", "a failed release would never be told"),)),
-    Private(_CONN, "serialize", "a request record writes itself (wire.MultiRead)", "a multiRead call",
+    Private(_CONN, "serialize", "a request record writes itself (wire.MultiRead)", _MULTI,
             (Check(USED_IN, "_submit", "multiRead would go out garbled"),)),
-    Private(_CONN, "deserialize", "a request record reads its own answer (wire.MultiRead)", "a multiRead call",
+    Private(_CONN, "deserialize", "a request record reads its own answer (wire.MultiRead)", _MULTI,
             (Check(USED_IN, "_read_response", "multiRead's answers would be misread"),)),
     # kazoo.protocol.serialization: public records, built by position (RECORD) or read by field (FIELDS)
-    Private(_WIRE, "CloseInstance", "the close a cut-short stop skipped is queued as it", "a stop that can resume",
+    Private(_WIRE, "CloseInstance", "the close a cut-short stop skipped is queued as it",
+            "send(CloseInstance) (upstream/kazoo 0003)",
             (Check(EXISTS),)),
     Private(_WIRE, "Connect", "the lease reads the negotiated timeout, the session id and read-only", "-",
             (Check(FIELDS, ("time_out", "session_id", "read_only")),)),
     Private(_WIRE, "ReplyHeader", "the lease reads every answer's header", "-",
             (Check(FIELDS, ("xid", "zxid", "err")),)),
-    Private(_WIRE, "MultiHeader", "multiRead builds and reads it", "a multiRead call",
+    Private(_WIRE, "MultiHeader", "multiRead builds and reads it", _MULTI,
             (Check(RECORD, ("type", "done", "err")),)),
-    Private(_WIRE, "GetData", "multiRead builds it and reads its answers by its opcode", "a multiRead call",
+    Private(_WIRE, "GetData", "multiRead builds it and reads its answers by its opcode", _MULTI,
             (Check(RECORD, ("path", "watcher")), Check(OPCODE, 4))),
     Private(_WIRE, "GetChildren", "multiRead and the listing of a lock node build it", _SEND,
             (Check(RECORD, ("path", "watcher")), Check(OPCODE, 8))),
-    Private(_WIRE, "ZnodeStat", "multiRead reads a node's stat by position", "a multiRead call",
+    Private(_WIRE, "ZnodeStat", "multiRead reads a node's stat by position", _MULTI,
             (Check(RECORD, ("czxid", "mzxid", "ctime", "mtime", "version", "cversion", "aversion",
                             "ephemeralOwner", "dataLength", "numChildren", "pzxid")),)),
-    Private(_WIRE, "int_struct", "multiRead reads counts and errors", "a multiRead call", (Check(STRUCT, "!i"),)),
-    Private(_WIRE, "multiheader_struct", "multiRead ends its request", "a multiRead call",
+    Private(_WIRE, "int_struct", "multiRead reads counts and errors", _MULTI, (Check(STRUCT, "!i"),)),
+    Private(_WIRE, "multiheader_struct", "multiRead ends its request", _MULTI,
             (Check(STRUCT, "!iBi"),)),
-    Private(_WIRE, "stat_struct", "multiRead reads a node's stat", "a multiRead call",
+    Private(_WIRE, "stat_struct", "multiRead reads a node's stat", _MULTI,
             (Check(STRUCT, "!qqqqiiiqiiq"),)),
-    Private(_WIRE, "read_buffer", "multiRead reads a node's data", "a multiRead call", (Check(EXISTS),)),
-    Private(_WIRE, "read_string", "multiRead reads a child's name", "a multiRead call", (Check(EXISTS),)),
+    Private(_WIRE, "read_buffer", "multiRead reads a node's data", _MULTI, (Check(EXISTS),)),
+    Private(_WIRE, "read_string", "multiRead reads a child's name", _MULTI, (Check(EXISTS),)),
     Private(_WIRE, "Sync", "the synced reads build it", _SEND,
             (Check(RECORD, ("path",)),)),
     Private(_WIRE, "Exists", "the synced reads and the watch on a held node build it", _SEND,
