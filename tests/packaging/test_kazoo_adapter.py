@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import kazoo
+from kazoo.protocol.connection import ConnectionHandler
 
 from zklocks.client import interrupts
 from zklocks.client.kazoo_adapter import CONNECTION_THREAD, NAMES, PRIVATE, RECORD
@@ -95,6 +96,7 @@ def _imported_modules(tree: ast.AST):
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0:
             yield node.lineno, node.module
+            yield from ((node.lineno, f"{node.module}.{alias.name}") for alias in node.names)  # a submodule
         elif isinstance(node, ast.Import):
             yield from ((node.lineno, alias.name) for alias in node.names)
 
@@ -112,7 +114,8 @@ def test_kazoo_wire_modules_are_imported_by_the_adapter_only():
 class _ConnectionThreadShapes(ast.NodeVisitor):
     """``module:qualname`` of each callable kazoo runs on its connection thread, found by its shape: an object it
     answers (``set`` and ``set_exception``), a request record (``serialize`` and ``deserialize``), a subclass of a
-    kazoo class (a handler), a hook given to ``wrap_connection``, a state listener, a ``logger=``."""
+    kazoo class (a handler), a hook given to ``wrap_connection``, a function put in place of a method of kazoo's
+    connection, a state listener, a ``logger=``."""
 
     def __init__(self, module: str, tree: ast.AST) -> None:
         self.module, self.scope, self.found = module, [], {}
@@ -141,6 +144,12 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
         self._scoped(node)
 
     visit_FunctionDef = visit_AsyncFunctionDef = _scoped
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        replaced = [t for t in node.targets if isinstance(t, ast.Attribute) and hasattr(ConnectionHandler, t.attr)]
+        if replaced and isinstance(node.value, ast.Name):
+            self._note(".".join([*self.scope, node.value.id]), node.lineno)  # conn._read = <a function here>
+        self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func

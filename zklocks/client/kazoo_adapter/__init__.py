@@ -177,6 +177,10 @@ CONNECTION_THREAD: tuple[Callback, ...] = (
              "notes why an attempt failed and logs with the secrets masked"),
     Callback("client/iohandler.py:PollingHandler", "ConnectionHandler (select, async_result, event_object)",
              "poll(2) with kazoo's select contract"),
+    Callback("client/kazoo_adapter/hooks.py:read_without_select._read", "ConnectionHandler._read_header (every "
+             "answer)", "reads as kazoo's _read does, its socket errors reported as kazoo reports them"),
     Callback("client/interrupts.py:SafeCondition", "AsyncResult.set, inside every answer", "takes its lock in C"),
+    Callback("client/interrupts.py:SafeEvent", "ConnectionHandler (its connection_closed and ping_outstanding "
+             "events, from the handler's event_object)", "sets its flag under a SafeCondition"),
 )
 # fmt: on

@@ -85,7 +85,9 @@ def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization
                     )
             elif check.kind == USED_IN:
                 code = _code(conn_cls, check.detail)
-                if code is not None and name not in _all_names(code):
+                if code is None:
+                    out.append(f"{conn_cls.__name__}.{check.detail} is missing ({check.lost})")
+                elif name not in _all_names(code):
                     out.append(f"{conn_cls.__name__}.{check.detail} no longer uses .{name} ({check.lost})")
             elif check.kind == EXISTS and getattr(wire, name, None) is None:
                 out.append(f"kazoo.protocol.serialization.{name} is missing ({why})")
