@@ -172,11 +172,13 @@ EVENT_INTERNALS = ("_flag", "_cond")
 ASYNCIO_INTERNALS = ("_get_running_loop", "_must_cancel")
 
 
+_get_running_loop = getattr(asyncio, "_get_running_loop", None)  # looked up once: running_loop() is on every acquire
+
+
 def running_loop() -> asyncio.AbstractEventLoop | None:
     """The event loop running in this thread, or None."""
-    getter = getattr(asyncio, "_get_running_loop", None)
-    if getter is not None:
-        return getter()
+    if _get_running_loop is not None:
+        return _get_running_loop()
     try:  # the fallback where it is gone: the same answer, at the cost of an exception without a loop
         return asyncio.get_running_loop()
     except RuntimeError:
