@@ -2,14 +2,17 @@
 
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 from django.test import override_settings
 
 from tests.support.helpers import ROOT, raw_client, wait_until
+from tests.support.threads import HeldInThread
 from zklocks import lock_path, zk_lock
 from zklocks.testing import ZkServer, mntr
+from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.zk
 
@@ -175,3 +178,33 @@ def test_normal_exit_leaves_no_node_for_the_session_timeout(zk_server, hold):
         assert client.get_children(f"{ns}/leaving") == []
     finally:
         client.stop()
+
+
+def acquire_after_waiting(handle) -> None:
+    """Acquire ``handle`` behind a holder in another thread, which lets go 0.2 s later: a holder that waited marks
+    its release for the waiter behind it (recipes/node.py, _send_delete)."""
+    ahead = HeldInThread(zk_lock(handle.name))
+    timer = threading.Timer(0.2, ahead.release)
+    timer.start()
+    assert handle.acquire(timeout=10)
+    timer.join(30)
+
+
+def test_a_contended_release_on_a_cut_link_returns_at_once_and_the_node_goes_after(zk_server):
+    # The link stops carrying anything, with the session still taken for connected: the release (of a hold a waiter
+    # would watch: a marked release) never waits for an answer, and the node goes once the link is back.
+    link = TcpProxy("127.0.0.1", zk_server.port).start()
+    client = raw_client(zk_server.hosts)
+    try:
+        with override_settings(ZKLOCKS={"default": {"HOSTS": link.hosts, "SESSION_TIMEOUT": 30.0}}):
+            handle = zk_lock("prompt-cut")
+            acquire_after_waiting(handle)
+            link.partition()
+            started = time.monotonic()
+            handle.release()
+            assert time.monotonic() - started < 1.0
+            link.heal()
+            assert wait_until(lambda: client.get_children(handle.path) == [], timeout=20)
+    finally:
+        client.stop()
+        link.stop()
