@@ -172,7 +172,8 @@ def check_server_conf(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 
 def check_kazoo(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """System check E060: the installed kazoo still has every internal zklocks relies on (kazoo_compat.verify);
-    W062: the interpreter lacks a CPython internal of the signal-safe waits (client/interrupts.py)."""
+    W062: the interpreter lacks a CPython internal of the signal-safe waits (client/interrupts.py); W063: the
+    self-check cannot read this Python's bytecode and checks less (kazoo_compat.bytecode_readable)."""
     from .client import interrupts
 
     messages: list[checks.CheckMessage] = []
@@ -185,6 +186,16 @@ def check_kazoo(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
                 hint=f'Install a tested kazoo: pip install "{kazoo_compat.SUPPORTED}". Until then every lock '
                 "raises ZkConfigError instead of starting a session.",
                 id="zklocks.E060",
+            )
+        )
+    if not kazoo_compat.bytecode_readable():
+        messages.append(
+            checks.Warning(
+                "zklocks does not read this Python's bytecode right, so its start-up check of kazoo's internals "
+                "(zklocks.E060) checks their names, signatures and records only: a kazoo that no longer calls one "
+                "of zklocks' hooks through self would go unnoticed, and the hook uncalled.",
+                hint=f'Run a tested Python (3.11 to 3.13) with a tested kazoo ("{kazoo_compat.SUPPORTED}").',
+                id="zklocks.W063",
             )
         )
     missing = interrupts.cpython_internals_missing()

@@ -150,3 +150,37 @@ def test_a_result_class_with_another_constructor_is_refused(monkeypatch):
     monkeypatch.setattr(kazoo_compat, "AsyncResult", Result)
     with pytest.raises(ZkConfigError, match=r"Result\.__init__ has the signature .*name=''.*signal-safe condition"):
         kazoo_compat.verify(ConnectionHandler, KazooClient)
+
+
+class _RenamedOpcodes:
+    """``dis`` as a Python with other opcode names would show kazoo's bytecode: every name changed."""
+
+    @staticmethod
+    def get_instructions(code):
+        import dis
+
+        for instr in dis.get_instructions(code):
+            yield instr._replace(opname="NEW_" + instr.opname)
+
+
+@pytest.fixture
+def unreadable_bytecode(monkeypatch):
+    monkeypatch.setattr(kazoo_compat, "dis", _RenamedOpcodes)
+    monkeypatch.setattr(kazoo_compat, "_readable", [])
+    yield
+    kazoo_compat._readable.clear()  # the real reader's answer is computed again
+
+
+def test_the_bytecode_reader_reads_this_python():
+    assert kazoo_compat.bytecode_readable()
+    assert not [m for m in check_kazoo() if m.id == "zklocks.W063"]
+
+
+def test_a_python_whose_bytecode_the_reader_misreads_checks_less_and_says_so(unreadable_bytecode):
+    # Misread, every hook would look unused: a working kazoo refused, and every lock with it.
+    assert not kazoo_compat.bytecode_readable()
+    assert kazoo_compat._problems(ConnectionHandler, KazooClient) == []
+    assert [m.id for m in check_kazoo()] == ["zklocks.W063"]
+    # What needs no bytecode is still checked.
+    with pytest.raises(ZkConfigError, match="ConnectionHandler._submit is missing"):
+        kazoo_compat.verify(_without(ConnectionHandler, "_submit"))

@@ -57,10 +57,50 @@ def _installed_version() -> str:
         return "(version unknown)"
 
 
+class _Probe:
+    """Code of a known shape for the bytecode reader below: ``__init__`` sets ``self.kept``, ``call`` unpacks
+    ``self.pair(...)`` into two values and uses ``kept``."""
+
+    def __init__(self) -> None:
+        self.kept = 0
+
+    def call(self) -> int:
+        first, second = self.pair(self.kept)
+        return first + second
+
+    def pair(self, value: int) -> tuple[int, int]:
+        return value, value
+
+
+_readable: list[bool] = []  # bytecode_readable()'s answer, computed once
+
+
+def bytecode_readable() -> bool:
+    """Whether the bytecode reader reads this Python's bytecode right (checked on :class:`_Probe`).
+
+    The reader depends on CPython's opcode names, which change between versions. Where it no longer reads them
+    right, the checks that need it (set on self, called through self, used in a method) are left out and
+    zklocks.W063 says so: the names, signatures and records are still checked, and no working kazoo is refused
+    for a misreading."""
+    if not _readable:
+        try:
+            code = _code(_Probe, "call")
+            _readable.append(
+                code is not None
+                and _self_stores_of(_Probe) == {"kept"}
+                and _self_uses(code, "pair") == {2}
+                and "kept" in _all_names(code)
+            )
+        except Exception:  # noqa: BLE001 any failure of the reader is a misreading
+            _readable.append(False)
+    return _readable[0]
+
+
 def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization) -> list[str]:
     out: list[str] = []
     owners = {"ConnectionHandler": conn_cls, "KazooClient": client_cls, "AsyncResult": AsyncResult}
-    stored = {cls: _self_stores_of(cls) for cls in (conn_cls, client_cls)}
+    readable = bytecode_readable()
+    stored = {cls: _self_stores_of(cls) for cls in (conn_cls, client_cls)} if readable else {}
     for entry in PRIVATE:
         name, why = entry.name, entry.needs
         cls = owners.get(entry.owner)
@@ -68,12 +108,14 @@ def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization
             if check.kind == SIGNATURE and cls is not None:
                 out.extend(_method_problem(cls, name, check.detail, why))
             elif check.kind == SET_ON_SELF and cls is not None:
-                if name not in stored[cls]:
+                if readable and name not in stored[cls]:
                     out.append(f"{cls.__name__} no longer sets self.{name} ({why})")
             elif check.kind == THROUGH_SELF and cls is not None:
                 code = _code(cls, check.detail)
                 if code is None:
                     out.append(f"{cls.__name__}.{check.detail} is missing ({check.lost})")
+                    continue
+                if not readable:
                     continue
                 shapes = _self_uses(code, name)
                 if not shapes:
@@ -87,7 +129,7 @@ def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization
                 code = _code(conn_cls, check.detail)
                 if code is None:
                     out.append(f"{conn_cls.__name__}.{check.detail} is missing ({check.lost})")
-                elif name not in _all_names(code):
+                elif readable and name not in _all_names(code):
                     out.append(f"{conn_cls.__name__}.{check.detail} no longer uses .{name} ({check.lost})")
             elif check.kind == EXISTS and getattr(wire, name, None) is None:
                 out.append(f"kazoo.protocol.serialization.{name} is missing ({why})")
