@@ -192,8 +192,8 @@ def check_kazoo(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
         messages.append(
             checks.Warning(
                 "zklocks does not read this Python's bytecode right, so its start-up check of kazoo's internals "
-                "(zklocks.E060) checks their names, signatures and records only: a kazoo that no longer calls one "
-                "of zklocks' hooks through self would go unnoticed, and the hook uncalled.",
+                "(zklocks.E060) judges by name whether kazoo still sets an attribute on self or calls a hook through "
+                "self: a hook kazoo now calls through its class would go unnoticed, and stay uncalled.",
                 hint=f'Run a tested Python (3.11 to 3.13) with a tested kazoo ("{kazoo_compat.SUPPORTED}").',
                 id="zklocks.W063",
             )

@@ -92,17 +92,38 @@ NOT_KAZOO = {
 
 
 def _shared_name_reads(tree: ast.AST, shared: set[str]):
-    """(line, receiver, name) of each read of a name in ``shared`` that is not on the ``self`` or ``cls`` of a
-    zklocks class (on the ``self`` of a subclass of kazoo's class, it is kazoo's attribute)."""
+    """(line, receiver, name) of each use of a name in ``shared`` (``x.name``, ``getattr(x, "name")`` and its kin)
+    that is not on the ``self`` or ``cls`` of a method of a zklocks class: a function outside a class has no self
+    of ours, and on the ``self`` of a subclass of kazoo's class the attribute is kazoo's."""
+
+    def kazoo_base(base: ast.expr) -> bool:
+        if isinstance(base, ast.Name):
+            return base.id in kazoo_names
+        return ast.unparse(base).startswith("kazoo.")  # kazoo.client.KazooClient
+
+    def receiver_of(node: ast.AST) -> tuple[ast.expr, str] | None:
+        if isinstance(node, ast.Attribute) and node.attr in shared:
+            return node.value, node.attr
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ATTRIBUTE_CALLS
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and node.args[1].value in shared
+        ):
+            return node.args[0], node.args[1].value
+        return None
 
     def visit(node: ast.AST, own_self: bool):
         if isinstance(node, ast.ClassDef):
-            own_self = not any(isinstance(b, ast.Name) and b.id in kazoo_names for b in node.bases)
-        if isinstance(node, ast.Attribute) and node.attr in shared:
-            receiver = node.value
+            own_self = not any(kazoo_base(b) for b in node.bases)
+        found = receiver_of(node)
+        if found is not None:
+            receiver, attr = found
             name = receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", "?")
             if not (own_self and isinstance(receiver, ast.Name) and name in ("self", "cls")):
-                yield node.lineno, name, node.attr
+                yield node.lineno, name, attr
         for child in ast.iter_child_nodes(node):
             yield from visit(child, own_self)
 
@@ -112,7 +133,7 @@ def _shared_name_reads(tree: ast.AST, shared: set[str]):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("kazoo")
         for alias in node.names
     }
-    yield from visit(tree, True)
+    yield from visit(tree, False)
 
 
 def test_no_module_outside_the_adapter_names_a_kazoo_private():

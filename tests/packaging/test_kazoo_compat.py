@@ -166,9 +166,8 @@ class _RenamedOpcodes:
 @pytest.fixture
 def unreadable_bytecode(monkeypatch):
     monkeypatch.setattr(kazoo_compat, "dis", _RenamedOpcodes)
-    monkeypatch.setattr(kazoo_compat, "_readable", [])
-    yield
-    kazoo_compat._readable.clear()  # the real reader's answer is computed again
+    monkeypatch.setattr(kazoo_compat, "_readable", [])  # both caches: computed again with the patched dis,
+    monkeypatch.setattr(kazoo_compat, "_verdict", [])  # then given back as they were
 
 
 def test_the_bytecode_reader_reads_this_python():
@@ -176,11 +175,19 @@ def test_the_bytecode_reader_reads_this_python():
     assert not [m for m in check_kazoo() if m.id == "zklocks.W063"]
 
 
-def test_a_python_whose_bytecode_the_reader_misreads_checks_less_and_says_so(unreadable_bytecode):
+def test_a_python_whose_bytecode_the_reader_misreads_checks_by_name_and_says_so(unreadable_bytecode, caplog):
     # Misread, every hook would look unused: a working kazoo refused, and every lock with it.
     assert not kazoo_compat.bytecode_readable()
+    assert "zklocks.W063" in caplog.text  # what a session's verify() shows, without manage.py check
     assert kazoo_compat._problems(ConnectionHandler, KazooClient) == []
     assert [m.id for m in check_kazoo()] == ["zklocks.W063"]
-    # What needs no bytecode is still checked.
+    # What needs no opcode is still checked: a missing hook, and a hook its caller no longer names at all.
     with pytest.raises(ZkConfigError, match="ConnectionHandler._submit is missing"):
         kazoo_compat.verify(_without(ConnectionHandler, "_submit"))
+
+    class Unsent(ConnectionHandler):
+        def _send_ping(self, connect_timeout):
+            self.ping_outstanding.set()
+
+    with pytest.raises(ZkConfigError, match=r"_send_ping no longer uses self._submit"):
+        kazoo_compat.verify(Unsent)

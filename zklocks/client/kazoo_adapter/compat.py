@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import dis
 import inspect
+import logging
 import threading
+from collections.abc import Callable
 from importlib import metadata
 from types import CodeType, ModuleType
 
@@ -27,6 +29,8 @@ from . import EXISTS, FIELDS, OPCODE, PRIVATE, RECORD, SET_ON_SELF, SIGNATURE, S
 # The kazoo releases zklocks is tested with (noxfile.py's kazoo cells: the lowest and the highest); the same range
 # as pyproject.toml's dependency.
 SUPPORTED = "kazoo>=2.9,<2.12"
+
+log = logging.getLogger("zklocks")
 
 _STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_DEREF", "STORE_GLOBAL", "STORE_ATTR", "STORE_SUBSCR"})
 _verdict: list[str | None] = []  # the installed kazoo's problems ("" for none), computed once
@@ -58,8 +62,9 @@ def _installed_version() -> str:
 
 
 class _Probe:
-    """Code of a known shape for the bytecode reader below: ``__init__`` sets ``self.kept``, ``call`` unpacks
-    ``self.pair(...)`` into two values and uses ``kept``."""
+    """Code of the shapes the bytecode reader meets in kazoo: ``__init__`` sets ``self.kept``; ``call`` unpacks
+    ``self.pair(...)`` into two values; ``keep`` sets ``self.other`` with ``self`` a closure's cell (as in
+    KazooClient.__init__); ``put`` sets ``self.third`` from an argument (one paired load on Python 3.13)."""
 
     def __init__(self) -> None:
         self.kept = 0
@@ -71,6 +76,13 @@ class _Probe:
     def pair(self, value: int) -> tuple[int, int]:
         return value, value
 
+    def keep(self, value: int) -> Callable[[], int]:
+        self.other = value
+        return lambda: self.kept
+
+    def put(self, value: int) -> None:
+        self.third = value
+
 
 _readable: list[bool] = []  # bytecode_readable()'s answer, computed once
 
@@ -79,27 +91,37 @@ def bytecode_readable() -> bool:
     """Whether the bytecode reader reads this Python's bytecode right (checked on :class:`_Probe`).
 
     The reader depends on CPython's opcode names, which change between versions. Where it no longer reads them
-    right, the checks that need it (set on self, called through self, used in a method) are left out and
-    zklocks.W063 says so: the names, signatures and records are still checked, and no working kazoo is refused
-    for a misreading."""
+    right, two checks fall back to the names a method's code mentions (set on self, called through self: see
+    _problems), zklocks.W063 says so and sessions log it once: no working kazoo is refused for a misreading."""
     if not _readable:
         try:
             code = _code(_Probe, "call")
-            _readable.append(
+            readable = (
                 code is not None
-                and _self_stores_of(_Probe) == {"kept"}
+                and _self_stores_of(_Probe) == {"kept", "other", "third"}
                 and _self_uses(code, "pair") == {2}
-                and "kept" in _all_names(code)
             )
         except Exception:  # noqa: BLE001 any failure of the reader is a misreading
-            _readable.append(False)
+            readable = False
+        if not readable:
+            log.warning(
+                "zklocks: this Python's bytecode is not read right; the check of kazoo's internals falls back to "
+                "names (zklocks.W063)"
+            )
+        _readable.append(readable)
     return _readable[0]
+
+
+def _mentions(cls: type, name: str) -> bool:
+    """Whether some method of ``cls`` (its own or inherited) names ``name`` (co_names: no opcode involved)."""
+    values = [value for c in cls.__mro__ if c is not object for value in vars(c).values()]
+    return any(name in _all_names(code) for value in values if (code := _code_of(value)))
 
 
 def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization) -> list[str]:
     out: list[str] = []
     owners = {"ConnectionHandler": conn_cls, "KazooClient": client_cls, "AsyncResult": AsyncResult}
-    readable = bytecode_readable()
+    readable = bytecode_readable()  # if not, set on self and called through self fall back to names
     stored = {cls: _self_stores_of(cls) for cls in (conn_cls, client_cls)} if readable else {}
     for entry in PRIVATE:
         name, why = entry.name, entry.needs
@@ -108,7 +130,7 @@ def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization
             if check.kind == SIGNATURE and cls is not None:
                 out.extend(_method_problem(cls, name, check.detail, why))
             elif check.kind == SET_ON_SELF and cls is not None:
-                if readable and name not in stored[cls]:
+                if name not in stored[cls] if readable else not _mentions(cls, name):
                     out.append(f"{cls.__name__} no longer sets self.{name} ({why})")
             elif check.kind == THROUGH_SELF and cls is not None:
                 code = _code(cls, check.detail)
@@ -116,6 +138,8 @@ def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization
                     out.append(f"{cls.__name__}.{check.detail} is missing ({check.lost})")
                     continue
                 if not readable:
+                    if name not in _all_names(code):
+                        out.append(f"{cls.__name__}.{check.detail} no longer uses self.{name} ({check.lost})")
                     continue
                 shapes = _self_uses(code, name)
                 if not shapes:
@@ -129,7 +153,7 @@ def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization
                 code = _code(conn_cls, check.detail)
                 if code is None:
                     out.append(f"{conn_cls.__name__}.{check.detail} is missing ({check.lost})")
-                elif readable and name not in _all_names(code):
+                elif name not in _all_names(code):
                     out.append(f"{conn_cls.__name__}.{check.detail} no longer uses .{name} ({check.lost})")
             elif check.kind == EXISTS and getattr(wire, name, None) is None:
                 out.append(f"kazoo.protocol.serialization.{name} is missing ({why})")
