@@ -28,20 +28,28 @@ def _modules(under: Path):
             yield path, ast.parse(path.read_text(), filename=str(path))
 
 
+def _named_attribute(node: ast.AST) -> tuple[ast.expr, str] | None:
+    """(the object, the attribute's name) if ``node`` names an attribute: ``x.name``, ``getattr(x, "name")`` and
+    its kin."""
+    if isinstance(node, ast.Attribute):
+        return node.value, node.attr
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ATTRIBUTE_CALLS
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and isinstance(node.args[1].value, str)
+    ):
+        return node.args[0], node.args[1].value
+    return None
+
+
 def _attributes(tree: ast.AST):
-    """(line, name) of each attribute ``tree`` names: ``x.name``, and ``getattr(x, "name")`` and its kin."""
+    """(line, name) of each attribute ``tree`` names (_named_attribute)."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute):
-            yield node.lineno, node.attr
-        elif (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ATTRIBUTE_CALLS
-            and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Constant)
-            and isinstance(node.args[1].value, str)
-        ):
-            yield node.lineno, node.args[1].value
+        if (named := _named_attribute(node)) is not None:
+            yield node.lineno, named[1]
 
 
 def _records_built(tree: ast.AST):
@@ -101,25 +109,11 @@ def _shared_name_reads(tree: ast.AST, shared: set[str]):
             return base.id in kazoo_names
         return ast.unparse(base).startswith("kazoo.")  # kazoo.client.KazooClient
 
-    def receiver_of(node: ast.AST) -> tuple[ast.expr, str] | None:
-        if isinstance(node, ast.Attribute) and node.attr in shared:
-            return node.value, node.attr
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in ATTRIBUTE_CALLS
-            and len(node.args) >= 2
-            and isinstance(node.args[1], ast.Constant)
-            and node.args[1].value in shared
-        ):
-            return node.args[0], node.args[1].value
-        return None
-
     def visit(node: ast.AST, own_self: bool):
         if isinstance(node, ast.ClassDef):
             own_self = not any(kazoo_base(b) for b in node.bases)
-        found = receiver_of(node)
-        if found is not None:
+        found = _named_attribute(node)
+        if found is not None and found[1] in shared:
             receiver, attr = found
             name = receiver.id if isinstance(receiver, ast.Name) else getattr(receiver, "attr", "?")
             if not (own_self and isinstance(receiver, ast.Name) and name in ("self", "cls")):
