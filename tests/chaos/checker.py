@@ -70,6 +70,7 @@ class Report:
     lost_reasons: dict = field(default_factory=dict)
     killed_holds: int = 0
     revoked_holds: int = 0
+    revoked_sessions: int = 0  # sessions the controller expired that held something: one per expire-holder
     faults: int = 0
     overlaps: list = field(default_factory=list)  # (a, b) of valid intervals: must stay empty
     raw_overlaps: list = field(default_factory=list)  # (a, b, seconds), only with a revoked hold a
@@ -290,7 +291,8 @@ def check(
             report.lost_reasons[h.reason] = report.lost_reasons.get(h.reason, 0) + 1
     report.killed_holds = sum(h.killed for h in holds)
     revoked = [h for h in holds if h.revoked_at is not None]
-    report.revoked_holds = len(revoked)
+    report.revoked_holds = len(revoked)  # every hold of an expired session: a process's threads share one
+    report.revoked_sessions = len({h.sid for h in revoked})
     report.detection = [round(h.end - h.revoked_at, 4) for h in revoked]
     report.faults = len(faults)
     check_exclusion(holds, report, [f.epoch for f in faults if f.epoch is not None])

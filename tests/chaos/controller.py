@@ -337,7 +337,13 @@ class ChaosRun:
         return Fault(kind, started, ended, {"server": server.myid})
 
     def fault_kill_leader(self) -> Fault:
-        return self._kill(self.ensemble.leader(), "kill-leader")
+        """kill -9 the leader. Nothing commits until the others have elected a new one (ZooKeeper's election, not
+        the clients'), so the fault ends, and the progress owed after it counts, from then."""
+        leader = self.ensemble.leader()
+        started = time.monotonic()
+        leader.kill()
+        self.ensemble.wait_quorum(timeout=30)
+        return Fault("kill-leader", started, time.monotonic(), {"server": leader.myid})
 
     def fault_kill_follower(self) -> Fault:
         return self._kill(self.rng.choice(self.ensemble.followers()), "kill-follower")
