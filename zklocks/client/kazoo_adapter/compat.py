@@ -112,17 +112,12 @@ def bytecode_readable() -> bool:
     return _readable[0]
 
 
-def _mentions(cls: type, name: str) -> bool:
-    """Whether some method of ``cls`` (its own or inherited) names ``name`` (co_names: no opcode involved)."""
-    values = [value for c in cls.__mro__ if c is not object for value in vars(c).values()]
-    return any(name in _all_names(code) for value in values if (code := _code_of(value)))
-
-
 def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization) -> list[str]:
     out: list[str] = []
     owners = {"ConnectionHandler": conn_cls, "KazooClient": client_cls, "AsyncResult": AsyncResult}
     readable = bytecode_readable()  # if not, set on self and called through self fall back to names
-    stored = {cls: _self_stores_of(cls) for cls in (conn_cls, client_cls)} if readable else {}
+    # What each class sets on self; misread, every name its methods mention (co_names: no opcode involved).
+    stored = {cls: _self_stores_of(cls) if readable else _names_of(cls) for cls in (conn_cls, client_cls)}
     for entry in PRIVATE:
         name, why = entry.name, entry.needs
         cls = owners.get(entry.owner)
@@ -130,21 +125,18 @@ def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization
             if check.kind == SIGNATURE and cls is not None:
                 out.extend(_method_problem(cls, name, check.detail, why))
             elif check.kind == SET_ON_SELF and cls is not None:
-                if name not in stored[cls] if readable else not _mentions(cls, name):
+                if name not in stored[cls]:
                     out.append(f"{cls.__name__} no longer sets self.{name} ({why})")
             elif check.kind == THROUGH_SELF and cls is not None:
                 code = _code(cls, check.detail)
                 if code is None:
                     out.append(f"{cls.__name__}.{check.detail} is missing ({check.lost})")
                     continue
-                if not readable:
-                    if name not in _all_names(code):
-                        out.append(f"{cls.__name__}.{check.detail} no longer uses self.{name} ({check.lost})")
-                    continue
-                shapes = _self_uses(code, name)
+                # Misread: only whether the caller names it at all, with no shape to compare.
+                shapes = _self_uses(code, name) if readable else {None} if name in _all_names(code) else set()
                 if not shapes:
                     out.append(f"{cls.__name__}.{check.detail} no longer uses self.{name} ({check.lost})")
-                elif check.unpacked is not None and check.unpacked not in shapes:
+                elif readable and check.unpacked is not None and check.unpacked not in shapes:
                     out.append(
                         f"{cls.__name__}.{check.detail} no longer unpacks self.{name}(...) into {check.unpacked} "
                         f"values ({check.lost})"
@@ -250,10 +242,20 @@ def _unpacked_into(instrs: list[dis.Instruction], start: int) -> int | None:
     return None
 
 
-def _self_stores_of(cls: type) -> set[str]:
-    """The attributes the methods of ``cls`` (its own and those it inherits) set on self."""
+def _method_codes(cls: type) -> list[CodeType]:
+    """The code of every method of ``cls``, its own and those it inherits."""
     values = [value for c in cls.__mro__ if c is not object for value in vars(c).values()]
-    return {name for value in values if (code := _code_of(value)) for name in _self_stores(code)}
+    return [code for value in values if (code := _code_of(value))]
+
+
+def _self_stores_of(cls: type) -> set[str]:
+    """The attributes the methods of ``cls`` set on self."""
+    return {name for code in _method_codes(cls) for name in _self_stores(code)}
+
+
+def _names_of(cls: type) -> set[str]:
+    """Every name the methods of ``cls`` mention."""
+    return {name for code in _method_codes(cls) for name in _all_names(code)}
 
 
 def _self_stores(code: CodeType) -> set[str]:
