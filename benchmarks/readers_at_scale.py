@@ -1,5 +1,5 @@
 """Benchmark of the readers on a large namespace: the admin list, the health URL and ``manage.py zklocks_status``
-on 100,000 locks (docs/security.md, "Bounded admin work").
+on 100,000 locks (docs/security.md, "Names and the admin").
 
     python -m benchmarks.readers_at_scale                 # starts its own ZooKeeper (Debian's package)
     python -m benchmarks.readers_at_scale --locks 20000 --runs 5

@@ -1,18 +1,6 @@
-"""Fencing tokens on the protected resource: a Django QuerySet that refuses writes with a stale token.
-
-No lock service can stop a holder that paused (GC, swap, a frozen VM, a network partition) from waking up and
-writing after its lock has passed on. The resource itself must refuse it: each write carries the holder's
-``lock.token``, and a row accepts only a token at least as high as the highest it has seen. The comparison and
-the write are one ``UPDATE ... WHERE fence <= token``, so two writers cannot interleave between them.
-
-    class Account(models.Model):
-        balance = models.IntegerField()
-        fence = models.BigIntegerField(default=0)   # the highest token that wrote this row
-
-        objects = FencedQuerySet.as_manager()
-
-    with zk_lock(f"account:{pk}") as lock:
-        Account.objects.filter(pk=pk).update_or_reject(lock.token, balance=F("balance") - 10)
+"""Fencing tokens on the protected resource: a Django QuerySet that refuses writes with a stale token, checking and
+writing in one ``UPDATE ... WHERE fence <= token`` so that two writers cannot interleave (docs/design.md §11; usage:
+docs/locks.md, "Fencing the protected resource").
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
-"""The one reset-after-fork entry point: every module with process-wide state registers its reset here.
-
-After ``fork()`` (Celery prefork, gunicorn ``--preload``, multiprocessing) only the forking thread lives on in the
-child: the parent's sessions, threads and any lock another thread held at the fork are not the child's. This module
-owns the single ``os.register_at_fork`` hook and runs the registered resets in a defined order (docs/design.md §14):
-first the ``SESSIONS`` stage (the pools drop the parent's sessions, so that every hold on them reads as lost), then
-the ``STATE`` stage (hold registry, worker threads, executors, metrics, ...), each stage in registration order.
-
-A reset is a plain function named ``reset_after_fork`` in its module; it takes no lock that a parent thread might
-have held at the fork (it replaces such locks instead).
+"""The one reset-after-fork entry point: every module with process-wide state registers its reset here, and the
+single ``os.register_at_fork`` hook runs them, stage ``SESSIONS`` then ``STATE``, each in registration order. A reset
+takes no lock that a parent thread might have held at the fork: it replaces such locks (docs/design.md §14).
 """
 
 from __future__ import annotations

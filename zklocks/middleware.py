@@ -1,11 +1,6 @@
-"""``ZkUnavailableMiddleware``: a view that lets ZkUnavailable escape answers 503 with Retry-After, not 500.
-
-    MIDDLEWARE = [..., "zklocks.middleware.ZkUnavailableMiddleware"]
-    ZKLOCKS_UNAVAILABLE_RETRY_AFTER = 5  # seconds, the Retry-After header (default 5)
-
-A request that needs a lock while ZooKeeper is unreachable cannot be served safely, but it is an outage, not a
-bug: clients and load balancers should retry later. The exception is logged as a warning (logger ``zklocks``)
-with the request's method and path; only ZkUnavailable is handled, every other exception goes on as before.
+"""``ZkUnavailableMiddleware``: a view that lets ZkUnavailable escape answers 503 with Retry-After, not 500
+(docs/locks.md, "When ZooKeeper is down"): an outage, not a bug, so clients and load balancers should retry later.
+It logs a warning (logger ``zklocks``) with the request's method and path; every other exception goes on as before.
 """
 
 from __future__ import annotations

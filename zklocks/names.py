@@ -1,9 +1,6 @@
-"""Lock names: validation, a safe, reversible mapping onto one znode name, and the one template engine.
-
-Names made only of ASCII letters, digits, ``-``, ``_`` and ``:`` map to themselves, so other ZooKeeper
-clients find ``NAMESPACE/<name>``. Every other character is percent-encoded as UTF-8 (``%`` itself included),
-which makes the mapping injective and keeps ``/``, ``.`` and ``..`` from ever forming a path step.
-"""
+"""Lock names: validation, a safe, reversible mapping onto one znode name (``%`` itself is percent-encoded, and
+``/``, ``.`` and ``..`` never form a path step), and the one template engine (docs/design.md §12; docs/reference.md,
+"Lock names")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Owners: who a hold belongs to, a thread or an asyncio task.
-
-A hold belongs to the thread by default; ``async with`` binds the asyncio task instead. Node data records the
-owner (recipes/node_data.py), the hold registry keys holds by it (handles/hold_registry.py), and the wait-for graph
-uses it as its actor (ops/deadlocks.py).
-"""
+"""Owners: who a hold belongs to, the thread or, under ``async with``, the asyncio task (docs/reference.md, "Release
+ownership"). Node data records it (recipes/node_data.py), the hold registry (handles/hold_registry.py) keys holds by
+it, and the wait-for graph (ops/deadlocks.py) takes it as its actor."""
 
 from __future__ import annotations
 

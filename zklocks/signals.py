@@ -1,12 +1,5 @@
-"""Signals of zklocks. All are sent from the ``zklocks-signals`` thread, never from kazoo's threads.
-
-lock_acquired(name, alias, kind, token, wait_time)
-lock_released(name, alias, kind, token, held_time)
-lock_lost(name, alias, kind, token, reason, task_id)   reason: "expired", "suspended", "deleted", "closed"
-task_skipped(task, name, alias, task_id)                from zklocks.celery, when on_locked="skip"
-task_deduplicated(task, outcome, name, alias, task_id)  a single-execution task call that did not simply run
-                                                        (Celery and zklocks.tasks); outcome: skipped, shared,
-                                                        debounced, throttled, retried or raised
+"""Signals of zklocks, all sent from the ``zklocks-signals`` thread, never from kazoo's threads: lock_acquired,
+lock_released, lock_lost, task_skipped and task_deduplicated. Their arguments: docs/reference.md, "Signals".
 """
 
 from __future__ import annotations

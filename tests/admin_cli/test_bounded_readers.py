@@ -1,4 +1,4 @@
-"""Bounded readers (docs/security.md, "Bounded admin work"): whatever an open namespace holds, the read model
+"""Bounded readers (docs/security.md, "Names and the admin"): whatever an open namespace holds, the read model
 behind the admin, the health check and ``zklocks_status`` keeps each request and each answer bounded. Nodes of
 a megabyte each leave a small server alive, names too long to be zklocks' are skipped and reported, and the
 process's shared session, where a lock is held, is never suspended by a read.

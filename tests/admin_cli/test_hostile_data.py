@@ -1,4 +1,4 @@
-"""Hostile namespace content (docs/security.md, "Bounded admin work"): without AUTH anyone may write nodes into the
+"""Hostile namespace content (docs/security.md, "Names and the admin"): without AUTH anyone may write nodes into the
 namespace. The admin list and detail pages answer 200 within 2 s whatever they read, show a bad field as
 "invalid", keep the alias's other locks, and stay bounded in size; the deadlock banner stays bounded for a forged
 wait-for graph; the health check with MAX_HOLD_SECONDS fails when the locks cannot be read."""

@@ -1,9 +1,4 @@
-"""Celery integration: ``SingleExecutionTask`` and the worker hooks.
-
-    from zklocks.celery import SingleExecutionTask
-
-    @app.task(base=SingleExecutionTask, lock_key="sync:{account_id}", on_locked="skip")
-    def sync_account(account_id): ...
+"""Celery integration: ``SingleExecutionTask`` and the worker hooks (docs/celery.md).
 
 The task class and the worker hooks import Celery, so they load on first use of these names; ``conf`` (the
 ``ZKLOCKS_CELERY`` defaults) does not, and system checks run in projects without Celery.

@@ -1,22 +1,8 @@
 """Exactly one Celery beat across hosts: ``celery -A proj beat -S zklocks.celery.beat:LeaderScheduler``.
 
-Every host runs beat; each beat runs for leader of one election (``ZKLOCKS_BEAT["ELECTION"]``, see
-election.py). Only the leader builds the configured scheduler (``ZKLOCKS_BEAT["SCHEDULER"]``, e.g. Celery's
-PersistentScheduler or django-celery-beat's DatabaseScheduler) and runs its schedule; the others wait as
-candidates and touch neither the schedule nor the broker.
-
-Each send is fenced. Before Celery sends a due entry, the leader records the send time of that entry in
-ZooKeeper in one transaction with a ``check`` of its own candidate node (celery/beat_state.py). The write
-commits only while no other beat can lead, so a leader that lost its session (expired, frozen past its
-timeout, cut off) cannot commit, and then it does not send. A new leader reads these times when elected: it
-neither repeats a send of the old leader nor skips one beyond the failover. The message carries the header
-``zklocks_beat = {"election", "entry", "token", "world", "sent_at", "host"}``: the token is the leader's fencing token,
-which workers with ``ZKLOCKS_BEAT["FENCE_WORKERS"]`` check (beat_fence.py).
-
-A claim whose answer was lost (timeout, connection loss) is resolved before anything is sent: once the
-connection is back, the entry's node says whether it committed (celery/beat_state.py); a committed claim is sent
-if this beat still leads. A claim still unresolved when the leadership ends is noted as an orphan, and the leader
-that inherited it sends it (adopt_orphans), so the tick is not lost.
+Only the elected leader builds and runs the configured scheduler; each send is claimed first (beat_state.py) and
+stamped for worker fencing (beat_fence.py), and a claim of unknown outcome is resolved, or left as an orphan that
+the next leader sends (adopt_orphans). See docs/celery.md, "Celery beat", and docs/design.md §11.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
-"""Worker-side fencing of beat ticks: ``ZKLOCKS_BEAT["FENCE_WORKERS"] = True``.
+"""Worker-side fencing of beat ticks (``ZKLOCKS_BEAT["FENCE_WORKERS"] = True``): before a stamped task runs, its
+signed token is recorded in ``__beat__/__executed__/<entry>`` with one versioned write, and a tick older than the
+recorded one (within one data "world") is dropped. See docs/design.md §11, "Worker fencing", and docs/reliability.md,
+"Tokens after data loss".
 
-A beat leader stamps each message it sends with ``zklocks_beat = {"election", "entry", "token", ...}`` (beat.py).
-A leader paused between its committed claim and its publish (a GC pause, a stalled VM, a publish buffered during
-a partition) may publish after a newer leader's ticks. With fencing on, before a stamped task runs, the worker
-records the token in the entry's node in ONE versioned write:
-
-    NAMESPACE/<election>/__beat__/__executed__/<entry>    {"token": <newest token executed>, ...}
-
-The write is a ``set_data`` at the version just read (or a ``create``): it commits only if no other worker recorded
-a token in between. A stamp must carry the signature of a beat with the project's SECRET_KEY (or one of its
-fallbacks): a forged one is dropped before it can record anything. A tick whose token is older than the recorded
-one is not run: it raises Celery's ``Ignore`` and is logged. Tokens are compared within one lifetime of ZooKeeper's
-data (the stamp's "world", the election node's ctime): a wiped ensemble starts its zxids again low, and its
-leader's ticks are newer than any tick of the data before, whatever their tokens. So the ticks of one entry run in
-token order, and a deposed leader's late tick is dropped (docs/design.md §11).
-
-Installed by the zklocks app when the setting is on (apps.py): it wraps ``celery.app.task.Task.before_start``,
-which Celery's tracer calls before every task. A task class that overrides ``before_start`` must call
-``super().before_start(...)`` to stay fenced.
+Installed by apps.py when the setting is on, by wrapping ``celery.app.task.Task.before_start``: a task class that
+overrides ``before_start`` must call ``super().before_start(...)`` to stay fenced.
 """
 
 from __future__ import annotations

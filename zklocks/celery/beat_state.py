@@ -1,19 +1,6 @@
-"""What the Celery beat leader has sent: each schedule entry's last send, kept below the election node.
-
-    NAMESPACE/<election>/__beat__/<entry>    {"v": 1, "entry": ..., "sent_at": <epoch s>, "token": <leader token>}
-
-The leader writes an entry's node BEFORE it sends (a claim), in ONE transaction with a ``check`` of its own
-candidate node: the write commits only while that node exists, that is while no other candidate can lead. A
-leader that lost its session (expired, frozen past its timeout, cut off) cannot commit, and so never sends. A new
-leader reads these nodes when elected, so it neither repeats a send nor skips one beyond the failover.
-
-Each claim after the first is a ``set_data`` at the version the leader last saw, so a claim whose answer was
-lost can be sent again unchanged: at most one of the copies commits, and a read tells which (docs/design.md
-§11). A beat that lost its session with such a claim unresolved leaves an orphan note:
-
-    NAMESPACE/<election>/__beat__/__orphans__/<entry>-<token>    {"entry", "sent_at", "token"}
-
-and the leader that inherited that claim (it read it when elected) sends the tick, once.
+"""What the Celery beat leader has sent: each entry's last send in ``__beat__/<entry>``, claimed before the send in
+one transaction with a ``check`` of the leader's candidate node; orphan notes in ``__beat__/__orphans__``. See
+docs/design.md §11, "Beat claims" (and the node table of §12).
 
 This module knows kazoo and paths, nothing of Django or Celery.
 """

@@ -1,10 +1,6 @@
-"""Beat at a glance, for the admin's beat page and ``zklocks_status --beat``.
-
-The election's queue gives the leader (its fencing token, host and pid) and the standbys; each entry's node under
-``__beat__`` gives its last send (time, token, host). What only the leader knows, each entry's next due time and
-catch-up policy, it writes to ``__beat__/__status__`` when it changes (at most about once a second, see
-LeaderScheduler._look_around); a reader shows it only while the token that wrote it leads. Nothing here imports
-Celery: the admin works in a project whose web processes do not.
+"""Beat at a glance, for the admin's beat page and ``zklocks_status --beat``: the election's leader and standbys,
+each entry's last send, and what the leader writes to ``__beat__/__status__`` (LeaderScheduler._look_around). See
+docs/operations.md, "Admin page". Nothing here imports Celery: the admin works in a project whose web processes do not.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""Catch-up after downtime: what a newly elected beat leader does with the ticks nobody sent.
-
-The policy of an entry is its option ``zklocks_catch_up`` (in ``beat_schedule``'s ``options``, or, for
-django-celery-beat, in the periodic task's ``headers``); the default is ``ZKLOCKS_BEAT["CATCH_UP"]``:
-
-- ``"skip"``: none of the missed ticks is sent; the entry resumes at its next due time;
-- ``"once"`` (the default, Celery's own behaviour): one send for all the missed ticks, at once;
-- ``"each:N"``: each missed tick is sent, the N most recent of them at most;
-- ``"window:S"``: one send, as with ``"once"``, only if the first missed tick is at most S seconds old; else skip.
-
-A missed tick is a due time of the entry's schedule after its last send recorded in ZooKeeper and not later than
-the election. Pure functions, apart from the schedule objects Celery gives them.
+"""Catch-up after downtime: what a newly elected beat leader does with the ticks nobody sent, by each entry's
+``zklocks_catch_up`` option (default ``ZKLOCKS_BEAT["CATCH_UP"]``): "skip", "once", "each:N" or "window:S". See
+docs/celery.md, "Catch-up after downtime". Pure functions, apart from the schedule objects Celery gives them.
 """
 
 from __future__ import annotations

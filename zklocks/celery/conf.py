@@ -1,14 +1,8 @@
 """Defaults of ``SingleExecutionTask`` options: ``settings.ZKLOCKS_CELERY``, validated, cached.
 
 Kept free of Celery imports so that system checks run in projects without Celery. Each task option maps to
-one key of the setting (``OPTION_KEYS``); a task attribute left at None takes the setting's value.
-
-Check ids: zklocks.E020 (ZKLOCKS_CELERY not a dict, or an invalid value), W020 (unknown key), E021 (an
-invalid option on a SingleExecutionTask subclass, e.g. a lock_key naming a missing argument), W021 (a task
-option that neither SingleExecutionTask nor Celery knows: a misspelling such as ``lock_timout``).
-De-duplication policies: E100 (an invalid policy option on a task), E101 (share_running with lock_concurrency
-above 1), E102 (debounce with unique_queued), E103 (keep_lock_on_retry with lock_concurrency above 1), W100
-(debounce whose latest call can be skipped), W101 (share_running with unique_queued, which already shares).
+one key of the setting (``OPTION_KEYS``); a task attribute left at None takes the setting's value. The check ids
+(E020, W020, E021, W021, E100-E103, W100, W101) and what each means: docs/reference.md, "System checks".
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Load the tasks of the project's Celery apps for ``manage.py check``, as a worker would.
-
-In Celery's Django layout (``proj/celery.py`` calls ``app.autodiscover_tasks()``) the tasks modules are imported,
-and the task classes created, only when a worker starts or the app is finalized. The system checks call
-:func:`load_tasks` so that the options of every ``SingleExecutionTask`` are checked all the same.
-
-Celery is never imported here: a project that has not imported it (no Celery app) has no tasks to load.
+"""Load the tasks of the project's Celery apps for ``manage.py check``, as a worker would (the autodiscovered tasks
+modules imported, the app finalized), so that every ``SingleExecutionTask`` is checked: docs/celery.md,
+"SingleExecutionTask". Celery is never imported here: a project that has not imported it has no tasks to load.
 """
 
 from __future__ import annotations

@@ -1,15 +1,7 @@
-"""The nodes of SingleExecutionTask's de-duplication policies, one persistent child of the lock node each.
-
-- ``__latest__`` (debounce): the id of the latest call. A queued call that is no longer the latest runs as a
-  no-op. It is written before the message is sent and deleted by that call when it ends (or put back to the
-  previous call if the send fails).
-- ``__throttle__`` (throttle): its ``mtime``, ZooKeeper's clock, is the last start of the key. A start moves
-  it with a version-checked write, so two starts in one window cannot both win.
-- ``__retry__`` (keep_lock_on_retry): written by an execution that holds the lock and raised ``Retry``, before
-  it releases; any other execution that gets the lock gives it back while the reservation is live, that is
-  until the retry starts, or for ``countdown + grace`` seconds of ZooKeeper's clock.
-
-Server time comes from ``unique.server_now`` (an offset to ZooKeeper's clock, measured on a write's answer).
+"""The nodes of SingleExecutionTask's de-duplication policies, one persistent child of the lock node each:
+``__latest__`` (debounce), ``__throttle__`` (throttle) and ``__retry__`` (keep_lock_on_retry). See docs/celery.md,
+"De-duplication policies". Server time comes from ``unique.server_now`` (an offset to ZooKeeper's clock, measured
+on a write's answer).
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
-"""Live ``beat_schedule`` edits: every beat publishes its ``beat_schedule`` in ZooKeeper, the leader follows it.
-
-When a beat starts (a deploy, a restart of one host with an edited ``beat_schedule``), it writes its schedule to
-``<election>/__beat__/__schedule__`` as JSON, standby or not. The leader looks at that node's version about once
-a second and merges the schedule it holds into the one it runs: entries added, changed or removed on any beat
-host reach the running leader without a restart. The last beat started wins.
-
-Only what JSON can carry is shared: a schedule in seconds (number, ``timedelta``, ``celery.schedules.schedule``)
-or a ``crontab``, and JSON-able ``args``, ``kwargs`` and ``options``. A ``beat_schedule`` with anything else is
-not published (the beat logs why), and the leader keeps running its own.
-
-django-celery-beat keeps its entries in the database: edits in the admin or the ORM reach the leader through
-DatabaseScheduler's own change tracking, which the leader consults at every loop (at most ORPHAN_POLL apart).
+"""Live ``beat_schedule`` edits: every beat, standby or not, publishes its ``beat_schedule`` (JSON) in
+``__beat__/__schedule__`` when it starts, and the leader merges it into the schedule it runs, about once a second;
+the last beat started wins. What can be shared, and django-celery-beat's own change tracking: docs/celery.md,
+"Live schedule edits".
 """
 
 from __future__ import annotations

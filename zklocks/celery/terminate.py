@@ -1,17 +1,10 @@
 """``on_lost="terminate"`` for SingleExecutionTask: the worker process that runs the task ends before the lease
-ends, and the task is recorded as failed with LockLost (docs/celery.md, "When the lock is lost").
+ends, and the task is recorded as failed with LockLost. The steps, prefork and solo: docs/lost.md#celery-terminate
+and docs/celery.md, "When the lock is lost".
 
-On the worker thread that decides the loss (handles/stopping.py, TERMINATE_AHEAD before the lease deadline):
-
-1. the failure is stored in the result backend, for as long as the lease leaves (a solo worker has no parent to
-   record anything; a prefork child's parent records a WorkerLostError, which :func:`restore_lock_lost` turns
-   back into LockLost);
-2. a hold ended by ``max_hold`` deletes its node first, with its release mark, so the next holder takes over at
-   once (a lease that runs out takes the node with the session);
-3. the processes the task started (its subprocesses and theirs, found by parent pid in ``/proc``) are stopped,
-   then killed: a child of a process that has ended would go on working;
-4. ``os._exit(TERMINATE_EXIT)``: no clean-up, no atexit, no other thread runs another instruction. A prefork pool
-   starts a new child; a solo worker ends entirely, and its supervisor (systemd, Kubernetes) starts it again.
+Before ``os._exit``, the processes the task started (found by parent pid in ``/proc``) are stopped, then killed: a
+child of a process that has ended would go on working. The process stores its own failure first (a solo worker has
+no parent to record anything); :func:`restore_lock_lost` turns a prefork parent's WorkerLostError back into LockLost.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""Worker hooks: sessions per pool process, closed on the way out; markers of revoked tasks removed.
+"""Worker hooks: sessions per pool process, closed on the way out; markers of revoked tasks removed. Why each:
+docs/celery.md, "Workers".
 
-- ``worker_process_init`` (each prefork child): the child already dropped the sessions it inherited (the
-  at-fork hook of ``zklocks.client.pools``); it opens its own here, so the first task does not pay for the
-  connect and an unreachable ZooKeeper shows in the log at start-up.
-- ``worker_process_shutdown`` (each prefork child, which leaves through ``os._exit`` and so skips atexit) and
-  ``worker_shutdown`` (the main process): close every session, so the server drops our nodes at once instead
-  of a session timeout later.
-- ``task_revoked``: a revoked or expired task never runs, so its queued marker, its debounce node and the
-  lock reservation for it (keep_lock_on_retry) are removed here.
+``worker_process_init`` opens the child's sessions at once, so the first task does not pay for the connect and an
+unreachable ZooKeeper shows in the log at start-up. ``task_revoked``: a revoked or expired task never runs, so its
+queued marker, its debounce node and the lock reservation for it (keep_lock_on_retry) are removed here.
 """
 
 from __future__ import annotations

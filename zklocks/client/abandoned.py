@@ -1,15 +1,7 @@
-"""Sessions given up while ZooKeeper could not be reached, closed on the server as soon as one can be reached.
-
-A session dropped after a whole session timeout without a connection (session.py, _drop_if_still_down), or closed while
-disconnected, may still live on a server that comes back with its data: the server restores it with a fresh
-timeout and keeps its ephemeral nodes (holds, queue places, and the nodes of releases that could not be sent)
-for another whole session timeout, so that locks this process released read "held elsewhere". Its id and
-password are kept here instead of forgotten: a client that joins the session from this process at the first
-server reached and closes it ends it on the server, which deletes its ephemeral nodes at once
-(docs/reliability.md, "Releases during an outage").
-
-A server that no longer knows the session (it expired, or the data was wiped) starts a new one for the joining
-client instead; closing that one is harmless.
+"""Sessions given up while ZooKeeper could not be reached (dropped by session.py's _drop_if_still_down, or closed
+while disconnected), closed on the server as soon as one can be reached: a server that comes back with its data would
+keep their ephemeral nodes, the nodes of released locks among them, for another session timeout. Their id and
+password are kept for that. See docs/reliability.md, "Releases during an outage".
 """
 
 from __future__ import annotations

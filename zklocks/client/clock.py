@@ -1,8 +1,5 @@
-"""The clock of every lease: it keeps running while the machine is suspended.
-
-``time.monotonic()`` stops during a suspend on Linux, so a laptop that sleeps through a session timeout would wake
-believing its leases were still good. ``CLOCK_BOOTTIME`` counts the suspended time too. Elsewhere the monotonic
-clock is the best there is.
+"""The clock of every lease: ``CLOCK_BOOTTIME``, which keeps running while the machine is suspended, where
+``time.monotonic()`` stops on Linux (docs/design.md §10). Elsewhere the monotonic clock is the best there is.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Telling an exception raised by a signal handler from the failure of the code it interrupted.
-
-A Python signal handler runs in the main thread between two bytecodes of whatever runs there, and what it raises
-comes out of that code: Celery's soft time limit raises SoftTimeLimitExceeded from a SIGUSR1 handler, a SIGALRM
-handler raises what its author chose. Such an exception must reach the caller of zklocks unchanged (docs/
-reference.md, "Signals"), also where zklocks guards a call with ``except Exception`` (an observer, kazoo's
-threads being stopped): there :func:`raised_by_signal_handler` says whether to raise it on. Nor may it leave a
-lock taken that another thread needs: :class:`SafeCondition` and :class:`SafeEvent`.
+"""Telling an exception raised by a signal handler from the failure of the code it interrupted, so that it reaches
+the caller unchanged also through zklocks' own ``except Exception`` guards (:func:`raised_by_signal_handler`), and
+locks it cannot leave taken (:class:`SafeCondition`, :class:`SafeEvent`). See docs/reference.md, "Exceptions raised
+by signal handlers"; the CPython internals used here: docs/compatibility.md, "Python, Django, kazoo".
 """
 
 from __future__ import annotations

@@ -1,18 +1,8 @@
-"""A cheaper path through kazoo's connection thread.
-
-kazoo's connection thread calls ``handler.select`` several times per message: before each write, in its loop, and
-before each of the two reads of an answer (length, then body). The stock handler builds a new
-``selectors.DefaultSelector`` for every call, which on Linux is an epoll instance: four or five system calls and a
-few Python objects, each time. Under contention that is a large share of a handoff's client CPU.
-
-- ``PollingHandler`` answers the same question with one ``poll(2)`` call. Like kazoo's own, it has no limit on
-  descriptor numbers (``select(2)`` stops at 1024).
-- ``read_without_select`` (kazoo_adapter/hooks.py) lets the reads of an answer try the (non-blocking) socket first:
-  the loop has just seen it readable, and the body usually arrives with its length. Only a read that finds nothing
-  waits in a select.
-
-Where ``select.poll`` does not exist (Windows), ``PollingHandler`` uses kazoo's own select and the short read path
-stays off. Either way its results and Events are signal-safe (interrupts.py).
+"""A cheaper path through kazoo's connection thread (docs/benchmarks.md, "Reading the figures"): ``PollingHandler``
+answers each ``select`` with one ``poll(2)`` call instead of a new epoll selector, with no limit on descriptor numbers
+(``select(2)`` stops at 1024), and ``read_without_select`` (kazoo_adapter/hooks.py) lets the reads of an answer try
+the socket first. Without ``select.poll`` (Windows) it keeps kazoo's select and the short read path stays off. Either
+way its results and Events are signal-safe (interrupts.py).
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The lease rule: the earliest moment the deciding leader could expire our session (docs/design.md §9, §10).
 
-Only the leader's session tracker expires sessions, at (its last touch of the session) + (session timeout) or
-later. A follower answers our pings and reads by itself; it passes our touches on to the leader only in its reply to
-the leader's next PING, and a follower cut off from the leader goes on answering for a while. An answer alone
-therefore proves nothing about the leader. What does, on one connection (one server, hence one leader link):
-
-1. Q1, any request, sent at ``a1`` and answered at ``r1``. The server recorded our touch between the two.
-2. S2, a request that goes through the leader (a ``sync`` or a write), sent at least ``relay_gap`` after ``r1``.
-   The leader pings each follower every tickTime/2; ``relay_gap`` is at least one tickTime, so the leader sent a
-   PING after our touch and before it answered S2. Leader -> follower is one FIFO stream, so the follower handled
-   that PING, and sent its reply carrying our touch, before it handled S2's answer and passed it to us.
-3. S3, a write, sent after S2's answer. Follower -> leader is one FIFO stream too, so the leader applied our touch
-   (at a time >= ``a1``) before S3. S3 is committed by a quorum: the server's leader was the deciding leader when
-   it proposed S3, and any later leader is established after a quorum member acknowledged S3, so it gives every
-   session a fresh timeout from a moment after ``a1``.
-
-Then no leader can expire the session before ``a1 + timeout``. Two shortcuts follow the same argument:
-a **new session** is created by a quorum write that the leader's tracker touches (lease from the connect's send
-time), and a **reconnect** re-validates the session at the leader (it acts as Q1 and S2 at once; the next write
-completes the proof).
-
-Assumptions: clock rates agree within the margin kept by :func:`loss_margin`; the leader's ping loop runs at its
-period of tickTime/2 (a whole-JVM pause delays its answers too); global sessions (``localSessionsEnabled`` off,
-ZooKeeper's default).
+On one connection: Q1, any request, sent at ``a1`` and answered at ``r1``; S2, a ``sync`` or a write, sent at least
+``relay_gap`` after ``r1`` and answered; S3, a write sent after S2's answer and committed. Then no leader can expire
+the session before ``a1 + timeout`` (less :func:`loss_margin`); a new session and a reconnect are shortcuts of the
+same argument. The ZooKeeper facts, the proof and its assumptions: docs/reliability.md, "The lease rule: when is
+`is_held` still true?".
 
 This module is pure bookkeeping: times in, a proven lease start out. It knows no kazoo and no Django.
 """
@@ -66,25 +48,18 @@ def loss_margin(timeout: float) -> float:
 
 def credited_timeout(credited: float | None, negotiated: float) -> float:
     """The session timeout a lease may count on once a connection of the session negotiated ``negotiated``
-    (``credited``: what it counted on before, None for a new session): the shortest so far.
-
-    Every touch of the session carries the timeout of the connection it came in on (a follower's touch table, a
-    re-validation), and the leader sets the expiry to (its time of the touch) + (that timeout), earlier than before
-    if the timeout is shorter. A touch from a server the session left long ago may still come last, so no timeout
-    ever negotiated is forgotten while the session lives (the proof: docs/reliability.md, "Mixed session timeouts";
-    docs/design.md §10).
+    (``credited``: what it counted on before, None for a new session): the shortest so far. None is forgotten while
+    the session lives: a touch from a server the session left long ago may still reach the leader last (the proof:
+    docs/reliability.md, "Mixed session timeouts"; docs/design.md §10).
     """
     return negotiated if credited is None else min(credited, negotiated)
 
 
 def relay_gap(timeout: float, tick_time: float | None) -> float:
     """How far apart Q1's answer and S2's send must be: one tickTime of the leader, or timeout/2 when the tick is
-    unknown.
-
-    timeout/2 is a tick or more while every server negotiates at least 2 x the longest tickTime of the ensemble:
-    ZooKeeper's default minSessionTimeout, not a rule of ZooKeeper (3.8 accepts any minSessionTimeout up to
-    maxSessionTimeout). zklocks_check and the deploy check E017 read the servers' conf and refuse what this does
-    not cover (serverconf.py, docs/reliability.md "The tick when TICK_TIME is not set").
+    unknown, which is a tick or more only while every server negotiates at least 2 x the longest tickTime (ZooKeeper's
+    default, not its rule): E017 (serverconf.py) refuses what it does not cover (docs/reliability.md, "The tick when
+    `TICK_TIME` is not set").
     """
     return tick_time if tick_time else timeout / 2
 

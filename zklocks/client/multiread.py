@@ -1,20 +1,12 @@
-"""Many reads in few requests: ZooKeeper's ``multiRead`` (3.6+), with a fallback to one request per read.
+"""Many reads in few requests: ZooKeeper's ``multiRead`` (3.6+, opcode 22), which answers each read separately (a
+missing node fails only its own), with a per-client fallback to one request per read where a server answers
+Unimplemented (docs/operations.md, "Read model").
 
-kazoo sends one request per loop turn of its connection thread (about 0.1 ms each here), so reading 5,000 nodes
-one by one costs half a second. ``multiRead`` (opcode 22) carries up to a batch of getData/getChildren
-operations in one request and answers each one separately: a missing node fails only its own operation.
-A server older than 3.6 answers Unimplemented; we remember that per client and read one by one.
-
-The namespace may hold anything (an open alias, a hostile client), so every request is bounded:
-- in the bytes of its paths (REQUEST_BYTES): a server closes the connection of a request larger than its
-  ``jute.maxbuffer`` (1 MB), and with it every request of the shared session in flight (it is suspended);
-- in the size of its answer: a node holds up to 1 MB, and a server builds a multiRead's whole answer in memory
-  before it sends it (a long answer also delays the session's pings past kazoo's read timeout). The first
-  request asks for as many reads as REPLY_BYTES holds of the largest nodes; each next one for at most twice as
-  many as the last, and for no more than REPLY_BYTES holds of the largest answer seen, up to BATCH;
-- in requests outstanding (WINDOW): the next is sent when an answer arrives. Nodes as large as a node can be
-  are read four at a time; whatever the nodes hold, the server holds at most WINDOW * BATCH * 1 MB of answers
-  for us (a namespace of small nodes then large ones), and a server without multiRead at most SINGLES answers.
+The namespace may hold anything, so every request is bounded (the reasons: docs/security.md, "Names and the admin"):
+in path bytes (REQUEST_BYTES); in answer size (the first request reads as many nodes as REPLY_BYTES holds of the
+largest, each next one at most twice as many as the last and as REPLY_BYTES holds of the largest answer seen, up to
+BATCH); and in requests outstanding (WINDOW). The server then holds at most WINDOW * BATCH * 1 MB of answers for
+us, and a server without multiRead at most SINGLES answers.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
-"""The servers' zoo.cfg as the lease sees it (docs/reliability.md, "The tick" and "Mixed session timeouts").
-
-A lease proof waits one *leader's* tickTime between Q1's answer and S2 (lease.py). Without ``TICK_TIME`` that wait
-is half the session timeout the session counts on, which is a tick or more only while every server negotiates
-at least 2 x the longest tickTime of the ensemble (any server may lead). ZooKeeper's defaults
-(minSessionTimeout = 2 x tickTime, one tickTime for all) guarantee it; ZooKeeper 3.8 accepts any
-minSessionTimeout up to maxSessionTimeout, and a rolling change of tickTime mixes ticks. The client cannot see a
-server's tickTime, except through the ``conf`` four-letter word where ``4lw.commands.whitelist`` allows it:
-``manage.py zklocks_check`` and the deploy check (zklocks.E017, W004) read it and refuse what the lease cannot
-cover.
+"""The servers' zoo.cfg as the lease sees it: tickTime and session bounds, read through the ``conf`` four-letter
+word, for ``manage.py zklocks_check`` and the deploy checks zklocks.E017 and W004, which refuse what the lease's
+relay gap (lease.relay_gap) cannot cover (docs/reliability.md, "The tick when `TICK_TIME` is not set" and "Mixed
+session timeouts").
 
 Reading is :func:`read`; judging is :func:`lease_problems`, a pure function of the servers' settings.
 """

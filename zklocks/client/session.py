@@ -1,14 +1,10 @@
 """One ZooKeeper session and its lease (lease.py): the proof, its renewal while something is held or awaited,
-and the loss of every hold on it once the proof runs out.
+and the loss of every hold on it once the proof runs out, after which the session is closed and the pool opens a
+fresh one (docs/design.md §9, §10). It also watches its connection for a silent or refusing server while something
+waits on it (docs/reference.md, "Outages are never contention").
 
-A :class:`Session` wraps one KazooClient. lease.py proves, from the session's own traffic, the earliest moment
-the deciding leader could expire it; while something is held or awaited, the session renews that proof ahead of
-time. Past that moment every hold on the session is lost, the session is closed (a frozen server that resumes
-must not keep our nodes alive) and the pool opens a fresh one for the next acquire.
-
-The session also watches its connection for a silent or refusing server while something waits on it. What is
-passed to KazooClient is in kazoo_options.py, the hooks on its request path and its connection in
-kazoo_adapter/hooks.py.
+A :class:`Session` wraps one KazooClient: what is passed to it is in kazoo_options.py, the hooks on its request path
+and its connection in kazoo_adapter/hooks.py.
 
 Holds are anything with ``mark_lost(reason)`` and the attributes ``lost``/``lost_reason`` (:class:`LossListener`):
 this module knows nothing of lock handles.
@@ -260,12 +256,9 @@ class Session:
     # -- public --
 
     def is_alive(self) -> bool:
-        """True while no leader can have expired this session (see lease.py).
-
-        A lease that ran out while something was held or awaited is a loss: the session is closed so that a
-        server that wakes up cannot keep our nodes. Without holds or waiters it only means that the next acquire
-        proves the lease again (lease_refresh_due).
-        """
+        """True while no leader can have expired this session (see lease.py). A lease that ran out while something was
+        held or awaited is a loss, and the session is closed (docs/design.md §9); without holds or waiters the next
+        acquire only proves the lease again (lease_refresh_due)."""
         if self.dead:
             return False
         if self.lease_expired():
@@ -684,12 +677,9 @@ class Session:
         return readable_now(sock)
 
     def _drop_if_still_down(self, down_since: float) -> None:
-        """Disconnected for a whole session timeout: the session is over on every server that still knows it.
-
-        A server that came back with empty or older data refuses this session for good (it has seen a newer
-        zxid than the server has), and kazoo would retry for ever. Drop the session: its holds are reported
-        lost, and the pool starts a fresh session for the next call.
-        """
+        """Disconnected for a whole session timeout: the session is over on every server that still knows it, and
+        one back with empty or older data refuses it for good while kazoo retries for ever. Drop it: its holds are
+        reported lost, the next call starts a fresh one (docs/reliability.md, "A server that comes back empty")."""
         if self.dead or self._down_since != down_since:
             return
         causes = self.kazoo_log.causes()

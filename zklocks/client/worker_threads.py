@@ -1,8 +1,5 @@
-"""The zklocks worker threads: lost-lock deadlines and background clean-up on one, signals on another.
-
-kazoo calls state listeners and watch callbacks on its own threads, which must never block. They only
-record a fact and hand a callable to this thread. Receivers of our signals therefore run on a zklocks
-thread and may block or call zklocks freely.
+"""The zklocks worker threads: lost-lock deadlines and background clean-up on one, signals on another. kazoo's own
+threads, which must never block, only record a fact and hand a callable over (docs/observability.md, "Signals").
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
-"""Prometheus metrics of locks and sessions, through prometheus_client (``pip install django-zklocks[metrics]``).
-
-Installed into the default registry by the app's ready() when prometheus_client is importable and
-``settings.ZKLOCKS_METRICS`` is not False. Lock names are never label values: ``ZKLOCKS_METRICS_FAMILY`` (a
-callable or its dotted path) may map a name to a bounded ``family`` label of the lock metrics. If it is neither,
-ready() does not fail: the metrics are installed without the ``family`` label, a warning is logged, and
-``manage.py check`` reports zklocks.E053. At most FAMILY_LIMIT (100) distinct family values are used, later new
-ones are counted as ``family="other"``: per process, and in multiprocess mode across every process of the
-directory (the admitted values are shared in a file there, under a file lock).
-
-=========================  =========  =====================================================
-zklocks_acquire_seconds    histogram  alias, kind, [family,] result
-zklocks_hold_seconds       histogram  alias, kind, [family]
-zklocks_held               gauge      alias, kind, [family]   (multiprocess: livesum)
-zklocks_waiting            gauge      alias, kind, [family]   (multiprocess: livesum)
-zklocks_lost_total         counter    alias, reason
-zklocks_sessions           gauge      alias, state            (multiprocess: livesum)
-=========================  =========  =====================================================
-
-In multiprocess mode (PROMETHEUS_MULTIPROC_DIR) the live gauges of a process that ended leave the exposition
-once ``prometheus_client.multiprocess.mark_process_dead(pid)`` is called for it (gunicorn's ``child_exit``).
+"""Prometheus metrics of locks and sessions, through prometheus_client (``pip install django-zklocks[metrics]``),
+installed into the default registry by the app's ready() unless ``settings.ZKLOCKS_METRICS`` is False. The metrics
+and their labels, the bounded ``family`` label (FAMILY_LIMIT; shared across processes in multiprocess mode), and
+``mark_process_dead``: docs/reference.md, "Metrics", and docs/observability.md, "Prometheus metrics".
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""OpenTelemetry spans of acquires, when opentelemetry-api is installed (a no-op otherwise).
-
-Every acquire attempt is a span ``zklocks.acquire``, a child of the current span (a request's, a Celery task's),
-with the attributes ``zklocks.lock.name``, ``zklocks.lock.alias``, ``zklocks.lock.kind``, ``zklocks.result``,
-``zklocks.token`` (when acquired) and ``zklocks.wait_seconds``. ``settings.ZKLOCKS_TRACING = False`` turns it off.
-Without a configured tracer provider the spans are OpenTelemetry's non-recording ones.
+"""OpenTelemetry spans of acquires (``zklocks.acquire``), when opentelemetry-api is installed (a no-op otherwise);
+``settings.ZKLOCKS_TRACING = False`` turns them off. Attributes: docs/observability.md, "Tracing (OpenTelemetry)".
 """
 
 from __future__ import annotations

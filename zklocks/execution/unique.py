@@ -1,16 +1,7 @@
-"""Enqueue-time de-duplication: one marker node per lock name while a task of that key is queued or running.
-
-The marker is ``<lock node>/__queued__``, a *persistent* node, so it outlives the producer that wrote it (a
-cron job that enqueues and exits must not lose the de-duplication). Its data is the usual holder JSON plus
-``state`` ("queued" or "running") and ``ttl``. A marker is live while:
-
-- state "queued": its age on ZooKeeper's clock (``mtime`` against the server's time now) is below ``ttl``;
-- state "running": the lock is held by the marker's task (the worker's ephemeral node proves it is alive).
-
-So a producer or worker that dies leaves a marker that blocks new tasks for at most ``ttl`` (queued) or the
-session timeout plus one tick (running). A stale marker is deleted with a version check, so two producers
-cannot both replace it. No TTL nodes: they need a server flag and the server's container sweep, which runs
-once a minute by default and would make the bound coarse.
+"""Enqueue-time de-duplication: one persistent marker node, ``<lock node>/__queued__``, per lock name while a task
+of that key is queued or running. Its data, liveness rules and bounds, and why it is neither ephemeral nor a TTL
+node: docs/celery.md, "Enqueue-time de-duplication". A stale marker is deleted with a version check, so two
+producers cannot both replace it.
 """
 
 from __future__ import annotations

@@ -1,15 +1,6 @@
-"""Leader election: ``zk_leader(name)``, one leader among every process that runs for ``name``.
-
-An election is the fair exclusive queue (recipes/queue.py) with its own contender marker (``__elect__``, see
-recipes/layout.py): the first candidate leads, each other candidate watches only its predecessor (Curator's
-LeaderLatch, kazoo's Election). Leadership is a hold like a lock's, so it follows the same lease rule:
-``is_leader`` turns False from the moment the server could have expired our session, the loss is announced
-through the ``lock_lost`` signal (kind ``"election"``), and ``token`` is the candidate node's czxid, strictly
-increasing over successive leaders.
-
-    with zk_leader("celery-beat") as leader:      # blocks until elected
-        while leader.is_leader:
-            work(fencing_token=leader.token)
+"""Leader election: ``zk_leader(name)``, one leader among every process that runs for ``name``: the fair exclusive
+queue (recipes/queue.py) with its own contender marker (``__elect__``, recipes/layout.py), whose leadership is a hold
+like a lock's. See docs/design.md §2 and docs/locks.md, "Leader election: `zk_leader`".
 """
 
 from __future__ import annotations

@@ -228,17 +228,13 @@ LONG_HOLD = 1.0
 
 
 class LongHolds:
-    """Every hold's watch on its own node, set at once, and the hold record of holds that last.
+    """Every hold's watch on its own node, and the hold record of holds that last (docs/design.md §5, §9).
 
-    We watch our own node: a delete or a write by anyone else (a force-release from the admin, a hostile client)
-    marks the hold lost (docs/security.md, "No forged handoff"). Where anyone may write our nodes (no AUTH) the
-    watch is set at the grant, one more request per acquire; where only the alias's identity may (a guarded
-    ACL), from LONG_HOLD on, so that short holds keep the fast path's three requests. Holds younger than
-    LONG_HOLD are looked at by one periodic tick on the worker thread: once a hold that waited has lasted that
-    long we record acquired_at with one asynchronous set: an exclusive holder's in the lock node (its own node
-    changes only at the release, node_data.marks_release_only), a reader's or a lease's in its own node (a
-    successor's data watch re-arms without waking, see queue.Contender.wait_steps; our own watch knows the write
-    is ours by the node's version).
+    A delete or a foreign write of our node marks the hold lost. The watch is set at the grant on an open alias,
+    from LONG_HOLD on under a guarded ACL. Holds younger than LONG_HOLD are looked at by one periodic tick on the
+    worker thread; a hold that waited and lasts that long records acquired_at with one asynchronous set: an
+    exclusive holder's in the lock node, a reader's or a lease's in its own node (our own watch knows the write is
+    ours by the node's version).
     """
 
     def __init__(self) -> None:

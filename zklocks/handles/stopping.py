@@ -1,21 +1,12 @@
-"""``on_lost``: what a lost hold does to the work it protected (docs/lost.md).
+"""``on_lost``: what a lost hold does to the work it protected (docs/lost.md): "notify" (the default), "cancel" (a
+:class:`Stopper` armed by the acquire cancels an asyncio holder, and stops a thread at its next checkpoint:
+:func:`checkpoint`, ``ensure_held()``, :func:`query_checkpoint`, the end of its ``with``; never by an asynchronous
+exception) or "terminate" (SingleExecutionTask only).
 
-- "notify" (the default): nothing beyond ``is_held``, ``ensure_held()`` and the ``lock_lost`` signal.
-- "cancel": a :class:`Stopper` armed by the acquire stops the holder. An asyncio task is cancelled (a
-  cancellation lands only at an ``await``). A thread is stopped at its next checkpoint: :func:`checkpoint`, the
-  hold's ``ensure_held()``, a query through a Django database connection (:func:`query_checkpoint`), and the end
-  of its ``with`` statement, which raises LockLost. Never an asynchronous exception: one that lands between a
-  library's ``lock.acquire()`` and its ``try`` (``Condition.__enter__``, ``queue.Queue``, logging, connection
-  pools) leaves that lock taken for good, and the process hangs.
-- "terminate" (SingleExecutionTask only): the task's failure is stored, then the worker process ends, with the
-  processes it started.
-
-The loss is decided on the worker thread (client/session.py): a session with stopping holds declares its
-loss :data:`CANCEL_AHEAD` or :data:`TERMINATE_AHEAD` before the lease deadline (never later), and
-``Hold.mark_lost`` fires every armed stopper of the hold before anything else. The holder disarms its stoppers
-first thing in its release: no checkpoint of the holder raises after that. Threads that work for an asyncio
-holder (``asyncio.to_thread``, ``sync_to_async``: a copy of its context) go on raising at their checkpoints after
-the holder has left: their work outlives the hold.
+The loss is decided on the worker thread (client/session.py), :data:`CANCEL_AHEAD` or :data:`TERMINATE_AHEAD` before
+the lease deadline (never later); ``Hold.mark_lost`` fires every armed stopper of the hold before anything else, and
+the holder disarms its stoppers first thing in its release (docs/lost.md, "How the stop never lands outside the
+hold"). Threads that work for an asyncio holder with a copy of its context go on raising after it has left.
 """
 
 from __future__ import annotations

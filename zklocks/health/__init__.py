@@ -1,24 +1,10 @@
-"""A django-health-check check of ZooKeeper: ``pip install 'django-zklocks[health]'``.
+"""A django-health-check check of ZooKeeper (``pip install 'django-zklocks[health]'``): a ``sync`` + read round trip
+per alias and, with ``ZKLOCKS_HEALTH["MAX_HOLD_SECONDS"]``, the locks held too long, in a bounded read (summary()).
+Set-up, bounds, and why elections are left out: docs/operations.md, "Health check"; the read a wrong password
+fails, and names hidden under READ_ACL="auth": docs/security.md, "The health check and READ_ACL".
 
-Add ``"zklocks.health"`` next to ``"health_check"`` in INSTALLED_APPS and list the check on the health view::
-
-    path("ht/", HealthCheckView.as_view(checks=[..., "zklocks.health.ZooKeeperHealthCheck"]))
-
-For each alias (or only ``alias``) it reaches a session within CONNECT_TIMEOUT and makes a ``sync`` + read round
-trip; under an ACL that keeps READ to the alias's identity (READ_ACL="auth") the read is of the namespace's data,
-which a wrong AUTH password fails. It fails naming the alias and the cause. With ``settings.ZKLOCKS_HEALTH =
-{"MAX_HOLD_SECONDS": N}`` it also fails while some lock has been held longer than N seconds (read from
-zklocks.ops.read_model, the read model), and fails when that read has an error (the alias's namespace cannot be listed,
-e.g. NoAuth): a lock it cannot see may be the one held too long. That read is bounded (health.summary): a
-chunk of lock nodes at a time, ten locks named, one read per SUMMARY_SECONDS for every request of the process,
-on a thread of its own that a request waits for at most READ_WAIT seconds (then the last summary answers). For
-an alias whose nodes only its identity may read (READ_ACL="auth", or an ACL without world READ) it counts the
-locks held too long without naming them, their hosts or pids, unless ``ZKLOCKS_HEALTH["SHOW_LOCK_DETAILS"]`` is
-True (False hides them for every alias).
-
-Elections (kind ``election``: ``zk_leader``, the leader-elected Celery beat, Curator's LeaderLatch) are left out
-of MAX_HOLD_SECONDS: a leader holds its election node for as long as it leads, which is no stuck lock. Exclusive
-and shared locks and semaphore leases count. ``manage.py check`` validates ZKLOCKS_HEALTH (zklocks.E050, W050).
+A MAX_HOLD_SECONDS read that has an error (the namespace cannot be listed, e.g. NoAuth) fails the check too: a lock
+it cannot see may be the one held too long. ``manage.py check`` validates ZKLOCKS_HEALTH (zklocks.E050, W050).
 """
 
 from __future__ import annotations
@@ -181,12 +167,9 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
 
 def summary(aliases: list[str], max_hold: float) -> list[str]:
     """``long_holds``, read at most once per SUMMARY_SECONDS (or a tenth of ``max_hold``, if shorter) in this
-    process: the health URL is often open to anyone, and a flood of its requests must not each read every lock.
-
-    The read runs on a thread of its own, shared by every request that comes while it runs. A request waits for
-    it up to READ_WAIT seconds, then answers from the last summary read (none, for the first requests of a
-    process, while a namespace of many locks is read): a request's time stays bounded whatever the namespaces
-    hold. A settings change starts afresh."""
+    process, on a thread of its own shared by the requests that come while it runs; a request waits for it up to
+    READ_WAIT seconds, then answers from the last summary (docs/operations.md, "Health check"). A settings change
+    starts afresh."""
     configs = conf.get_config()[0]  # a new object after every change of ZKLOCKS
     key = (tuple(aliases), max_hold, shows_details_setting())
     with _summary_lock:

@@ -1,23 +1,10 @@
-"""ACL audit of an alias's namespace: weaker ACLs than configured, and an identity that lacks its rights.
+"""ACL audit of an alias's namespace: weaker ACLs than configured, and an identity that lacks its rights. Why the
+parent's and the namespace's parent's ACLs matter, and what ZooKeeper's getACL hides (tested in
+tests/admin_cli/test_audit.py): docs/security.md, "AUTH and ACLs, per alias" and "The ACL audit".
 
-ZooKeeper checks CREATE and DELETE on the *parent*, so the namespace and every lock node must grant CREATE,
-DELETE, WRITE and ADMIN only to the configured identity (``kazoo_options.build_acl``). Nodes keep the ACL they
-were created with: a namespace made before AUTH was configured stays open to anyone, and one made with another
-password locks this alias out (ZooKeeper accepts any digest password at connect time and answers NoAuth later).
-
-The namespace's parent matters too: whoever else may DELETE there can delete the namespace once it has no lock
-nodes and create it again with an ACL of their own (and while it does not exist, whoever may CREATE in its
-deepest existing ancestor can make it first).
-
-What ZooKeeper hides (3.8, tested in tests/admin_cli/test_audit.py): getACL answers only a client with READ or
-ADMIN on the node, and shows every digest id as ``user:x``, without its password hash, to a client without
-ADMIN. With the configured ACL (ADMIN for this identity) a masked answer therefore proves that the node is not
-as configured. Where the configured ACL gives no ADMIN, an entry of this alias's user cannot be told from another
-password of the same user by reading: ``probe()`` proves by writing, as this identity only, that it can create
-and delete in the namespace.
-
-``audit()`` reads ACLs only; ``probe()`` also creates and deletes one ephemeral node. Both are used by
-``manage.py zklocks_check`` and by the deploy system check (zklocks.E015, E018, W002, W003, W005, W006).
+``audit()`` reads ACLs only; ``probe()`` also creates and deletes one ephemeral node, to prove by writing, as this
+identity only, what a masked getACL cannot show. Both are used by ``manage.py zklocks_check`` and by the deploy
+system check (zklocks.E015, E018, W002, W003, W005, W006).
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
-"""The wait-for graph of one alias's locks, from a read-model snapshot: no ZooKeeper traffic of its own.
+"""The wait-for graph of one alias's locks, from a read-model snapshot: no ZooKeeper traffic of its own. Actors,
+edges, and why semaphores are left out: docs/reference.md, "Holders and the deadlock banner", and
+docs/observability.md, "Deadlocks on the admin page". Contenders whose data names no owner, thread or task
+(foreign clients) are not actors.
 
-A contender is an actor: (host, pid, owner), read from its node data. The owner is a thread or an asyncio task
-(owners.Owner), written as a number that its process never reuses: two coroutines of one event loop are two
-actors, though they share a thread. Data of an older zklocks, without that number, names the actor by its
-(Celery) task id or else its thread name. An actor that waits in the queue of lock B waits for B's holders; when
-following those edges leads back to the actor, the cycle is a deadlock (nobody in it can go on). Semaphores are
-left out: a waiter there needs any one of the leases, not all of them, so a cycle through a semaphore is not
-necessarily stuck. Contenders whose data does not name their owner, thread or task (foreign clients) are not
-actors.
-
-The graph is read from node data, which anyone may write on an alias without AUTH (docs/security.md, "Bounded
-admin work"): a few dozen forged nodes make a graph with millions of simple cycles. So :func:`search` finds the
+The graph is read from node data, which anyone may write on an alias without AUTH (docs/security.md, "Names and
+the admin"): a few dozen forged nodes make a graph with millions of simple cycles. So :func:`search` finds the
 strongly connected components first (Tarjan's algorithm, iterative: every actor in a component of two or more is
 stuck), then lists at most MAX_CYCLES cycles of at most MAX_LENGTH steps, following at most MAX_STEPS edges in
 at most BUDGET seconds, and says when it stopped short. A real thread waits for one lock at a time, so real

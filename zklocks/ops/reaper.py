@@ -1,16 +1,10 @@
-"""Reaping of empty lock nodes, off the hot path: a background sweep per pool and ``manage.py zklocks_reap``.
+"""Reaping of empty lock nodes, off the hot path: a background sweep per pool and ``manage.py zklocks_reap``. See
+docs/operations.md, "Empty lock nodes"; the delete and re-create race, and :func:`recycle` for nodes near sequence
+exhaustion: docs/design.md §2 and §13 (tokens are czxids, so a re-created node never resets them: §11).
 
-A lock node whose queue is empty is deleted; ZooKeeper refuses with NotEmpty if a contender arrived in
-between, and a contender whose create meets NoNode re-creates the node. Fencing tokens are czxids, so a
-re-created node never resets them. The background sweep deletes only nodes that no contender came to or left
-since the previous sweep (their ``pzxid`` and their internal children's are unchanged): a lock used between two
-sweeps stays, and its next acquire does not pay a write and two round trips to re-create it. (A contender that
-comes and goes between the sweep's read of the node and its delete is the exception: the delete checks only the
-node's data version.)
-
-Deleting and re-creating a node also resets its sequence counter (docs/design.md §13): a lock node that is never empty
-runs out of sequence numbers after 2**31-1 creates. The sweep reports such nodes as they near the limit, and
-:func:`recycle` deletes one at its next empty moment (``manage.py zklocks_reap --recycle NAME``).
+The background sweep deletes only nodes whose ``pzxid`` (and their internal children's) did not change since the
+previous sweep. A contender that comes and goes between the sweep's read of the node and its delete is the
+exception: the delete checks only the node's data version.
 """
 
 from __future__ import annotations

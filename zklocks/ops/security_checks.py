@@ -1,10 +1,6 @@
-"""System checks of configurations that open a hole: nested namespaces (zklocks.E042) and the metrics or health
-view answering anonymous requests in a deployment (zklocks.W070, a deploy check).
-
-E042 is pure (settings only). W070 resolves the project's URLconf and sends one anonymous ``OPTIONS`` request to
-each URL of ``zklocks.views.metrics`` or of a django-health-check view that runs ``ZooKeeperHealthCheck``,
-through the whole middleware stack: a 2xx answer means anyone who reaches the site reaches the view. ``OPTIONS``
-runs no check and builds no exposition.
+"""System checks of configurations that open a hole: nested namespaces (zklocks.E042, pure: settings only) and the
+metrics or health view answering an anonymous ``OPTIONS`` request through the whole middleware stack in a
+deployment (zklocks.W070, a deploy check). See docs/security.md, "Nested namespaces" and "Metrics and health pages".
 """
 
 from __future__ import annotations
@@ -19,11 +15,8 @@ from .. import conf
 
 
 def nested_namespaces(configs: dict[str, conf.AliasConfig]) -> list[checks.CheckMessage]:
-    """E042: an alias whose NAMESPACE lies inside another alias's on a server they share. The outer alias's lock
-    named after the inner namespace's first step is the inner alias's namespace node, and its contenders look like
-    empty lock nodes to the inner alias's reaper; the outer reaper deletes the inner namespace when it is empty.
-    The inner alias is refused at its first use too (client/pools.py), since gunicorn and Celery never run checks;
-    host names are resolved here only."""
+    """E042: an alias whose NAMESPACE lies inside another alias's on a server they share (docs/security.md, "Nested
+    namespaces"; its first use is refused too, in client/pools.py, since gunicorn and Celery never run checks)."""
     out: list[checks.CheckMessage] = []
     for alias, other in conf.nested(configs, resolve=True):
         cfg, ocfg = configs[alias], configs[other]

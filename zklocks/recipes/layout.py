@@ -1,33 +1,9 @@
-"""Every node name and ordering rule zklocks uses below a lock node: kazoo's lock layout (docs/design.md §12;
-the ordering rules: §2, §6, §7, §13).
+"""Every node name and ordering rule zklocks uses below a lock node, for kazoo's layout (:data:`KAZOO`) and Apache
+Curator's (:data:`CURATOR`): the node tables are in docs/design.md §12; the ordering rules in §2, §6, §7 and §13;
+the per-acquire tag (a fresh guid, or Curator's protected prefix ``_c_<uuid>-``) in §3.
 
-    NAMESPACE/<encoded name>                     the lock node (persistent; reaped when empty)
-        <32-hex guid>__lock__<10-digit seq>      an exclusive contender (kazoo's Lock / WriteLock)
-        <32-hex guid>__rlock__<10-digit seq>     a shared contender (kazoo's ReadLock)
-        __mutex__/<guid>__lock__<seq>            a semaphore's internal fair queue
-        <32-hex guid>__lease__<10-digit seq>     a semaphore lease
-        <32-hex guid>__elect__<10-digit seq>     an election candidate (the first one leads)
-        __queued__                               SingleExecutionTask's enqueue-time marker (persistent)
-        __latest__                               ... debounce: the id of the latest call (persistent)
-        __throttle__                             ... throttle: its mtime is the last start (persistent)
-        __retry__                                ... keep_lock_on_retry: the retry the lock waits for (persistent)
-        __beat__/<encoded entry name>            the Celery beat leader's last send of each entry (persistent)
-
-The guid is fresh for every acquire, so a contender finds its own node again after a connection loss. Only this
-module spells these names; the recipes, the read model, the reaper and the audit ask it, through the alias's
-:class:`Layout` (``ZKLOCKS[alias]["LAYOUT"]``): :data:`KAZOO` above, or :data:`CURATOR`, Apache Curator's recipes:
-
-    NAMESPACE/<encoded name>
-        _c_<uuid>-lock-<10-digit seq>            InterProcessMutex (zk_lock), ordered by the sequence after "lock-"
-        _c_<uuid>-__READ__<seq>                  InterProcessReadWriteLock: a reader (zk_rw_lock(name).read)
-        _c_<uuid>-__WRIT__<seq>                  ... and a writer (zk_rw_lock(name).write); one queue of their own
-        locks/_c_<uuid>-lock-<seq>               InterProcessSemaphoreV2: its internal mutex
-        leases/_c_<uuid>-lease-<seq>             ... and its leases (every child of leases/ counts as one)
-        _c_<uuid>-latch-<seq>                    LeaderLatch: the lowest leads, each candidate watches the one before
-
-"_c_<uuid>-" is Curator's protected prefix (ProtectedUtils): a contender finds its own node by it after a connection
-loss, as Curator does. A mutex and a read/write lock on one path are separate recipes in Curator: neither sees
-the other's nodes, so they do not exclude each other.
+Only this module spells these names; the recipes, the read model, the reaper and the audit ask it, through the
+alias's :class:`Layout` (``ZKLOCKS[alias]["LAYOUT"]``).
 """
 
 from __future__ import annotations

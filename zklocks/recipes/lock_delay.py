@@ -1,18 +1,8 @@
 """Lock-delay: after an unclean loss, nobody holds the lock until ``lock_delay`` seconds have passed on the
-server's clock since the holder's node vanished (docs/design.md §15).
-
-A waiter that sees its last blocker vanish without its release mark (queue.Contender.wait_steps) writes a record
-into the lock node's data. The write's ``mtime``, stamped by the server, starts the delay; every contender that
-asks for a lock-delay reads the record before it holds and waits until the server's clock has passed its end.
-The end is compared with a server time we learned from our own writes (the create of our node, or the record's
-write), never with our own wall clock: a waiter holds no earlier than the delay's end on the server's clock, as
-long as the two clocks run at the same rate.
-
-Nobody may be queued to see the holder vanish (a ``kill -9``, a force-release with no waiter). So an exclusive
-holder under a lock-delay writes a guard into the lock node's data before its body runs (:func:`guard`), and its
-clean release clears it in the release's own transaction (node.OwnNode._send_delete). A newcomer that finds the
-guard of a node that is gone knows that node left uncleanly: it starts the delay, counted from its own read
-(later than the loss: safe, and longer than needed when the loss is old).
+server's clock since the holder's node vanished (docs/design.md §15): the record a waiter writes into the lock node
+when its last blocker vanished unmarked (queue.Contender.wait_steps), whose ``mtime`` starts the delay; the wait of
+every contender for its end, measured from server times of our own writes, never our wall clock; and the guard of
+an exclusive holder (:func:`guard`), cleared by its clean release (node.OwnNode._send_delete).
 
 This module knows kazoo and paths, nothing of Django.
 """

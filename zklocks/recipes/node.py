@@ -149,13 +149,9 @@ class OwnNode:
         self._left = True  # after the send: an exception inside it leaves abandon() to make sure
 
     def _send_delete(self, node: str, held: bool):
-        """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it.
-
-        The contender behind us watches our node's data. An exclusive node of ours changes nowhere else
-        (node_data.marks_release_only), so that one notification tells it we held and are gone: nothing is ahead
-        of it any more, and it holds without a request (queue.Contender.wait_steps). One write to the log, as a
-        plain delete. A contender that leaves without holding (timeout, cancel, an expired session) never
-        writes its node.
+        """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it: the
+        release mark that lets the contender behind us hold at that one notification (docs/design.md §5). A
+        contender that leaves without holding never writes its node.
         """
         client = self.session.client
         if client.chroot:  # kazoo's methods add it to the paths and strip it from the answers

@@ -32,11 +32,8 @@ def _clip(value: Any) -> Any:
 
 _prefixes: dict[tuple, str] = {}
 
-# The promise of every contender this client creates: an exclusive contender's node is written only by its
-# release, one transaction that writes and deletes it (node.OwnNode._send_delete); a long hold's acquired_at goes
-# to the lock node instead (hold_record). So the one behind it holds at the first change of that node's data
-# (queue.Contender.wait_steps). A node without the promise (foreign, or of an older zklocks that wrote
-# acquired_at into it) may change and stay: its waiter looks again before it holds.
+# The promise of every contender this client creates: an exclusive contender's node is written only by its release
+# (node.OwnNode._send_delete; a long hold's acquired_at goes to the lock node, hold_record). docs/design.md §5.
 MARKS, RELEASE = "marks", "release"
 _PROMISE = f'"{MARKS}":"{RELEASE}"'.encode()
 

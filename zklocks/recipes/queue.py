@@ -1,10 +1,5 @@
-"""The fair lock queue of docs/design.md §2 and §6, in the alias's node layout (layout.py).
-
-Contenders are ephemeral-sequential children of the lock node, e.g. ``<guid>__lock__<seq>`` (exclusive) and
-``<guid>__rlock__<seq>`` (shared) in kazoo's layout. An exclusive contender holds the lock when it is first in its
-queue; a shared one when no exclusive contender is ahead of it. Each waiter watches exactly one node (its
-blocker), so a release wakes one waiter. The guid is fresh for every acquire, so after a connection loss
-during the create we find our own node instead of leaving an orphan (docs/design.md §3).
+"""The fair lock queue of docs/design.md §2 and §6, in the alias's node layout (layout.py): each waiter watches one
+node, its blocker, and the per-acquire guid finds our own node again after a connection loss (docs/design.md §3).
 
 This module knows kazoo and paths, nothing of Django.
 """
@@ -166,11 +161,9 @@ class Contender(OwnNode):
         it was gone already: ``at_once``), and whether it is known to have held the lock: a contender writes its
         node only once it holds.
 
-        One watch, on the blocker's data. An exclusive blocker with the release-only promise (node_data.py) writes
-        its node only in the transaction that deletes it, so the first change means "held, and gone": we hold
-        at that one notification, with no request in between. Any other blocker's write (a long hold's
-        acquired_at, of a reader or of an older client) only says it held: the watch is set again without
-        waking, and its delete wakes us.
+        One watch, on the blocker's data: the first change of an exclusive blocker with the release-only promise
+        (node_data.py) means "held, and gone"; any other write only says it held, and the watch is set again
+        without waking (docs/design.md §5).
         """
         waker = yield NewWaker()
         deleted: list[bool] = []

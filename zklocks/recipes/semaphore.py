@@ -1,14 +1,5 @@
-"""Semaphore with N leases (docs/design.md §7), the shape of Curator's InterProcessSemaphoreV2.
-
-Layout below the lock node ``NAMESPACE/<name>`` (kazoo's; Curator's keeps its mutex in ``locks/`` and its leases
-in ``leases/``, see layout.py):
-
-- the node's data: ``{"v": 1, "kind": "semaphore", "max_leases": N}``, so contenders can refuse a mismatch;
-- ``__mutex__``: a fair queue (``queue.py``) ordering the contenders;
-- ``<guid>__lease__<seq>``: one ephemeral node per lease held.
-
-Only the mutex holder looks at the leases (with a children watch); when fewer than N exist it creates its
-lease and releases the mutex. Each release therefore wakes one contender.
+"""Semaphore with N leases, the shape of Curator's InterProcessSemaphoreV2: a fair mutex (queue.py) orders the
+contenders, and only its holder looks at the leases (docs/design.md §7; the nodes: §12 and layout.py).
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""One algorithm, two ways to wait: the queue recipe is written once, as a generator of *steps*, and driven
-either by a thread (:func:`run`) or by an event loop (:func:`run_async`).
-
-A step says what the recipe waits for: the answer of a request it sent, a request retried through connection
-loss, a listing of a lock node's children, or a wake-up from a watch. The thread driver blocks on each one,
-as the sync API always did. The loop driver awaits each one as a future that kazoo's own threads complete, so a
-waiting coroutine holds no thread: the only threads are kazoo's two per session, plus a small bounded pool for
-the rare step that must block (starting a session, riding out an outage).
+"""One algorithm, two ways to wait: the queue recipe is written once, as a generator of *steps* (an answer, a request
+retried through connection loss, a listing, a wake-up from a watch), driven either by a thread (:func:`run`) or by
+an event loop (:func:`run_async`), where a waiting coroutine holds no thread (docs/locks.md, "Async").
 
 The loop driver also coalesces listings: every contender that enqueued on a lock node in the same turn of the
 loop shares one ``get_children`` sent after all their creates (one session answers in order), instead of each

@@ -1,12 +1,5 @@
 """Single execution for Django's tasks framework (``django.tasks``; the ``django-tasks`` backport on Django 5.2).
-
-    TASKS = {"default": {
-        "BACKEND": "zklocks.tasks.SingleExecutionBackend",
-        "OPTIONS": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend", "OPTIONS": {}, "USING": "default"},
-    }}
-
-    @task(lock_key="report:{account_id}", on_locked="skip", unique_queued=True)
-    def build_report(account_id): ...
+Settings and task options: docs/tasks.md.
 
 The names load on first use, so ``zklocks.tasks.checks`` runs in projects without the tasks framework.
 """

@@ -1,13 +1,8 @@
 """``SingleExecutionBackend``: wraps any task backend of Django's tasks framework with single execution.
 
-    TASKS = {"default": {
-        "BACKEND": "zklocks.tasks.SingleExecutionBackend",
-        "OPTIONS": {"BACKEND": "django_tasks_db.DatabaseBackend", "OPTIONS": {}, "USING": "default"},
-    }}
-
 The instance is of a class made per wrapped backend, a subclass of both, so the wrapped backend's own code (its
-``enqueue``, ``get_result``, its ``db_worker``'s ``isinstance`` check) sees its own kind, and the wrapped backend
-works under the same alias: results and queued rows name the alias of this backend.
+``enqueue``, ``get_result``, its ``db_worker``'s ``isinstance`` check) sees its own kind and works under the same
+alias. See docs/tasks.md, "Configuration".
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""System checks of ``zklocks.tasks``: zklocks.E110 (the OPTIONS of a SingleExecutionBackend in settings.TASKS are
-invalid), W110 (an unknown key in them), E111 (a task option is invalid: the task was refused with InvalidTask),
-W111 (a ``tasks`` module of an installed app could not be imported for another reason).
-
-Kept free of Django's tasks framework at import, so the checks run in projects without it. When a backend of
-settings.TASKS is a SingleExecutionBackend, the ``tasks`` modules of the installed apps are imported first, so that
-a task refused at definition is reported even if nothing else imported it yet.
+"""System checks of ``zklocks.tasks`` (zklocks.E110, W110, E111, W111; docs/reference.md, "System checks"), kept free
+of Django's tasks framework at import so that they run in projects without it. When settings.TASKS has a
+SingleExecutionBackend, the apps' ``tasks`` modules are imported first, so a task refused at definition is reported
+(docs/tasks.md, "Task options").
 """
 
 from __future__ import annotations

@@ -38,17 +38,8 @@ class LockedTaskContext(TaskContext):  # type: ignore[misc]  # django-stubs does
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SingleExecutionTask(Task):
-    """A task of ``SingleExecutionBackend``. Options (None: the default):
-
-    - ``lock_key``: template over the task's arguments, e.g. ``"report:{account_id}"``; default: the task's
-      module path plus a digest of its arguments.
-    - ``on_locked``: "skip" (default: return None), "retry" (enqueue again after ``lock_retry_countdown``
-      seconds; needs a backend with ``run_after``) or "raise" (``LockNotAcquired``: the result fails).
-    - ``lock_timeout``: seconds to wait for the lock before ``on_locked`` applies (default 0: one attempt).
-    - ``unique_queued``: while a task of the same key is queued or running, ``enqueue`` returns its result.
-    - ``unique_timeout``: seconds after which a queued record that cannot be checked otherwise is stale.
-    - ``lock_using``: the zklocks alias (default: the backend's ``USING``).
-    """
+    """A task of ``SingleExecutionBackend``. Its options (None: the default), their defaults and meaning are the
+    table of docs/tasks.md, "Task options"."""
 
     lock_key: str | None = None
     on_locked: str | None = None

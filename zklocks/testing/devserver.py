@@ -1,10 +1,6 @@
-"""``python -m zklocks.testing.server``: a standalone ZooKeeper for development, until Ctrl-C.
-
-Its data is kept across restarts, in ``$XDG_STATE_HOME/zklocks/dev-server-PORT`` (or ``--data-dir DIR``), so
-that a restart of the development server is a server that comes back with its data, as a production one does,
-and the sessions of the processes that use it survive; ``--ephemeral`` starts empty, in a temporary directory.
-It can be started again at once after Ctrl-C: the connections the previous one left in TIME_WAIT do not make
-its port busy (:func:`zklocks.testing.ports.bindable`).
+"""``python -m zklocks.testing.server``: a standalone ZooKeeper for development, until Ctrl-C, its data kept across
+restarts (docs/testing.md, "A ZooKeeper for development"). It can be started again at once after Ctrl-C: the
+connections the previous one left in TIME_WAIT do not make its port busy (:func:`zklocks.testing.ports.bindable`).
 """
 
 from __future__ import annotations

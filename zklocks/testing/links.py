@@ -1,24 +1,12 @@
 """Proxies on the links *between* the servers of an ensemble, so a test can partition servers from each other.
+The wiring (server i reaches server j only through a proxy P(i->j) that only i uses) and the faults (``cut``,
+``heal``, "blackhole", "reset"): docs/reliability.md, "Set-up", and docs/testing.md, "Servers and ensembles".
 
-Each server's zoo.cfg lists its own quorum and election ports as they are (it binds them), and for every other
-server j, the ports of a proxy that only this server uses: server i reaches server j through P(i->j) (one
-listener for j's quorum port, one for j's election port). So every byte between i and j passes through one of
-the pair's proxies, whichever of the two opened the connection:
-
-- quorum: a follower connects to the leader's quorum port, through its own proxy to the leader;
-- election: the server with the larger id keeps the connection. When the smaller one connects first, the
-  larger one closes that connection and connects back to the *election address announced in the handshake*
-  (not the one in its zoo.cfg). The election proxy rewrites that announced address to the reverse proxy
-  P(j->i), so the connection back passes through the pair's proxies too.
-
-The unit of a fault is the link: ``cut(i, j)`` stops every byte from i to j and from j to i on every connection
-between them (``one_way=True`` only from i to j). Two ways to cut:
-
-- ``"blackhole"`` (a real partition): open connections stay open and nothing passes; new connections are
-  accepted and held without reaching the other server (like SYNs that get no answer), and closed at heal.
-- ``"reset"``: every connection between the two is closed now, and new ones are closed at once while cut.
-
-Client ports are not proxied: clients keep their direct connections to every server.
+Why the election proxy rewrites the address announced in the handshake: the server with the larger id keeps the
+election connection; when the smaller one connects first, the larger one closes it and connects back to the
+announced address (not the one in its zoo.cfg), which the rewrite points at the reverse proxy P(j->i). A
+blackholed link accepts new connections and holds them without reaching the other server (like SYNs that get no
+answer), and closes them at heal. Client ports are not proxied.
 """
 
 from __future__ import annotations

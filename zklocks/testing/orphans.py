@@ -1,10 +1,7 @@
-"""Process groups that must not outlive the command that started them, however it ends.
+"""Process groups that must not outlive the command that started them, however it ends (SIGKILL, pytest-timeout's
+``os._exit``: docs/testing.md, "Servers and ensembles").
 
-A command's clean-up (a fixture's ``finally``, :func:`~zklocks.testing.runtime.stopped_on_exit`) does not run when
-the command is killed: SIGKILL, or pytest-timeout's ``os._exit`` after a hang. Servers and workers started in
-process groups of their own would live on, holding ports, memory and CPU that the next run needs.
-
-So each process that starts such a group has one watchdog: a small Python process, in a session of its own, that
+Each process that starts such a group has one watchdog: a small Python process, in a session of its own, that
 reads ``+PGID`` and ``-PGID`` lines from a pipe whose write end only that process holds. At end of file (the
 process is gone, whatever ended it) it kills every group still registered, unless its id now names a later
 process. A stopped group is unregistered by whoever stops it (runtime.stop_group does).

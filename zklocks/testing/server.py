@@ -1,16 +1,12 @@
-"""Real ZooKeeper servers for tests: a standalone server or a 3-node ensemble on loopback.
+"""Real ZooKeeper servers for tests: a standalone server or a 3-node ensemble on loopback, each server in its own
+process group with its own data directory and ports (docs/testing.md, "Servers and ensembles"); ``stop()`` always
+kills what ``start()`` began.
 
-Uses Debian's ZooKeeper package (``apt-get install zookeeper``). Every server runs in its own process group
-with its own data directory and free ports, and ``stop()`` always kills what ``start()`` began.
-
-A start is over when every server serves (Mode leader and followers, or standalone) *and its own process*
-listens on its client port (and a member on its election port, a leader on its quorum port): another process
-could answer on a port the server failed to bind, and a server that lost its election port takes part in an
-election and exits seconds later. Ports are held from the moment they are picked until the servers spawn
-(:mod:`zklocks.testing.ports`); a first start that fails all the same (a server exited, or another socket has
-one of its ports) is killed and tried again on fresh ports, within the start's timeout. A failed start raises
-:class:`ZkStartError` with each server's state and the tail of its log, and prints the same on stderr, before
-``cleanup()`` removes the logs.
+A start is over when every server serves *and its own process* listens on its client port (and a member on its
+election port, a leader on its quorum port): another process could answer on a port the server failed to bind,
+and a server that lost its election port takes part in an election and exits seconds later. A first start that
+fails all the same is tried again on fresh ports, within the start's timeout. A failed start also prints its
+ZkStartError's text on stderr, before ``cleanup()`` removes the logs.
 """
 
 from __future__ import annotations

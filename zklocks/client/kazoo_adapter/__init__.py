@@ -7,11 +7,8 @@ fails if another module names one of kazoo's private names).
 - wire.py: zklocks' own request record (multiRead), written and read with kazoo's serialization helpers.
 - compat.py: the self-check of the installed kazoo (before the first session, and system check zklocks.E060).
 
-:data:`PRIVATE` declares each name: its owner, what in zklocks depends on it, the public kazoo API that would
-replace it, and how compat.py checks it; kazoo's records and serialization helpers that zklocks builds by position
-or reads by field; and the duck contracts of the objects zklocks hands to kazoo's connection thread.
-:data:`CONNECTION_THREAD` lists each zklocks callable that kazoo runs on its connection thread, where an exception
-would end its loop. docs/compatibility.md lists both.
+:data:`PRIVATE` declares each private name, record and duck contract zklocks relies on, and how compat.py checks it;
+:data:`CONNECTION_THREAD` each zklocks callable that kazoo runs on its connection thread (docs/compatibility.md).
 """
 
 from __future__ import annotations

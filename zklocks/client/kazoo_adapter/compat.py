@@ -1,11 +1,7 @@
-"""Does the installed kazoo still have what zklocks uses of it beyond its public API?
-
-:func:`verify` checks each entry of ``PRIVATE`` (``__init__.py``) as it says: a method with the signature zklocks
-calls it with; an attribute some method of its class sets on self; a hook still reached through ``self`` by the
-kazoo code that must call it (``self._submit`` in ``_send_request``, ...), read from the bytecode; a record built
-by position with exactly its fields. A hook that kazoo renamed, inlined or called through its class would be left
-uncalled: the lease unproven, and every hold lost for no visible reason. Sessions run it before the first one
-starts (once per process), the system check zklocks.E060 too; a kazoo that fails is refused with ZkConfigError.
+"""Does the installed kazoo still have what zklocks uses of it beyond its public API? :func:`verify` checks each entry
+of ``PRIVATE`` (``__init__.py``) as it says, before the first session and in the system check zklocks.E060
+(docs/compatibility.md, "Python, Django, kazoo"). Hooks are checked in the bytecode: one that kazoo renamed, inlined
+or called through its class would be left uncalled, the lease unproven and every hold lost for no visible reason.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""zklocks' own request record, ``multiRead`` (opcode 22), written and read with kazoo's serialization helpers.
-
-kazoo knows no multiRead: the record is sent through the client's request path (calls.send), which calls its
-``serialize`` as the request goes out and its ``deserialize`` on the connection thread as the answer comes in
-(both in PRIVATE's duck contracts). ``deserialize`` runs on kazoo's connection thread: it only parses.
-"""
+"""zklocks' own request record, ``multiRead`` (opcode 22), written and read with kazoo's serialization helpers and
+sent through the client's request path (calls.send; docs/compatibility.md). ``deserialize`` runs on kazoo's
+connection thread: it only parses."""
 
 from __future__ import annotations
 

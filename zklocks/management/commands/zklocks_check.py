@@ -1,11 +1,6 @@
-"""``manage.py zklocks_check``: can each alias reach ZooKeeper, and are its namespace's ACLs as configured?
-
-Per alias: connect within CONNECT_TIMEOUT, compare the ACLs of the namespace's parent, of the namespace and of
-every node below it (lock nodes, semaphore mutexes, holders and waiters) with the configured ones, and create and
-delete one ephemeral node in the namespace (which proves that the AUTH credentials are right: ZooKeeper accepts
-any digest password at connect time). Where a server answers the ``conf`` four-letter word, its tickTime and
-session bounds are checked against the lease's needs (zklocks/client/serverconf.py): a configuration the lease cannot
-cover fails. Exits non-zero on any problem. What ZooKeeper hides from the audit: zklocks/ops/acl_audit.py.
+"""``manage.py zklocks_check``: can each alias reach ZooKeeper, are its namespace's ACLs as configured, and can the
+lease cover its servers' tickTime and session bounds (client/serverconf.py)? Exits non-zero on any problem. See
+docs/operations.md, "Checking a deployment", and docs/security.md, "The ACL audit" (and ops/acl_audit.py).
 """
 
 from __future__ import annotations
