@@ -108,7 +108,8 @@ class Report:
     def summary(self) -> str:
         lines = [
             f"holds checked: {self.holds} (lost and stopped: {self.lost_holds} {self.lost_reasons}, holder "
-            f"killed: {self.killed_holds}, session revoked: {self.revoked_holds})",
+            f"killed: {self.killed_holds}, revoked with their session: {self.revoked_holds} in "
+            f"{self.revoked_sessions} session(s))",
             f"faults injected: {self.faults}",
             f"overlaps: {len(self.overlaps)}",
             f"token order errors: {len(self.token_errors)}",
