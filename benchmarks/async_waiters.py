@@ -94,12 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     # A 20 s session (tick 1 s): a burst of 10,000 enqueues keeps one session's requests busy for seconds.
     zk = ZkServer(tick_time=1000, force_sync=True, jvm_options=()).start()
     try:
-        configure_django(zk.hosts)
-        from django.conf import settings
-
         # CONNECT_TIMEOUT 30 s: under tracemalloc (the memory pass) every answer is slow to read, and an answer
         # behind thousands of others can take longer than the default bound for "ZooKeeper is unavailable".
-        settings.ZKLOCKS["default"].update(SESSION_TIMEOUT=20.0, TICK_TIME=1.0, CONNECT_TIMEOUT=30.0)
+        configure_django(zk.hosts, SESSION_TIMEOUT=20.0, TICK_TIME=1.0, CONNECT_TIMEOUT=30.0)
         rows = []
         for locks in (1, 100):
             rows.append(asyncio.run(_crowd(zk.port, args.waiters, locks, "run", trace=False)))

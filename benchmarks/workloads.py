@@ -18,7 +18,9 @@ from kazoo.recipe.lock import Lock
 from zklocks.testing import mntr
 
 
-def configure_django(hosts: str, namespace: str = "/zklocks-bench", pool_size: int = 1) -> None:
+def configure_django(hosts: str, namespace: str = "/zklocks-bench", pool_size: int = 1, **options: object) -> None:
+    """Django settings with one alias, ``default``; ``options`` are more of its settings. They are given here, not
+    set afterwards: the settings are read (and cached) when Django sets up."""
     from django.conf import settings
 
     if not settings.configured:
@@ -37,6 +39,7 @@ def configure_django(hosts: str, namespace: str = "/zklocks-bench", pool_size: i
                     # Guarded by default (an identity derived from SECRET_KEY); --open: ZooKeeper's open ACL. The
                     # contender processes configure Django from the same environment.
                     **({"AUTH": "open"} if os.environ.get("ZKLOCKS_BENCH_OPEN") else {}),
+                    **options,
                 }
             },
         )
