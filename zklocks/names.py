@@ -1,5 +1,6 @@
-"""Lock names: validation, a safe, reversible mapping onto one znode name (``%`` itself is percent-encoded, and
-``/``, ``.`` and ``..`` never form a path step), and the one template engine (docs/design.md §12; docs/reference.md,
+"""Lock names: validation, a safe, reversible mapping onto one znode name (every character but ASCII letters, digits,
+``-``, ``_`` and ``:`` is percent-encoded as UTF-8, ``%`` included, so ``/``, ``.`` and ``..`` never form a path
+step), and the one template engine (docs/design.md §12; docs/reference.md,
 "Lock names")."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Exactly one Celery beat across hosts: ``celery -A proj beat -S zklocks.celery.beat:LeaderScheduler``.
 
 Only the elected leader builds and runs the configured scheduler; each send is claimed first (beat_state.py) and
-stamped for worker fencing (beat_fence.py), and a claim of unknown outcome is resolved, or left as an orphan that
-the next leader sends (adopt_orphans). See docs/celery.md, "Celery beat", and docs/design.md §11.
+stamped for worker fencing (beat_fence.py), and a claim of unknown outcome is resolved, or noted as an orphan that
+the next leader sends only if it inherited that very claim (adopt_orphans). See docs/celery.md, "Celery beat", and
+docs/design.md §11.
 """
 
 from __future__ import annotations

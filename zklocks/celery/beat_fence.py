@@ -1,7 +1,7 @@
 """Worker-side fencing of beat ticks (``ZKLOCKS_BEAT["FENCE_WORKERS"] = True``): before a stamped task runs, its
 signed token is recorded in ``__beat__/__executed__/<entry>`` with one versioned write, and a tick older than the
-recorded one (within one data "world") is dropped. See docs/design.md §11, "Worker fencing", and docs/reliability.md,
-"Tokens after data loss".
+recorded one is dropped: tokens are compared within one data "world", and a tick of an older world is older whatever
+its token. See docs/design.md §11, "Worker fencing", and docs/reliability.md, "Tokens after data loss".
 
 Installed by apps.py when the setting is on, by wrapping ``celery.app.task.Task.before_start``: a task class that
 overrides ``before_start`` must call ``super().before_start(...)`` to stay fenced.

@@ -1,6 +1,8 @@
 """Catch-up after downtime: what a newly elected beat leader does with the ticks nobody sent, by each entry's
 ``zklocks_catch_up`` option (default ``ZKLOCKS_BEAT["CATCH_UP"]``): "skip", "once", "each:N" or "window:S". See
-docs/celery.md, "Catch-up after downtime". Pure functions, apart from the schedule objects Celery gives them.
+docs/celery.md, "Celery beat", its paragraph "Catch-up after downtime". A missed tick is a due time after the entry's
+last send recorded in ZooKeeper and not later than the election. Pure functions, apart from the schedule objects Celery
+gives them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Live ``beat_schedule`` edits: every beat, standby or not, publishes its ``beat_schedule`` (JSON) in
 ``__beat__/__schedule__`` when it starts, and the leader merges it into the schedule it runs, about once a second;
 the last beat started wins. What can be shared, and django-celery-beat's own change tracking: docs/celery.md,
-"Live schedule edits".
+"Celery beat", its paragraph "Live schedule edits".
 """
 
 from __future__ import annotations

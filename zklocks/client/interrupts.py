@@ -1,7 +1,8 @@
-"""Telling an exception raised by a signal handler from the failure of the code it interrupted, so that it reaches
-the caller unchanged also through zklocks' own ``except Exception`` guards (:func:`raised_by_signal_handler`), and
-locks it cannot leave taken (:class:`SafeCondition`, :class:`SafeEvent`). See docs/reference.md, "Exceptions raised
-by signal handlers"; the CPython internals used here: docs/compatibility.md, "Python, Django, kazoo".
+"""Telling an exception raised by a signal handler from the failure of the code it interrupted, so that it reaches the
+caller unchanged also through zklocks' own ``except Exception`` guards (:func:`raised_by_signal_handler`); and locks
+such an exception must not leave taken, which kazoo's threads need (:class:`SafeCondition`, :class:`SafeEvent`). See
+docs/reference.md, "Exceptions raised by signal handlers"; the CPython internals used here: docs/compatibility.md,
+"Python, Django, kazoo".
 """
 
 from __future__ import annotations

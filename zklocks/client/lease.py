@@ -1,10 +1,10 @@
 """The lease rule: the earliest moment the deciding leader could expire our session (docs/design.md §9, §10).
 
 On one connection: Q1, any request, sent at ``a1`` and answered at ``r1``; S2, a ``sync`` or a write, sent at least
-``relay_gap`` after ``r1`` and answered; S3, a write sent after S2's answer and committed. Then no leader can expire
-the session before ``a1 + timeout`` (less :func:`loss_margin`); a new session and a reconnect are shortcuts of the
-same argument. The ZooKeeper facts, the proof and its assumptions: docs/reliability.md, "The lease rule: when is
-`is_held` still true?".
+``relay_gap`` after ``r1`` and answered; S3, a write sent after S2's answer and committed. Then no leader can expire the
+session before ``a1 + timeout``, and the lease ends :func:`loss_margin` earlier; a new session and a reconnect are
+shortcuts of the same argument. The ZooKeeper facts, the proof and its assumptions: docs/reliability.md, "The lease
+rule: when is `is_held` still true?".
 
 This module is pure bookkeeping: times in, a proven lease start out. It knows no kazoo and no Django.
 """
@@ -48,9 +48,9 @@ def loss_margin(timeout: float) -> float:
 
 def credited_timeout(credited: float | None, negotiated: float) -> float:
     """The session timeout a lease may count on once a connection of the session negotiated ``negotiated``
-    (``credited``: what it counted on before, None for a new session): the shortest so far. None is forgotten while
-    the session lives: a touch from a server the session left long ago may still reach the leader last (the proof:
-    docs/reliability.md, "Mixed session timeouts"; docs/design.md §10).
+    (``credited``: what it counted on before, None for a new session): the shortest so far. No timeout ever negotiated
+    is forgotten while the session lives: a touch from a server the session left long ago may still reach the leader
+    last (the proof: docs/reliability.md, "Mixed session timeouts"; docs/design.md §10).
     """
     return negotiated if credited is None else min(credited, negotiated)
 
@@ -58,8 +58,8 @@ def credited_timeout(credited: float | None, negotiated: float) -> float:
 def relay_gap(timeout: float, tick_time: float | None) -> float:
     """How far apart Q1's answer and S2's send must be: one tickTime of the leader, or timeout/2 when the tick is
     unknown, which is a tick or more only while every server negotiates at least 2 x the longest tickTime (ZooKeeper's
-    default, not its rule): E017 (serverconf.py) refuses what it does not cover (docs/reliability.md, "The tick when
-    `TICK_TIME` is not set").
+    default, not its rule): ``zklocks_check`` and the deploy check E017 (serverconf.py) refuse a configuration where
+    timeout/2 falls short (docs/reliability.md, "The tick when `TICK_TIME` is not set").
     """
     return tick_time if tick_time else timeout / 2
 

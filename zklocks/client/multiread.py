@@ -3,10 +3,10 @@ missing node fails only its own), with a per-client fallback to one request per 
 Unimplemented (docs/operations.md, "Read model").
 
 The namespace may hold anything, so every request is bounded (the reasons: docs/security.md, "Names and the admin"):
-in path bytes (REQUEST_BYTES); in answer size (the first request reads as many nodes as REPLY_BYTES holds of the
-largest, each next one at most twice as many as the last and as REPLY_BYTES holds of the largest answer seen, up to
-BATCH); and in requests outstanding (WINDOW). The server then holds at most WINDOW * BATCH * 1 MB of answers for
-us, and a server without multiRead at most SINGLES answers.
+in path bytes (REQUEST_BYTES); in answer size (the first request reads as many nodes as REPLY_BYTES holds of nodes
+as large as a node can be (NODE_BYTES), each next one at most twice as many as the last and as REPLY_BYTES holds of
+the largest answer seen, up to BATCH); and in requests outstanding (WINDOW). The server then holds at most WINDOW *
+BATCH * 1 MB of answers for us, and a server without multiRead at most SINGLES answers.
 """
 
 from __future__ import annotations

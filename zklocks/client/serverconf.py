@@ -1,7 +1,8 @@
 """The servers' zoo.cfg as the lease sees it: tickTime and session bounds, read through the ``conf`` four-letter
-word, for ``manage.py zklocks_check`` and the deploy checks zklocks.E017 and W004, which refuse what the lease's
-relay gap (lease.relay_gap) cannot cover (docs/reliability.md, "The tick when `TICK_TIME` is not set" and "Mixed
-session timeouts").
+word, for ``manage.py zklocks_check`` and the deploy checks: zklocks.E017 refuses what the lease's relay gap
+(lease.relay_gap) cannot cover, W004 warns of servers that negotiate different session timeouts (safe: the lease
+counts on the shortest). See docs/reliability.md, "The tick when `TICK_TIME` is not set" and "Mixed session
+timeouts".
 
 Reading is :func:`read`; judging is :func:`lease_problems`, a pure function of the servers' settings.
 """

@@ -1,6 +1,7 @@
-"""ACL audit of an alias's namespace: weaker ACLs than configured, and an identity that lacks its rights. Why the
-parent's and the namespace's parent's ACLs matter, and what ZooKeeper's getACL hides (tested in
-tests/admin_cli/test_audit.py): docs/security.md, "AUTH and ACLs, per alias" and "The ACL audit".
+"""ACL audit of an alias's namespace: weaker ACLs than configured, and an identity that lacks its rights. Why a node's
+parent's ACL matters (ZooKeeper checks CREATE and DELETE there), the namespace's parent's too, and what ZooKeeper's
+getACL hides (tested in tests/admin_cli/test_audit.py): docs/security.md, "AUTH and ACLs, per alias" and "The ACL
+audit".
 
 ``audit()`` reads ACLs only; ``probe()`` also creates and deletes one ephemeral node, to prove by writing, as this
 identity only, what a masked getACL cannot show. Both are used by ``manage.py zklocks_check`` and by the deploy

@@ -149,8 +149,8 @@ class OwnNode:
         self._left = True  # after the send: an exception inside it leaves abandon() to make sure
 
     def _send_delete(self, node: str, held: bool):
-        """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it: the
-        release mark that lets the contender behind us hold at that one notification (docs/design.md §5). A
+        """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it: the release
+        mark that lets the contender behind us hold at that one notification, on a guarded alias (docs/design.md §5). A
         contender that leaves without holding never writes its node.
         """
         client = self.session.client

@@ -161,9 +161,10 @@ class Contender(OwnNode):
         it was gone already: ``at_once``), and whether it is known to have held the lock: a contender writes its
         node only once it holds.
 
-        One watch, on the blocker's data: the first change of an exclusive blocker with the release-only promise
-        (node_data.py) means "held, and gone"; any other write only says it held, and the watch is set again
-        without waking (docs/design.md §5).
+        One watch, on the blocker's data. Where only our identities may write it (``own``), the first change of an
+        exclusive blocker with the release-only promise (node_data.py) means "held, and gone", and any other write
+        only says it held; where anyone may write it, a write proves nothing. Other than "held, and gone", a change
+        sets the watch again without waking, and the delete wakes us (docs/design.md §5).
         """
         waker = yield NewWaker()
         deleted: list[bool] = []

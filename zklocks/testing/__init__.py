@@ -1,7 +1,8 @@
-"""Helpers to test code that uses zklocks against real ZooKeeper servers: the public test API (the pytest plugin,
-ZkServer, ZkEnsemble with its link faults, TcpProxy), described in docs/testing.md and docs/api.md. The other
-modules serve these; what only this project's own suite needs (Redis, Apache Curator contenders) is in its
-``tests/support``.
+"""Helpers to test code that uses zklocks against real ZooKeeper servers: the public test API, the pytest plugin
+(``pytest_plugin``), ZkServer (``server``), ZkEnsemble with its link faults between servers (``ensemble``, ``links``)
+and TcpProxy (``proxy``: link faults between a client and a server). docs/testing.md and docs/api.md describe all but
+TcpProxy. The other modules serve these; what only this project's own suite needs (Redis, Apache Curator contenders) is
+in its ``tests/support``.
 
 The names load on first use, so that ``python -m zklocks.testing.server`` runs the module only once.
 """

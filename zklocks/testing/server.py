@@ -4,8 +4,10 @@ kills what ``start()`` began.
 
 A start is over when every server serves *and its own process* listens on its client port (and a member on its
 election port, a leader on its quorum port): another process could answer on a port the server failed to bind,
-and a server that lost its election port takes part in an election and exits seconds later. A first start that
-fails all the same is tried again on fresh ports, within the start's timeout. A failed start also prints its
+and a server that lost its election port takes part in an election and exits seconds later. Ports are held from
+the moment they are picked until the servers spawn (:mod:`zklocks.testing.ports`); a first start that fails all
+the same (a server exited, or another socket has one of its ports) is tried again on fresh ports, within the
+start's timeout. A failed start also prints its
 ZkStartError's text on stderr, before ``cleanup()`` removes the logs.
 """
 
