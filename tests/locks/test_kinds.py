@@ -220,7 +220,7 @@ def test_semaphore_allows_max_leases_holders():
     started = time.monotonic()
     with pytest.raises(LockTimeout):
         in_thread(lambda: zk_semaphore("pool", 2, timeout=0.4).__enter__())
-    assert time.monotonic() - started < 0.8
+    assert 0.39 <= time.monotonic() - started < 3.0  # the timeout is kept (a loose bound on 2 loaded cores)
     tokens = {h.token for h in holders}
     assert len(tokens) == 2 and all(isinstance(t, int) for t in tokens)
     holders[0].release()
@@ -246,7 +246,7 @@ def test_non_blocking_semaphore_fails_at_once_even_with_a_blocking_waiter_queued
     time.sleep(0.3)  # the waiter holds the internal mutex while it waits for a lease
     started = time.monotonic()
     assert in_thread(lambda: zk_semaphore("full", 1, blocking=False).acquire()) is False
-    assert time.monotonic() - started < 0.5
+    assert time.monotonic() - started < 2.0  # not behind the waiter, which would keep it until its 3 s timeout
     holder.release()
     waiter.join(10)
 
@@ -365,7 +365,7 @@ def test_multi_lock_is_all_or_nothing_on_timeout(zk_server):
     with pytest.raises(LockTimeout):
         with zk_multi_lock(["m1", "m2", "m3"], timeout=0.5):
             pass
-    assert time.monotonic() - started < 0.9
+    assert 0.49 <= time.monotonic() - started < 3.0  # the timeout is kept (a loose bound on 2 loaded cores)
     # Nothing of m1 and m2 is kept.
     assert try_lock("m1") and try_lock("m2")
     with pytest.raises(LockNotAcquired):
