@@ -128,8 +128,10 @@ def _problems(conn_cls: type, client_cls: type, wire: ModuleType = serialization
                 if code is None:
                     out.append(f"{cls.__name__}.{check.detail} is missing ({check.lost})")
                     continue
-                # Misread: only whether the caller names it at all, with no shape to compare.
-                shapes = _self_uses(code, name) if readable else {None} if name in _all_names(code) else set()
+                if readable:
+                    shapes = _self_uses(code, name)
+                else:  # misread: only whether the caller names it at all, with no shape to compare
+                    shapes = {None} if name in _all_names(code) else set()
                 if not shapes:
                     out.append(f"{cls.__name__}.{check.detail} no longer uses self.{name} ({check.lost})")
                 elif readable and check.unpacked is not None and check.unpacked not in shapes:
