@@ -330,20 +330,18 @@ class ChaosRun:
         self.ensemble.wait_quorum()
         time.sleep(self.settle)  # steady contention between faults
 
-    def _kill(self, server, kind: str) -> Fault:
+    def _kill(self, server, kind: str, *, until_quorum: bool = False) -> Fault:
+        """kill -9 ``server``; ``until_quorum``: the fault ends once the others have a leader again."""
         started = time.monotonic()
         server.kill()
-        ended = time.monotonic()
-        return Fault(kind, started, ended, {"server": server.myid})
+        if until_quorum:
+            self.ensemble.wait_quorum(timeout=30)
+        return Fault(kind, started, time.monotonic(), {"server": server.myid})
 
     def fault_kill_leader(self) -> Fault:
         """kill -9 the leader. Nothing commits until the others have elected a new one (ZooKeeper's election, not
         the clients'), so the fault ends, and the progress owed after it counts, from then."""
-        leader = self.ensemble.leader()
-        started = time.monotonic()
-        leader.kill()
-        self.ensemble.wait_quorum(timeout=30)
-        return Fault("kill-leader", started, time.monotonic(), {"server": leader.myid})
+        return self._kill(self.ensemble.leader(), "kill-leader", until_quorum=True)
 
     def fault_kill_follower(self) -> Fault:
         return self._kill(self.rng.choice(self.ensemble.followers()), "kill-follower")
