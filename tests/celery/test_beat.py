@@ -290,7 +290,27 @@ class Deployment:
         self.env.cleanup()
 
     def logs(self) -> str:
-        return "\n".join(f"--- {b.name}\n{b.text()[-3000:]}" for b in self.beats) + self.env.logs()
+        return self.election_state() + "\n".join(f"--- {b.name}\n{b.text()}" for b in self.beats) + self.env.logs()
+
+    def election_state(self) -> str:
+        """For a failure: each beat's process and ZooKeeper session, and the election's queue (who leads)."""
+        lines = ["--- election queue"]
+        for beat in self.beats:
+            state = "no process" if beat.proc is None else f"pid {beat.proc.pid} exit {beat.proc.poll()}"
+            lines.append(f"{beat.name}: {state}")
+        parent = f"{self.env.namespace}/{self.environ['ZKLOCKS_TEST_BEAT_ELECTION']}"
+        zk = KazooClient(hosts=self.hosts)
+        try:
+            zk.start(timeout=10)
+            for child in sorted(zk.get_children(parent), key=lambda c: c[-10:]):
+                data, stat = zk.get(f"{parent}/{child}")
+                lines.append(f"{child}: session {stat.ephemeralOwner:#x} data {data[:120]!r}")
+        except Exception as exc:  # noqa: BLE001 - a diagnostic: the failure being reported matters more
+            lines.append(f"could not read the queue: {exc!r}")
+        finally:
+            zk.stop()
+            zk.close()
+        return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")

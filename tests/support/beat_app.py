@@ -5,7 +5,8 @@ ZKLOCKS_TEST_SESSION_TIMEOUT, ZKLOCKS_TEST_CONNECT_TIMEOUT, ZKLOCKS_TEST_BROKER,
 tests/celery_app.py; ZKLOCKS_TEST_BEAT_SCHEDULER (ZKLOCKS_BEAT["SCHEDULER"]), ZKLOCKS_TEST_BEAT_ELECTION and,
 for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats); ZKLOCKS_TEST_BEAT_FENCE=1
 turns on FENCE_WORKERS; ZKLOCKS_TEST_BEAT_PAUSE_FILE: see PausingScheduler;
-ZKLOCKS_TEST_BEAT_ENTRIES, ZKLOCKS_TEST_BEAT_CATCHUP: other schedules (below). One entry, ``every-second``, runs
+ZKLOCKS_TEST_BEAT_ENTRIES, ZKLOCKS_TEST_BEAT_CATCHUP: other schedules (below);
+ZKLOCKS_TEST_BEAT_SIGTERM_FILE: see sigterm_inside_a_hold. One entry, ``every-second``, runs
 ``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
 """
 
@@ -57,7 +58,7 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
 from celery import Celery  # noqa: E402
 from celery.beat import PersistentScheduler  # noqa: E402
 
-from tests.support.beat_schedules import CATCH_UP, PAUSE_LINE  # noqa: E402
+from tests.support.beat_schedules import CATCH_UP, PAUSE_LINE, SIGTERM_LINE  # noqa: E402
 
 BROKER = os.environ.get("ZKLOCKS_TEST_BROKER", "redis://127.0.0.1:6379")
 
@@ -114,6 +115,45 @@ class PauseBeforePublish:
             logging.getLogger("celery.beat").warning("%s %s", PAUSE_LINE, entry.name)
             time.sleep(1.0)
         return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+
+
+def sigterm_inside_a_hold(flag: str) -> None:
+    """Once this beat leads and the file ``flag`` exists: SIGTERM to itself while its main thread is inside
+    ``BaseHandle._hold`` with the handle's lock held (a real signal, at a point where CPython runs handlers: after
+    the call of ``dict.get``). Celery's handler closes the scheduler right there, then raises SystemExit."""
+    import inspect
+    import signal
+    import sys
+
+    from zklocks.handles.base import BaseHandle
+
+    code = BaseHandle._hold.__code__
+    lines, first = inspect.getsourcelines(BaseHandle._hold)
+    after_get = first + next(i for i, line in enumerate(lines) if "self._mine.get(owner)" in line) + 1
+    fired = []
+
+    def in_hold(frame, event, arg):
+        if event == "line" and frame.f_lineno == after_get and not fired:
+            fired.append(True)
+            sys.settrace(None)
+            logging.getLogger("celery.beat").warning(SIGTERM_LINE)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return in_hold
+
+    def calls(frame, event, arg):
+        if event == "call" and frame.f_code is code and not fired and os.path.exists(flag):
+            return in_hold
+        return None
+
+    sys.settrace(calls)
+
+
+if os.environ.get("ZKLOCKS_TEST_BEAT_SIGTERM_FILE"):
+    from celery.signals import beat_init
+
+    beat_init.connect(
+        lambda sender, **_: sigterm_inside_a_hold(os.environ["ZKLOCKS_TEST_BEAT_SIGTERM_FILE"]), weak=False
+    )
 
 
 class PausingScheduler(PauseBeforePublish, PersistentScheduler):

@@ -2,6 +2,7 @@
 the test process."""
 
 PAUSE_LINE = "test: claimed, about to publish"
+SIGTERM_LINE = "test: SIGTERM while the handle's lock is held"
 
 CATCH_UP = {  # ZKLOCKS_TEST_BEAT_CATCHUP=1: entries every 2 s, one per catch-up policy (None: the default)
     "cu-skip": "skip",

@@ -9,6 +9,7 @@ docs/design.md §11.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,8 @@ class LeaderScheduler(Scheduler):
         self._status_written: bytes | None = None  # the status node as last written (beat_status.py)
         self._sends = 0  # claims granted so far: a tick that sends rewrites the status
         self._closed = False
+        self._looping: int | None = None  # the thread inside tick() or a sync, while it is there
+        self._close_asked = False  # close() came from inside that thread's own tick or sync (see close)
         self.leader = ZkLeader(self.election, using=self.using)
         # Our own schedule stays empty: the elected leader runs the configured scheduler's.
         super().__init__(app, *args, lazy=True, **kwargs)
@@ -136,6 +139,21 @@ class LeaderScheduler(Scheduler):
     # -- the loop --
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
+        return self._in_loop(self._tick, *args, **kwargs)
+
+    def _in_loop(self, step, *args: Any, **kwargs: Any) -> Any:
+        """Run one step of the beat loop; a close() asked for from inside it runs once the step has unwound."""
+        if self._looping == threading.get_ident():
+            return step(*args, **kwargs)
+        self._looping = threading.get_ident()
+        try:
+            return step(*args, **kwargs)
+        finally:
+            self._looping = None
+            if self._close_asked:
+                self.close()
+
+    def _tick(self, *args: Any, **kwargs: Any) -> float:
         if self._inner is not None and not self.leader.is_leader:
             self._step_down("leadership lost: the ZooKeeper session expired, was cut off or is no longer certain")
         if self._inner is None and not self._become_leader():
@@ -430,14 +448,20 @@ class LeaderScheduler(Scheduler):
 
     def _do_sync(self) -> None:
         if self._inner is not None:
-            self._inner._do_sync()
+            self._in_loop(self._inner._do_sync)
 
     def sync(self) -> None:
         if self._inner is not None:
-            self._inner.sync()
+            self._in_loop(self._inner.sync)
 
     def close(self) -> None:
         if self._closed:
+            return
+        if self._looping == threading.get_ident():
+            # Celery's SIGTERM handler closes the scheduler on the main thread wherever the signal landed, inside
+            # a tick too, where the interrupted code may hold a lock the step-down needs (or be half-way through a
+            # publish or the inner scheduler's storage). The step-down runs once the tick has unwound.
+            self._close_asked = True
             return
         self._closed = True
         if self._inner is not None:

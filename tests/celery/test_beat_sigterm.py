@@ -1,0 +1,77 @@
+"""A clean stop that lands anywhere: Celery's SIGTERM handler closes the scheduler inside the handler, on the main
+thread, wherever the signal interrupted it, then raises SystemExit (and Celery closes the scheduler once more as
+the loop unwinds). Here the signal lands while the leader's main thread holds a lock of its election handle, on
+real parts: a 3-node ensemble, Redis, two real ``celery beat`` processes (see test_beat.py).
+
+Asserted: the leader exits at once, its candidate node is gone before its session could have expired (a release,
+not an expiry), and the other beat leads and sends within the clean-stop bound.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kazoo.client import KazooClient
+
+from tests.celery.test_beat import CLEAN_BOUND, INTERVAL, SESSION_TIMEOUT, STEPPED_DOWN, Beat, Deployment
+from tests.support.beat_schedules import SIGTERM_LINE
+from tests.support.helpers import wait_until
+from zklocks.testing import ZkEnsemble
+
+
+@pytest.fixture(scope="module")
+def ensemble():
+    with ZkEnsemble(3, tick_time=200) as ens:
+        yield ens
+
+
+def candidates(d: Deployment) -> list[str]:
+    """The election's candidate nodes (its beat state node aside)."""
+    zk = KazooClient(hosts=d.hosts)
+    zk.start(timeout=10)
+    try:
+        children = zk.get_children(f"{d.env.namespace}/{d.environ['ZKLOCKS_TEST_BEAT_ELECTION']}")
+        return [c for c in children if not c.startswith("__")]
+    finally:
+        zk.stop()
+        zk.close()
+
+
+@pytest.mark.timeout(150)
+def test_sigterm_while_the_leader_holds_its_handle_lock_steps_down_at_once(ensemble, redis_server, tmp_path):
+    flag = tmp_path / "sigterm"
+    d = Deployment(ensemble, redis_server.url, "celery.beat:PersistentScheduler")
+    try:
+        d.worker.start()
+        first = Beat("beat0", dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag)), d.env.dir, d.servers).start()
+        d.beats = [first]
+        wait_until(lambda: d.leaders() == [first], timeout=30, interval=0.05)
+        d.beats.append(d.new_beat("beat1"))
+        wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
+        old_token = d.leader_token(first)
+        d.wait_sends(2)
+        flag.touch()
+        wait_until(lambda: SIGTERM_LINE in first.text(), timeout=30, interval=0.01)
+        at = time.time()
+        assert first.proc is not None
+        try:
+            first.proc.wait(timeout=SESSION_TIMEOUT)
+        except Exception:
+            pytest.fail(f"the leader did not exit within {SESSION_TIMEOUT}s of a SIGTERM inside its handle's lock")
+        exited = time.time() - at
+        children = candidates(d)
+        # Gone before the session could expire: the node was deleted, not left to the server's expiry.
+        assert time.time() - at < SESSION_TIMEOUT, "read too late to tell a release from an expiry"
+        assert len(children) == 1, children
+        assert first.text().count(STEPPED_DOWN) == 1, first.text()
+        new = d.wait_new_leader(first, timeout=CLEAN_BOUND + 10)
+        assert new.name == "beat1" and d.leader_token(new) > old_token
+        sent = wait_until(lambda: d.sends_after(at, old_token), timeout=CLEAN_BOUND + 5, interval=0.05)[0]
+        assert sent - at <= CLEAN_BOUND + INTERVAL, f"first send of the new leader {sent - at:.2f}s after the signal"
+        print(f"leader exited {exited:.2f}s after the signal; first send of the next leader {sent - at:.2f}s after it")
+    except BaseException:
+        print(d.logs())
+        raise
+    finally:
+        d.close()
