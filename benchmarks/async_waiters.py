@@ -6,6 +6,10 @@ One holder per lock, then N coroutines ``async with zk_lock(...)`` spread over 1
 waiter is enqueued and watching (the server's own watch count says so), the holders release and the queues drain,
 each waiter releasing as soon as it holds. Memory is Python's own (tracemalloc) per waiting coroutine, kazoo's
 watch bookkeeping included, in a separate pass (tracing slows the process down).
+
+The floor of the one-lock row: handoffs on one lock form a chain in which each release is a write that ZooKeeper
+commits before it tells the next waiter, so they cannot come faster than one client's writes sent one after the
+other on the same server. That rate is measured in the same run, after the crowds (a warm server).
 """
 
 from __future__ import annotations
@@ -84,6 +88,27 @@ async def _crowd(port: int, waiters: int, locks: int, tag: str, trace: bool) -> 
     }
 
 
+def _serial_writes(hosts: str, writes: int = 2000, rounds: int = 3) -> int:
+    """Writes per second of one kazoo client, each sent once the previous one was answered (median of rounds)."""
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=hosts)
+    client.start(timeout=30)
+    try:
+        path = client.create("/bench-serial-writes", b"", sequence=True)
+        rates = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            for i in range(writes):
+                client.set(path, b"%d" % i)
+            rates.append(writes / (time.perf_counter() - started))
+        client.delete(path)
+        return round(sorted(rates)[rounds // 2])
+    finally:
+        client.stop()
+        client.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.async_waiters", description=__doc__)
     p.add_argument("--waiters", type=int, default=10_000)
@@ -101,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         for locks in (1, 100):
             rows.append(asyncio.run(_crowd(zk.port, args.waiters, locks, "run", trace=False)))
         memory = asyncio.run(_crowd(zk.port, args.waiters, 1, "mem", trace=True))["bytes_per_waiter"]
+        floor = _serial_writes(zk.hosts)
     finally:
         from zklocks.client.pools import close_all
 
@@ -114,6 +140,11 @@ def main(argv: list[str] | None = None) -> int:
             f"| {'yes' if r['in_queue_order'] else 'NO'} |"
         )
     print(f"\nPython memory per waiting coroutine (tracemalloc, 1 lock): {memory / 1024:.1f} KiB")
+    one = rows[0]["handoffs_per_s"]
+    print(
+        f"Floor of the one-lock row, one client's serial writes on the same server: {floor} writes/s; "
+        f"{args.waiters} waiters on one lock: {one} handoffs/s, {one / floor:.2f} of it"
+    )
     return 0
 
 
