@@ -3,19 +3,30 @@ thread, wherever the signal interrupted it, then raises SystemExit (and Celery c
 the loop unwinds). Here the signal lands while the leader's main thread holds a lock of its election handle, on
 real parts: a 3-node ensemble, Redis, two real ``celery beat`` processes (see test_beat.py).
 
-Asserted: the leader exits at once, its candidate node is gone before its session could have expired (a release,
-not an expiry), and the other beat leads and sends within the clean-stop bound.
+Asserted: the leader exits at once, its candidate node is gone before its session could have expired (released or
+closed with its session at exit, not left to the server's expiry), and the other beat leads and sends within the
+clean-stop bound. And a SIGTERM between a committed claim and its publish loses no tick: the claim is noted for the
+next leader, which sends it once.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
 from kazoo.client import KazooClient
 
-from tests.celery.test_beat import CLEAN_BOUND, INTERVAL, SESSION_TIMEOUT, STEPPED_DOWN, Beat, Deployment
-from tests.support.beat_schedules import SIGTERM_LINE
+from tests.celery.test_beat import (
+    CLEAN_BOUND,
+    INTERVAL,
+    PERSISTENT,
+    SESSION_TIMEOUT,
+    STEPPED_DOWN,
+    Beat,
+    Deployment,
+)
+from tests.support.beat_schedules import PAUSE_LINE, SIGTERM_LINE
 from tests.support.helpers import wait_until
 from zklocks.testing import ZkEnsemble
 
@@ -61,7 +72,7 @@ def test_sigterm_while_the_leader_holds_its_handle_lock_steps_down_at_once(ensem
             pytest.fail(f"the leader did not exit within {SESSION_TIMEOUT}s of a SIGTERM inside its handle's lock")
         exited = time.time() - at
         children = candidates(d)
-        # Gone before the session could expire: the node was deleted, not left to the server's expiry.
+        # Gone before the session could expire: not left to the server's expiry.
         assert time.time() - at < SESSION_TIMEOUT, "read too late to tell a release from an expiry"
         assert len(children) == 1, children
         assert first.text().count(STEPPED_DOWN) == 1, first.text()
@@ -70,6 +81,38 @@ def test_sigterm_while_the_leader_holds_its_handle_lock_steps_down_at_once(ensem
         sent = wait_until(lambda: d.sends_after(at, old_token), timeout=CLEAN_BOUND + 5, interval=0.05)[0]
         assert sent - at <= CLEAN_BOUND + INTERVAL, f"first send of the new leader {sent - at:.2f}s after the signal"
         print(f"leader exited {exited:.2f}s after the signal; first send of the next leader {sent - at:.2f}s after it")
+    except BaseException:
+        print(d.logs())
+        raise
+    finally:
+        d.close()
+
+
+@pytest.mark.timeout(150)
+def test_sigterm_between_a_committed_claim_and_its_publish_loses_no_tick(ensemble, redis_server):
+    d = Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True)
+    try:
+        d.worker.start()
+        d.beats = [d.new_beat("beat0")]
+        (old,) = wait_until(lambda: (ls := d.leaders()) and len(ls) == 1 and ls, timeout=30, interval=0.05)
+        d.beats.append(d.new_beat("beat1"))
+        wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
+        d.wait_sends(2)
+        offset = old.offset()
+        d.pause_file.touch()
+        wait_until(lambda: PAUSE_LINE in old.text(offset), timeout=10, interval=0.005)
+        old.signal(signal.SIGTERM)  # claimed, not yet published
+        assert old.proc is not None
+        old.proc.wait(10)
+        assert "noted for the leader" in old.text(offset), old.text(offset)
+        new = d.wait_new_leader(old, timeout=CLEAN_BOUND + 10)
+        wait_until(lambda: "that its beat never sent" in new.text(), timeout=10, interval=0.05)
+        d.wait_sends(2)
+        for beat in d.beats:
+            beat.stop()
+        counts = d.counts()
+        assert counts["lost"] == 0 and counts["duplicates"] == 0, counts
+        assert counts["dropped_late"] == 0, counts
     except BaseException:
         print(d.logs())
         raise

@@ -45,6 +45,7 @@ class _Fenced(_MixinBase):
 
     zklocks_guard: LeaderScheduler
     _zklocks_stamp: dict[str, Any] | None = None
+    _zklocks_published = False  # the stamped message of the current send was handed to the broker
 
     def is_due(self, entry):
         self.zklocks_guard.catch_up(entry)
@@ -56,8 +57,15 @@ class _Fenced(_MixinBase):
         if stamp is None:
             return  # not the leader (any more): nothing is sent
         self._zklocks_stamp = stamp
+        self._zklocks_published = False
         try:
             super().apply_entry(entry, producer=producer)  # logs "Sending due task"
+        except BaseException:
+            # A stop (a signal handler's SystemExit) between the committed claim and the publish: the tick is sent
+            # by the next leader, as an orphan noted before this beat leaves the election (close()).
+            if not self._zklocks_published:
+                self.zklocks_guard.unsent(entry.name, stamp)
+            raise
         finally:
             self._zklocks_stamp = None
 
@@ -79,7 +87,9 @@ class _Fenced(_MixinBase):
         options = catchup.without_option(original)
         entry.options = {**options, "headers": {**(options.get("headers") or {}), HEADER: stamp}}
         try:
-            return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+            result = super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+            self._zklocks_published = True
+            return result
         finally:
             entry.options = original
 
@@ -143,7 +153,7 @@ class LeaderScheduler(Scheduler):
 
     def _in_loop(self, step, *args: Any, **kwargs: Any) -> Any:
         """Run one step of the beat loop; a close() asked for from inside it runs once the step has unwound."""
-        if self._looping == threading.get_ident():
+        if self._looping is not None:  # nested in our own step, or another thread's loop owns the mark
             return step(*args, **kwargs)
         self._looping = threading.get_ident()
         try:
@@ -290,7 +300,10 @@ class LeaderScheduler(Scheduler):
                 inner.close()
             except Exception as exc:  # noqa: BLE001 the schedule's own storage may be gone with the leadership
                 logger.warning("beat: closing %s failed: %s", self.scheduler_path, exc)
-        self.leader.release(wait=True)
+            finally:  # a second signal's SystemExit in the inner close must not keep us in the election
+                self.leader.release(wait=True)
+        else:
+            self.leader.release(wait=True)
 
     # -- called by the fenced scheduler --
 
@@ -395,6 +408,10 @@ class LeaderScheduler(Scheduler):
             logger.warning("beat: could not resolve the claim of %s: %s", name, exc)
         return beat_state.UNKNOWN
 
+    def unsent(self, name: str, stamp: dict[str, Any]) -> None:
+        """A committed claim whose message never reached the broker: a stop cut the send off (apply_entry)."""
+        self._doubt[name] = (stamp["sent_at"], stamp["token"])
+
     def _settle_doubts(self) -> None:
         """Claims of ours left UNKNOWN in an ended leadership: note them as orphans, so that the leader that
         inherited them sends those that committed (we never will)."""
@@ -464,6 +481,7 @@ class LeaderScheduler(Scheduler):
             self._close_asked = True
             return
         self._closed = True
+        self._settle_doubts()  # a send cut off after its claim (apply_entry): noted before we leave the election
         if self._inner is not None:
             self._step_down("shutting down", clean=True)
         else:
