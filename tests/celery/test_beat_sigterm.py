@@ -89,19 +89,28 @@ def test_sigterm_while_the_leader_holds_its_handle_lock_steps_down_at_once(ensem
 
 
 @pytest.mark.timeout(150)
-def test_sigterm_between_a_committed_claim_and_its_publish_loses_no_tick(ensemble, redis_server):
+@pytest.mark.parametrize("at", ["publish", "claim"])
+def test_sigterm_between_a_claim_and_its_publish_loses_no_tick(ensemble, redis_server, tmp_path, at):
+    """``publish``: in the pause between the committed claim and the publish (PausingScheduler); ``claim``: as
+    the beat starts waiting for its claim's answer (the claim commits; its beat never learns it)."""
+    flag = tmp_path / "sigterm"
     d = Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True)
     try:
         d.worker.start()
-        d.beats = [d.new_beat("beat0")]
+        first_env = dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag), ZKLOCKS_TEST_BEAT_SIGTERM_AT="claim")
+        d.beats = [Beat("beat0", first_env if at == "claim" else d.environ, d.env.dir, d.servers).start()]
         (old,) = wait_until(lambda: (ls := d.leaders()) and len(ls) == 1 and ls, timeout=30, interval=0.05)
         d.beats.append(d.new_beat("beat1"))
         wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
         d.wait_sends(2)
         offset = old.offset()
-        d.pause_file.touch()
-        wait_until(lambda: PAUSE_LINE in old.text(offset), timeout=10, interval=0.005)
-        old.signal(signal.SIGTERM)  # claimed, not yet published
+        if at == "publish":
+            d.pause_file.touch()
+            wait_until(lambda: PAUSE_LINE in old.text(offset), timeout=10, interval=0.005)
+            old.signal(signal.SIGTERM)  # claimed, not yet published
+        else:
+            flag.touch()
+            wait_until(lambda: SIGTERM_LINE in old.text(offset), timeout=10, interval=0.005)
         assert old.proc is not None
         old.proc.wait(10)
         assert "noted for the leader" in old.text(offset), old.text(offset)

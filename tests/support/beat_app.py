@@ -6,7 +6,7 @@ tests/celery_app.py; ZKLOCKS_TEST_BEAT_SCHEDULER (ZKLOCKS_BEAT["SCHEDULER"]), ZK
 for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats); ZKLOCKS_TEST_BEAT_FENCE=1
 turns on FENCE_WORKERS; ZKLOCKS_TEST_BEAT_PAUSE_FILE: see PausingScheduler;
 ZKLOCKS_TEST_BEAT_ENTRIES, ZKLOCKS_TEST_BEAT_CATCHUP: other schedules (below);
-ZKLOCKS_TEST_BEAT_SIGTERM_FILE: see sigterm_inside_a_hold. One entry, ``every-second``, runs
+ZKLOCKS_TEST_BEAT_SIGTERM_FILE and _AT: see sigterm_at. One entry, ``every-second``, runs
 ``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
 """
 
@@ -117,33 +117,52 @@ class PauseBeforePublish:
         return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
 
 
-def sigterm_inside_a_hold(flag: str) -> None:
-    """Once this beat leads and the file ``flag`` exists: SIGTERM to itself while its main thread is inside
-    ``BaseHandle._hold`` with the handle's lock held (a real signal, at a point where CPython runs handlers: after
-    the call of ``dict.get``). Celery's handler closes the scheduler right there, then raises SystemExit."""
+def sigterm_at(where: str, flag: str) -> None:
+    """Once this beat leads and the file ``flag`` exists: a real SIGTERM to itself, once, at ``where``:
+
+    - ``hold``: inside ``BaseHandle._hold`` with the handle's lock held (after the call of ``dict.get``, a point
+      where CPython runs handlers);
+    - ``claim``: as the beat starts waiting for the answer of its claim, sent already (``wait_result`` called
+      from ``beat_state.record_sent``).
+
+    Celery's handler closes the scheduler right there, then raises SystemExit."""
     import inspect
     import signal
     import sys
 
+    from zklocks.celery import beat_state
     from zklocks.handles.base import BaseHandle
+    from zklocks.recipes import kazoo_calls
 
-    code = BaseHandle._hold.__code__
-    lines, first = inspect.getsourcelines(BaseHandle._hold)
-    after_get = first + next(i for i, line in enumerate(lines) if "self._mine.get(owner)" in line) + 1
     fired = []
 
-    def in_hold(frame, event, arg):
-        if event == "line" and frame.f_lineno == after_get and not fired:
+    def fire():
+        if not fired:
             fired.append(True)
             sys.settrace(None)
-            logging.getLogger("celery.beat").warning(SIGTERM_LINE)
+            logging.getLogger("celery.beat").warning("%s (%s)", SIGTERM_LINE, where)
             os.kill(os.getpid(), signal.SIGTERM)
-        return in_hold
 
-    def calls(frame, event, arg):
-        if event == "call" and frame.f_code is code and not fired and os.path.exists(flag):
+    if where == "hold":
+        code = BaseHandle._hold.__code__
+        lines, first = inspect.getsourcelines(BaseHandle._hold)
+        after_get = first + next(i for i, line in enumerate(lines) if "self._mine.get(owner)" in line) + 1
+
+        def in_hold(frame, event, arg):
+            if event == "line" and frame.f_lineno == after_get:
+                fire()
             return in_hold
-        return None
+
+        def calls(frame, event, arg):
+            if event == "call" and frame.f_code is code and not fired and os.path.exists(flag):
+                return in_hold
+            return None
+    else:
+        code, caller = kazoo_calls.wait_result.__code__, beat_state.record_sent.__code__
+
+        def calls(frame, event, arg):
+            if event == "call" and frame.f_code is code and frame.f_back.f_code is caller and os.path.exists(flag):
+                fire()
 
     sys.settrace(calls)
 
@@ -152,7 +171,10 @@ if os.environ.get("ZKLOCKS_TEST_BEAT_SIGTERM_FILE"):
     from celery.signals import beat_init
 
     beat_init.connect(
-        lambda sender, **_: sigterm_inside_a_hold(os.environ["ZKLOCKS_TEST_BEAT_SIGTERM_FILE"]), weak=False
+        lambda sender, **_: sigterm_at(
+            os.environ.get("ZKLOCKS_TEST_BEAT_SIGTERM_AT", "hold"), os.environ["ZKLOCKS_TEST_BEAT_SIGTERM_FILE"]
+        ),
+        weak=False,
     )
 
 

@@ -2,7 +2,7 @@
 the test process."""
 
 PAUSE_LINE = "test: claimed, about to publish"
-SIGTERM_LINE = "test: SIGTERM while the handle's lock is held"
+SIGTERM_LINE = "test: SIGTERM to itself at"
 
 CATCH_UP = {  # ZKLOCKS_TEST_BEAT_CATCHUP=1: entries every 2 s, one per catch-up policy (None: the default)
     "cu-skip": "skip",

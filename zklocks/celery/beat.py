@@ -329,12 +329,17 @@ class LeaderScheduler(Scheduler):
             version = previous.version if previous is not None else None
             sent_at = time.time()
             deadline = Deadline(hold.session.cfg.connect_timeout)
-            outcome = beat_state.record_sent(
-                hold.session, self._own_node(hold), hold.contender.parent, name, sent_at, hold.token,
-                version=version, deadline=deadline,
-            )  # fmt: skip
-            if outcome == beat_state.UNKNOWN:
-                outcome = self._resolve(hold, name, sent_at, version)
+            try:
+                outcome = beat_state.record_sent(
+                    hold.session, self._own_node(hold), hold.contender.parent, name, sent_at, hold.token,
+                    version=version, deadline=deadline,
+                )  # fmt: skip
+                if outcome == beat_state.UNKNOWN:
+                    outcome = self._resolve(hold, name, sent_at, version)
+            except BaseException as exc:
+                if not isinstance(exc, Exception):  # a stop while the claim was on its way: it may commit unsent
+                    self._doubt[name] = (sent_at, hold.token)
+                raise
             if outcome == beat_state.COMMITTED:
                 self._sent[name] = sent_at
                 self._claims[name] = beat_state.Claim(name, sent_at, hold.token, 0 if version is None else version + 1)
