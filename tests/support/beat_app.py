@@ -123,12 +123,16 @@ def sigterm_at(where: str, flag: str) -> None:
     - ``hold``: inside ``BaseHandle._hold`` with the handle's lock held (after the call of ``dict.get``, a point
       where CPython runs handlers);
     - ``claim``: as the beat starts waiting for the answer of its claim, sent already (``wait_result`` called
-      from ``beat_state.record_sent``).
+      from ``beat_state.record_sent``);
+    - ``sync``: as the schedule's storage is synced after a publish (Celery's ``apply_async`` syncs in its
+      ``finally``, at the first send and every few minutes).
 
     Celery's handler closes the scheduler right there, then raises SystemExit."""
     import inspect
     import signal
     import sys
+
+    from celery.beat import Scheduler
 
     from zklocks.celery import beat_state
     from zklocks.handles.base import BaseHandle
@@ -158,10 +162,16 @@ def sigterm_at(where: str, flag: str) -> None:
                 return in_hold
             return None
     else:
-        code, caller = kazoo_calls.wait_result.__code__, beat_state.record_sent.__code__
+        code, caller, outer = {  # the function, its caller, and that one's caller (None: any)
+            "claim": (kazoo_calls.wait_result, beat_state.record_sent, None),
+            "sync": (PersistentScheduler.sync, Scheduler._do_sync, Scheduler.apply_async),
+        }[where]
 
         def calls(frame, event, arg):
-            if event == "call" and frame.f_code is code and frame.f_back.f_code is caller and os.path.exists(flag):
+            if event != "call" or frame.f_code is not code.__code__ or not os.path.exists(flag):
+                return
+            back = frame.f_back
+            if back.f_code is caller.__code__ and (outer is None or back.f_back.f_code is outer.__code__):
                 fire()
 
     sys.settrace(calls)
@@ -169,6 +179,9 @@ def sigterm_at(where: str, flag: str) -> None:
 
 if os.environ.get("ZKLOCKS_TEST_BEAT_SIGTERM_FILE"):
     from celery.signals import beat_init
+
+    if os.environ.get("ZKLOCKS_TEST_BEAT_SIGTERM_AT") == "sync":
+        app.conf.beat_sync_every = 1  # Celery's apply_async syncs after each publish, not only every 3 minutes
 
     beat_init.connect(
         lambda sender, **_: sigterm_at(

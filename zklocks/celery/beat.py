@@ -11,10 +11,13 @@ from __future__ import annotations
 import socket
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from celery.beat import Scheduler
+from celery.signals import after_task_publish
 from celery.utils.log import get_logger
 
 from ..client.deadline import Deadline
@@ -45,7 +48,6 @@ class _Fenced(_MixinBase):
 
     zklocks_guard: LeaderScheduler
     _zklocks_stamp: dict[str, Any] | None = None
-    _zklocks_published = False  # the stamped message of the current send was handed to the broker
 
     def is_due(self, entry):
         self.zklocks_guard.catch_up(entry)
@@ -56,27 +58,31 @@ class _Fenced(_MixinBase):
         stamp = self.zklocks_guard.claim(entry, due)
         if stamp is None:
             return  # not the leader (any more): nothing is sent
-        self._zklocks_stamp = stamp
-        self._zklocks_published = False
-        try:
+        with self._stamped(entry, stamp, claimed=True):
             super().apply_entry(entry, producer=producer)  # logs "Sending due task"
+
+    def zklocks_send(self, entry, stamp: dict[str, Any], *, claimed: bool) -> None:
+        """Send ``entry``'s task once more with ``stamp``, leaving its schedule alone: a missed tick claimed for
+        catch-up (``claimed``), or an orphaned tick."""
+        with self._stamped(entry, stamp, claimed=claimed):
+            try:
+                self.apply_async(entry, producer=self.producer, advance=False)
+            except Exception as exc:  # noqa: BLE001 - a failed send is logged; the beat goes on
+                logger.error("beat: sending the tick of %s failed: %s", entry.name, exc)
+
+    @contextmanager
+    def _stamped(self, entry, stamp: dict[str, Any], *, claimed: bool) -> Iterator[None]:
+        """Send with ``stamp``. A stop (a signal handler's SystemExit) after our claim and before the broker took
+        the message leaves the claim to the next leader, as an orphan noted before this beat leaves (close())."""
+        self._zklocks_stamp = stamp
+        try:
+            yield
         except BaseException:
-            # A stop (a signal handler's SystemExit) between the committed claim and the publish: the tick is sent
-            # by the next leader, as an orphan noted before this beat leaves the election (close()).
-            if not self._zklocks_published:
+            if claimed and id(stamp) not in _taken_by_broker:
                 self.zklocks_guard.unsent(entry.name, stamp)
             raise
         finally:
-            self._zklocks_stamp = None
-
-    def zklocks_send(self, entry, stamp: dict[str, Any]) -> None:
-        """Send ``entry``'s task once more with ``stamp``, leaving its schedule alone (an orphaned tick)."""
-        self._zklocks_stamp = stamp
-        try:
-            self.apply_async(entry, producer=self.producer, advance=False)
-        except Exception as exc:  # noqa: BLE001 - a failed send is logged; the beat goes on
-            logger.error("beat: sending the orphaned tick of %s failed: %s", entry.name, exc)
-        finally:
+            _taken_by_broker.discard(id(stamp))
             self._zklocks_stamp = None
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
@@ -87,11 +93,21 @@ class _Fenced(_MixinBase):
         options = catchup.without_option(original)
         entry.options = {**options, "headers": {**(options.get("headers") or {}), HEADER: stamp}}
         try:
-            result = super().apply_async(entry, producer=producer, advance=advance, **kwargs)
-            self._zklocks_published = True
-            return result
+            return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
         finally:
             entry.options = original
+
+
+# The stamps (by id) whose message the broker has taken: noted as soon as it is published, before the scheduler's
+# own work after the send (Celery's apply_async syncs the schedule's storage in its finally).
+_taken_by_broker: set[int] = set()
+
+
+@after_task_publish.connect(weak=False)
+def _note_published(sender=None, headers=None, **kwargs: Any) -> None:
+    stamp = (headers or {}).get(HEADER)
+    if isinstance(stamp, dict):
+        _taken_by_broker.add(id(stamp))
 
 
 _fenced_classes: dict[type, type] = {}
@@ -133,7 +149,7 @@ class LeaderScheduler(Scheduler):
         self._status_written: bytes | None = None  # the status node as last written (beat_status.py)
         self._sends = 0  # claims granted so far: a tick that sends rewrites the status
         self._closed = False
-        self._looping: int | None = None  # the thread inside tick() or a sync, while it is there
+        self._looping: set[int] = set()  # the threads inside tick() or a sync, while they are there
         self._close_asked = False  # close() came from inside that thread's own tick or sync (see close)
         self.leader = ZkLeader(self.election, using=self.using)
         # Our own schedule stays empty: the elected leader runs the configured scheduler's.
@@ -153,13 +169,14 @@ class LeaderScheduler(Scheduler):
 
     def _in_loop(self, step, *args: Any, **kwargs: Any) -> Any:
         """Run one step of the beat loop; a close() asked for from inside it runs once the step has unwound."""
-        if self._looping is not None:  # nested in our own step, or another thread's loop owns the mark
+        me = threading.get_ident()
+        if me in self._looping:  # nested in our own step
             return step(*args, **kwargs)
-        self._looping = threading.get_ident()
+        self._looping.add(me)
         try:
             return step(*args, **kwargs)
         finally:
-            self._looping = None
+            self._looping.discard(me)
             if self._close_asked:
                 self.close()
 
@@ -287,7 +304,7 @@ class LeaderScheduler(Scheduler):
         stamp = self.claim(entry, due)
         if stamp is not None:
             logger.info("beat: sending %s's missed tick due at %.3f (catch-up)", name, due)
-            inner.zklocks_send(entry, stamp)
+            inner.zklocks_send(entry, stamp, claimed=True)
 
     def _step_down(self, why: str, *, clean: bool = False) -> None:
         """Stop running the schedule and leave the election. ``clean``: a requested stop (shutdown), logged at
@@ -461,7 +478,7 @@ class LeaderScheduler(Scheduler):
                 "beat: sending %s: a tick claimed by token %s at %.3f that its beat never sent", orphan.entry,
                 orphan.token, orphan.sent_at,
             )  # fmt: skip
-            inner.zklocks_send(entry, self.stamp(orphan.entry, hold.token, orphan.sent_at))
+            inner.zklocks_send(entry, self.stamp(orphan.entry, hold.token, orphan.sent_at), claimed=False)
 
     # -- syncing and shutdown --
 
@@ -479,16 +496,18 @@ class LeaderScheduler(Scheduler):
     def close(self) -> None:
         if self._closed:
             return
-        if self._looping == threading.get_ident():
+        if threading.get_ident() in self._looping:
             # Celery's SIGTERM handler closes the scheduler on the main thread wherever the signal landed, inside
             # a tick too, where the interrupted code may hold a lock the step-down needs (or be half-way through a
             # publish or the inner scheduler's storage). The step-down runs once the tick has unwound.
             self._close_asked = True
             return
         self._closed = True
-        self._settle_doubts()  # a send cut off after its claim (apply_entry): noted before we leave the election
-        if self._inner is not None:
-            self._step_down("shutting down", clean=True)
-        else:
-            self.leader.release(wait=True)
+        try:
+            self._settle_doubts()  # a send cut off after its claim (_Fenced._stamped): noted before we leave
+        finally:
+            if self._inner is not None:
+                self._step_down("shutting down", clean=True)
+            else:
+                self.leader.release(wait=True)
         super().close()
