@@ -289,6 +289,17 @@ class Deployment:
             beat.close()
         self.env.cleanup()
 
+    def __enter__(self) -> Deployment:
+        return self
+
+    def __exit__(self, kind, error, tb) -> None:
+        """A failure prints every log; the deployment is stopped in any case."""
+        try:
+            if error is not None:
+                print(self.logs())
+        finally:
+            self.close()
+
     def logs(self) -> str:
         return self.election_state() + "\n".join(f"--- {b.name}\n{b.text()}" for b in self.beats) + self.env.logs()
 

@@ -55,8 +55,7 @@ def candidates(d: Deployment, zk: KazooClient | None = None) -> list[str]:
 @pytest.mark.timeout(150)
 def test_sigterm_while_the_leader_holds_its_handle_lock_steps_down_at_once(ensemble, redis_server, tmp_path):
     flag = tmp_path / "sigterm"
-    d = Deployment(ensemble, redis_server.url, "celery.beat:PersistentScheduler")
-    try:
+    with Deployment(ensemble, redis_server.url, "celery.beat:PersistentScheduler") as d:
         d.worker.start()
         first = Beat("beat0", dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag)), d.env.dir, d.servers).start()
         d.beats = [first]
@@ -88,11 +87,6 @@ def test_sigterm_while_the_leader_holds_its_handle_lock_steps_down_at_once(ensem
         sent = wait_until(lambda: d.sends_after(at, old_token), timeout=CLEAN_BOUND + 5, interval=0.05)[0]
         assert sent - at <= CLEAN_BOUND + INTERVAL, f"first send of the new leader {sent - at:.2f}s after the signal"
         print(f"leader's node gone {gone:.2f}s after the signal; next leader's first send {sent - at:.2f}s after it")
-    except BaseException:
-        print(d.logs())
-        raise
-    finally:
-        d.close()
 
 
 @pytest.mark.timeout(150)
@@ -101,8 +95,7 @@ def test_sigterm_between_a_claim_and_its_publish_loses_no_tick(ensemble, redis_s
     """``publish``: in the pause between the committed claim and the publish (PausingScheduler); ``claim``: as
     the beat starts waiting for its claim's answer (the claim commits; its beat never learns it)."""
     flag = tmp_path / "sigterm"
-    d = Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True)
-    try:
+    with Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True) as d:
         d.worker.start()
         first_env = dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag), ZKLOCKS_TEST_BEAT_SIGTERM_AT="claim")
         d.beats = [Beat("beat0", first_env if at == "claim" else d.environ, d.env.dir, d.servers).start()]
@@ -129,11 +122,6 @@ def test_sigterm_between_a_claim_and_its_publish_loses_no_tick(ensemble, redis_s
         counts = d.counts()
         assert counts["lost"] == 0 and counts["duplicates"] == 0, counts
         assert counts["dropped_late"] == 0, counts
-    except BaseException:
-        print(d.logs())
-        raise
-    finally:
-        d.close()
 
 
 @pytest.mark.timeout(150)
@@ -142,8 +130,7 @@ def test_sigterm_after_the_publish_sends_the_tick_once(ensemble, redis_server, t
     must not send that tick again."""
     flag = tmp_path / "sigterm"
     flag.touch()
-    d = Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True)
-    try:
+    with Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True) as d:
         d.worker.start()
         env = dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag), ZKLOCKS_TEST_BEAT_SIGTERM_AT="sync")
         old = Beat("beat0", env, d.env.dir, d.servers).start()
@@ -160,8 +147,3 @@ def test_sigterm_after_the_publish_sends_the_tick_once(ensemble, redis_server, t
         counts = d.counts()
         assert counts["lost"] == 0 and counts["duplicates"] == 0, counts
         assert counts["executions"] == counts["claims"], counts
-    except BaseException:
-        print(d.logs())
-        raise
-    finally:
-        d.close()
