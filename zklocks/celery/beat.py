@@ -72,17 +72,19 @@ class _Fenced(_MixinBase):
 
     @contextmanager
     def _stamped(self, entry, stamp: dict[str, Any], *, claimed: bool) -> Iterator[None]:
-        """Send with ``stamp``. A stop (a signal handler's SystemExit) after our claim and before the broker took
-        the message leaves the claim to the next leader, as an orphan noted before this beat leaves (close())."""
+        """Send with ``stamp``. A stop (a signal handler's SystemExit) after our claim and before Celery reported
+        the message published (after_task_publish) leaves the claim to the next leader, as an orphan noted before
+        this beat leaves (close()). A stop inside the publish itself may so send the tick twice, never lose it."""
         self._zklocks_stamp = stamp
+        sending = _sending[id(stamp)] = _Sending(stamp)
         try:
             yield
         except BaseException:
-            if claimed and id(stamp) not in _taken_by_broker:
+            if claimed and not sending.published:
                 self.zklocks_guard.unsent(entry.name, stamp)
             raise
         finally:
-            _taken_by_broker.discard(id(stamp))
+            _sending.pop(id(stamp), None)
             self._zklocks_stamp = None
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
@@ -98,16 +100,25 @@ class _Fenced(_MixinBase):
             entry.options = original
 
 
-# The stamps (by id) whose message the broker has taken: noted as soon as it is published, before the scheduler's
-# own work after the send (Celery's apply_async syncs the schedule's storage in its finally).
-_taken_by_broker: set[int] = set()
+class _Sending:
+    """A stamped send under way, and whether Celery reported its message published (after_task_publish): noted at
+    once, before the scheduler's own work after the send (Celery's apply_async syncs its storage in its finally)."""
+
+    __slots__ = ("stamp", "published")
+
+    def __init__(self, stamp: dict[str, Any]) -> None:
+        self.stamp, self.published = stamp, False
+
+
+_sending: dict[int, _Sending] = {}  # by id() of the stamp in the message's headers
 
 
 @after_task_publish.connect(weak=False)
 def _note_published(sender=None, headers=None, **kwargs: Any) -> None:
     stamp = (headers or {}).get(HEADER)
-    if isinstance(stamp, dict):
-        _taken_by_broker.add(id(stamp))
+    sending = _sending.get(id(stamp))
+    if sending is not None and sending.stamp is stamp:
+        sending.published = True
 
 
 _fenced_classes: dict[type, type] = {}
