@@ -318,19 +318,18 @@ class LeaderScheduler(Scheduler):
             inner.zklocks_send(entry, stamp, claimed=True)
 
     def _step_down(self, why: str, *, clean: bool = False) -> None:
-        """Stop running the schedule and leave the election. ``clean``: a requested stop (shutdown), logged at
-        INFO; a lost leadership is a WARNING."""
+        """Stop running the schedule (if we lead) and leave the election. ``clean``: a requested stop (shutdown),
+        logged at INFO; a lost leadership is a WARNING."""
         inner, self._inner = self._inner, None
-        if inner is not None:
-            log = logger.info if clean else logger.warning
-            log("beat: stepping down as leader of %r (alias %r): %s", self.election, self.using, why)
-            try:
-                inner.close()
-            except Exception as exc:  # noqa: BLE001 the schedule's own storage may be gone with the leadership
-                logger.warning("beat: closing %s failed: %s", self.scheduler_path, exc)
-            finally:  # a second signal's SystemExit in the inner close must not keep us in the election
-                self.leader.release(wait=True)
-        else:
+        try:
+            if inner is not None:
+                log = logger.info if clean else logger.warning
+                log("beat: stepping down as leader of %r (alias %r): %s", self.election, self.using, why)
+                try:
+                    inner.close()
+                except Exception as exc:  # noqa: BLE001 the schedule's own storage may be gone with the leadership
+                    logger.warning("beat: closing %s failed: %s", self.scheduler_path, exc)
+        finally:  # a second signal's SystemExit in the inner close must not keep us in the election
             self.leader.release(wait=True)
 
     # -- called by the fenced scheduler --
@@ -517,8 +516,5 @@ class LeaderScheduler(Scheduler):
         try:
             self._settle_doubts()  # a send cut off after its claim (_Fenced._stamped): noted before we leave
         finally:
-            if self._inner is not None:
-                self._step_down("shutting down", clean=True)
-            else:
-                self.leader.release(wait=True)
+            self._step_down("shutting down", clean=True)
         super().close()
