@@ -175,6 +175,11 @@ class Deployment:
     def new_beat(self, name: str) -> Beat:
         return Beat(name, self.environ, self.env.dir, self.servers).start()
 
+    @property
+    def election_path(self) -> str:
+        """The election's node: its candidates and its beat state node."""
+        return f"{self.env.namespace}/{self.environ['ZKLOCKS_TEST_BEAT_ELECTION']}"
+
     def records(self) -> list[dict]:
         return read_records(self.env.records / "beat.jsonl")
 
@@ -261,7 +266,7 @@ class Deployment:
         executed nor dropped."""
         time.sleep(1.5)
         records = self.records()
-        path = beat_state_path(f"{self.env.namespace}/{self.environ['ZKLOCKS_TEST_BEAT_ELECTION']}")
+        path = beat_state_path(self.election_path)
         zk = KazooClient(hosts=self.hosts)
         zk.start(timeout=10)
         try:
@@ -309,12 +314,11 @@ class Deployment:
         for beat in self.beats:
             state = "no process" if beat.proc is None else f"pid {beat.proc.pid} exit {beat.proc.poll()}"
             lines.append(f"{beat.name}: {state}")
-        parent = f"{self.env.namespace}/{self.environ['ZKLOCKS_TEST_BEAT_ELECTION']}"
         zk = KazooClient(hosts=self.hosts)
         try:
             zk.start(timeout=10)
-            for child in sorted(zk.get_children(parent), key=lambda c: c[-10:]):
-                data, stat = zk.get(f"{parent}/{child}")
+            for child in sorted(zk.get_children(self.election_path), key=lambda c: c[-10:]):
+                data, stat = zk.get(f"{self.election_path}/{child}")
                 lines.append(f"{child}: session {stat.ephemeralOwner:#x} data {data[:120]!r}")
         except Exception as exc:  # noqa: BLE001 - a diagnostic: the failure being reported matters more
             lines.append(f"could not read the queue: {exc!r}")

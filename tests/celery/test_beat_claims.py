@@ -47,11 +47,7 @@ def claims_and_executions(d: Deployment, ensemble) -> tuple[int, list[dict]]:
     for beat in d.beats:
         beat.stop()
     time.sleep(1.5)
-    path = (
-        beat_state_path(f"{d.env.namespace}/{d.environ['ZKLOCKS_TEST_BEAT_ELECTION']}")
-        + "/"
-        + entry_node("every-second")
-    )
+    path = beat_state_path(d.election_path) + "/" + entry_node("every-second")
     zk = KazooClient(hosts=ensemble.hosts)
     zk.start(timeout=10)
     try:

@@ -51,7 +51,7 @@ def beat_with(d: Deployment, name: str, entries: dict[str, float]) -> Beat:
 
 def published_at(d: Deployment, ensemble) -> float:
     """When the shared schedule was last written, by ZooKeeper's clock (the same host's here)."""
-    path = beat_state_path(f"{d.env.namespace}/{d.environ['ZKLOCKS_TEST_BEAT_ELECTION']}") + f"/{SCHEDULE}"
+    path = beat_state_path(d.election_path) + f"/{SCHEDULE}"
     zk = KazooClient(hosts=ensemble.hosts)
     zk.start(timeout=10)
     try:

@@ -44,7 +44,7 @@ def candidates(d: Deployment, zk: KazooClient | None = None) -> list[str]:
         zk = KazooClient(hosts=d.hosts)
         zk.start(timeout=10)
     try:
-        children = zk.get_children(f"{d.env.namespace}/{d.environ['ZKLOCKS_TEST_BEAT_ELECTION']}")
+        children = zk.get_children(d.election_path)
         return [c for c in children if not c.startswith("__")]
     finally:
         if own:
