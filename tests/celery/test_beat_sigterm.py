@@ -12,6 +12,7 @@ next leader, which sends it once.
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 
 import pytest
@@ -147,3 +148,37 @@ def test_sigterm_after_the_publish_sends_the_tick_once(ensemble, redis_server, t
         counts = d.counts()
         assert counts["lost"] == 0 and counts["duplicates"] == 0, counts
         assert counts["executions"] == counts["claims"], counts
+
+
+@pytest.mark.timeout(150)
+def test_sigterm_whose_exit_is_swallowed_by_a_finalizer_still_stops_the_beat(ensemble, redis_server, tmp_path):
+    """The handler runs inside an object's ``__del__`` (as a signal may land in any finalizer or weakref
+    callback): Python prints its SystemExit and goes on, and Celery's loop would tick on. The beat must step down
+    and exit all the same, and the tick being claimed must go out once."""
+    flag = tmp_path / "sigterm"
+    with Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True) as d:
+        d.worker.start()
+        env = dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag), ZKLOCKS_TEST_BEAT_SIGTERM_AT="finalizer")
+        old = Beat("beat0", env, d.env.dir, d.servers).start()
+        d.beats = [old]
+        wait_until(lambda: d.leaders() == [old], timeout=30, interval=0.05)
+        d.beats.append(d.new_beat("beat1"))
+        wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
+        d.wait_sends(2)
+        offset = old.offset()
+        flag.touch()
+        wait_until(lambda: SIGTERM_LINE in old.text(offset), timeout=10, interval=0.005)
+        assert old.proc is not None
+        try:
+            old.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the beat ran on after a SIGTERM whose SystemExit was swallowed:\n{old.text(offset)}")
+        log = old.text(offset)
+        assert "Exception ignored" in log, log  # the injection did what it says
+        assert log.count(STEPPED_DOWN) == 1, log
+        d.wait_new_leader(old, timeout=CLEAN_BOUND + 10)
+        d.wait_sends(2)
+        for beat in d.beats:
+            beat.stop()
+        counts = d.counts()
+        assert counts["lost"] == 0 and counts["duplicates"] == 0, counts

@@ -125,7 +125,9 @@ def sigterm_at(where: str, flag: str) -> None:
     - ``claim``: as the beat starts waiting for the answer of its claim, sent already (``wait_result`` called
       from ``beat_state.record_sent``);
     - ``sync``: as the schedule's storage is synced after a publish (Celery's ``apply_async`` syncs in its
-      ``finally``, at the first send and every few minutes).
+      ``finally``, at the first send and every few minutes);
+    - ``finalizer``: where ``claim`` does, but from inside an object's ``__del__``, where Python prints the
+      handler's SystemExit and goes on ("Exception ignored in ...").
 
     Celery's handler closes the scheduler right there, then raises SystemExit."""
     import inspect
@@ -145,7 +147,14 @@ def sigterm_at(where: str, flag: str) -> None:
             fired.append(True)
             sys.settrace(None)
             logging.getLogger("celery.beat").warning("%s (%s)", SIGTERM_LINE, where)
-            os.kill(os.getpid(), signal.SIGTERM)
+            if where == "finalizer":
+                Dying()  # collected at once: the handler runs inside its __del__
+            else:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    class Dying:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)  # os.kill runs the handler before it returns
 
     if where == "hold":
         code = BaseHandle._hold.__code__
@@ -164,6 +173,7 @@ def sigterm_at(where: str, flag: str) -> None:
     else:
         code, caller, outer = {  # the function, its caller, and that one's caller (None: any)
             "claim": (kazoo_calls.wait_result, beat_state.record_sent, None),
+            "finalizer": (kazoo_calls.wait_result, beat_state.record_sent, None),
             "sync": (PersistentScheduler.sync, Scheduler._do_sync, Scheduler.apply_async),
         }[where]
 

@@ -192,6 +192,11 @@ class LeaderScheduler(Scheduler):
                 self.close()
 
     def _tick(self, *args: Any, **kwargs: Any) -> float:
+        if self._close_asked or self._closed:
+            # A stop was asked for and the loop still ticks: the signal handler's SystemExit was swallowed (raised
+            # inside a finalizer or a weakref callback, where Python only prints it). Celery's handler does not
+            # end its loop itself, so the beat would run on for ever, closed: finish the stop it asked for.
+            raise SystemExit("zklocks: the beat was closed; its stop completes")
         if self._inner is not None and not self.leader.is_leader:
             self._step_down("leadership lost: the ZooKeeper session expired, was cut off or is no longer certain")
         if self._inner is None and not self._become_leader():
