@@ -166,6 +166,7 @@ class Deployment:
         self.env.workers.append(self.worker)
         self.beats: list[Beat] = []
         self.faults: list[dict] = []
+        self.current: dict | None = None  # the fault under way, for a failure's report
 
     def start(self) -> Deployment:
         self.worker.start()
@@ -224,6 +225,7 @@ class Deployment:
         old_token = self.leader_token(old)
         self.wait_sends(2)
         at = time.time()
+        self.current = {"kind": kind, "at": at, "old": old.name, "old_token": old_token}
         act(old)
         new = self.wait_new_leader(old, timeout=bound + 15)
         new_token = self.leader_token(new)
@@ -306,7 +308,20 @@ class Deployment:
             self.close()
 
     def logs(self) -> str:
-        return self.election_state() + "\n".join(f"--- {b.name}\n{b.text()}" for b in self.beats) + self.env.logs()
+        """For a failure: the faults so far, the election, each running beat's thread stacks and last lines
+        (first, as a long output may be cut), then every log whole."""
+        running = [b for b in self.beats if b.proc is not None and b.proc.poll() is None]
+        offsets = {b.name: b.offset() for b in running}
+        for beat in running:
+            beat.signal(signal.SIGUSR1)  # faulthandler (tests/support/beat_app.py) writes the stacks to its log
+        time.sleep(0.5)
+        faults = "".join(f"fault: {json.dumps(f)}\n" for f in [*self.faults, {"under way": self.current}])
+        stacks = "".join(f"--- {b.name}: stacks\n{b.text(offsets[b.name])[-6000:]}\n" for b in running)
+        tails = "".join(
+            f"--- {b.name}: last lines\n" + "\n".join(b.text().splitlines()[-25:]) + "\n" for b in self.beats
+        )
+        whole = "\n".join(f"--- {b.name}\n{b.text()}" for b in self.beats)
+        return faults + self.election_state() + stacks + tails + whole + self.env.logs()
 
     def election_state(self) -> str:
         """For a failure: each beat's process and ZooKeeper session, and the election's queue (who leads)."""

@@ -10,9 +10,11 @@ ZKLOCKS_TEST_BEAT_SIGTERM_FILE and _AT: see sigterm_at. One entry, ``every-secon
 ``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
 """
 
+import faulthandler
 import json
 import logging
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -20,6 +22,9 @@ import django
 from django.conf import settings
 
 DB = os.environ.get("ZKLOCKS_TEST_BEAT_DB")
+
+# A failing test asks each beat still running for the stacks of its threads (SIGUSR1), into its log.
+faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
     settings.configure(
