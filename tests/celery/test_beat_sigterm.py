@@ -6,7 +6,8 @@ real parts: a 3-node ensemble, Redis, two real ``celery beat`` processes (see te
 Asserted: the leader exits at once, its candidate node is gone before its session could have expired (released or
 closed with its session at exit, not left to the server's expiry), and the other beat leads and sends within the
 clean-stop bound. And a SIGTERM between a committed claim and its publish loses no tick: the claim is noted for the
-next leader, which sends it once.
+next leader, which sends it once. A SIGTERM whose SystemExit a finalizer swallows still stops the beat, and a
+slow storage (the final sync) does not delay the next leader.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tests.celery.test_beat import (
     Beat,
     Deployment,
 )
-from tests.support.beat_schedules import PAUSE_LINE, SIGTERM_LINE
+from tests.support.beat_schedules import PAUSE_LINE, SIGTERM_LINE, SLOW_CLOSE_LINE
 from tests.support.helpers import wait_until
 from zklocks.testing import ZkEnsemble
 
@@ -182,3 +183,36 @@ def test_sigterm_whose_exit_is_swallowed_by_a_finalizer_still_stops_the_beat(ens
             beat.stop()
         counts = d.counts()
         assert counts["lost"] == 0 and counts["duplicates"] == 0, counts
+
+
+@pytest.mark.timeout(150)
+def test_clean_stop_with_a_slow_storage_hands_over_before_the_final_sync(ensemble, redis_server):
+    """The leader's schedule storage takes 8 s to sync and close (a busy database, a stalled disk): the next
+    leader must lead and send within the clean-stop bound all the same, while the old beat still closes."""
+    slow = 8.0
+    with Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True) as d:
+        d.worker.start()
+        old = Beat("beat0", dict(d.environ, ZKLOCKS_TEST_BEAT_SLOW_CLOSE=str(slow)), d.env.dir, d.servers).start()
+        d.beats = [old]
+        wait_until(lambda: d.leaders() == [old], timeout=30, interval=0.05)
+        old_token = d.leader_token(old)
+        d.beats.append(d.new_beat("beat1"))
+        wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
+        d.wait_sends(2)
+        at = time.time()
+        old.signal(signal.SIGTERM)
+        new = d.wait_new_leader(old, timeout=CLEAN_BOUND + 10)
+        sent = wait_until(lambda: d.sends_after(at, old_token), timeout=CLEAN_BOUND + 5, interval=0.05)[0]
+        assert old.proc is not None
+        closing = old.proc.poll() is None
+        assert SLOW_CLOSE_LINE in old.text(), old.text()
+        assert closing, "the old beat had finished closing: the hand-over before its sync was not shown"
+        assert sent - at <= CLEAN_BOUND + INTERVAL, f"first send of the new leader {sent - at:.2f}s after the signal"
+        old.proc.wait(slow + 10)
+        assert new.name == "beat1"
+        d.wait_sends(2)
+        for beat in d.beats:
+            beat.stop()
+        counts = d.counts()
+        assert counts["lost"] == 0 and counts["duplicates"] == 0, counts
+        print(f"next leader's first send {sent - at:.2f}s after the signal, the old beat still closing")

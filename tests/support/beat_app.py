@@ -4,7 +4,7 @@ ZKLOCKS_TEST_HOSTS (a beat behind its own proxies gets their addresses), ZKLOCKS
 ZKLOCKS_TEST_SESSION_TIMEOUT, ZKLOCKS_TEST_CONNECT_TIMEOUT, ZKLOCKS_TEST_BROKER, ZKLOCKS_TEST_RECORDS as in
 tests/celery_app.py; ZKLOCKS_TEST_BEAT_SCHEDULER (ZKLOCKS_BEAT["SCHEDULER"]), ZKLOCKS_TEST_BEAT_ELECTION and,
 for django-celery-beat, ZKLOCKS_TEST_BEAT_DB (an SQLite file shared by the beats); ZKLOCKS_TEST_BEAT_FENCE=1
-turns on FENCE_WORKERS; ZKLOCKS_TEST_BEAT_PAUSE_FILE: see PausingScheduler;
+turns on FENCE_WORKERS; ZKLOCKS_TEST_BEAT_PAUSE_FILE and _SLOW_CLOSE: see PauseBeforePublish;
 ZKLOCKS_TEST_BEAT_ENTRIES, ZKLOCKS_TEST_BEAT_CATCHUP: other schedules (below);
 ZKLOCKS_TEST_BEAT_SIGTERM_FILE and _AT: see sigterm_at. One entry, ``every-second``, runs
 ``beat_tick``, which records each execution with the ``zklocks_beat`` header the leader stamped on it.
@@ -63,7 +63,7 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
 from celery import Celery  # noqa: E402
 from celery.beat import PersistentScheduler  # noqa: E402
 
-from tests.support.beat_schedules import CATCH_UP, PAUSE_LINE, SIGTERM_LINE  # noqa: E402
+from tests.support.beat_schedules import CATCH_UP, PAUSE_LINE, SIGTERM_LINE, SLOW_CLOSE_LINE  # noqa: E402
 
 BROKER = os.environ.get("ZKLOCKS_TEST_BROKER", "redis://127.0.0.1:6379")
 
@@ -111,7 +111,7 @@ def beat_tick(self):
 class PauseBeforePublish:
     """Once the file ZKLOCKS_TEST_BEAT_PAUSE_FILE exists, log PAUSE_LINE between the fenced claim and the publish
     of the next tick and wait a moment there, so that a test can SIGSTOP the beat exactly in that window (a GC
-    pause or a stalled VM between claim and publish)."""
+    pause or a stalled VM between claim and publish). And a slow close of the schedule's storage (close)."""
 
     def apply_async(self, entry, producer=None, advance=True, **kwargs):
         flag = os.environ.get("ZKLOCKS_TEST_BEAT_PAUSE_FILE")
@@ -120,6 +120,15 @@ class PauseBeforePublish:
             logging.getLogger("celery.beat").warning("%s %s", PAUSE_LINE, entry.name)
             time.sleep(1.0)
         return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+
+    def close(self):
+        """ZKLOCKS_TEST_BEAT_SLOW_CLOSE=<seconds>: the schedule's storage takes that long to sync and close (a
+        database busy with other work, a disk that stalls)."""
+        slow = float(os.environ.get("ZKLOCKS_TEST_BEAT_SLOW_CLOSE") or 0)
+        if slow:
+            logging.getLogger("celery.beat").warning("%s %.1fs", SLOW_CLOSE_LINE, slow)
+            time.sleep(slow)
+        return super().close()
 
 
 def sigterm_at(where: str, flag: str) -> None:

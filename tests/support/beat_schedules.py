@@ -3,6 +3,7 @@ the test process."""
 
 PAUSE_LINE = "test: claimed, about to publish"
 SIGTERM_LINE = "test: SIGTERM to itself at"
+SLOW_CLOSE_LINE = "test: closing the schedule slowly:"
 
 CATCH_UP = {  # ZKLOCKS_TEST_BEAT_CATCHUP=1: entries every 2 s, one per catch-up policy (None: the default)
     "cu-skip": "skip",
