@@ -1,0 +1,82 @@
+"""``python -m tests.support.beat_stop_anywhere K1,K2,...``: for each K, one Celery beat ``Service`` on
+``LeaderScheduler`` in this process, with Celery's own SIGTERM handler (``celery.apps.beat.Beat.
+install_sync_handler``). Once it leads and has sent two ticks, a real SIGTERM is sent to this process at the K-th
+line that the main thread runs (any code: zklocks, Celery, kombu, redis-py, Django, the standard library). The
+stop must end the beat's loop and leave no candidate node, for every K.
+
+Configured as tests/support/beat_app.py is (the environment). Prints one line per stop; a stop that does not end
+within 20 s prints every thread's stack and exits 1; a candidate node left behind exits 3.
+"""
+
+import faulthandler
+import os
+import signal
+import sys
+import time
+
+from celery.apps.beat import Beat
+from celery.beat import Service
+from kazoo.client import KazooClient
+
+import tests.support.beat_app as beat_app  # configures Django and the Celery app
+from zklocks.celery.beat import LeaderScheduler
+
+SENDS_BEFORE = 2  # the steady state: past the election and the first sends
+
+
+def candidates(zk: KazooClient, path: str) -> list[str]:
+    return [c for c in zk.get_children(path) if not c.startswith("__")] if zk.exists(path) else []
+
+
+def stop_at(k: int, schedule: str) -> tuple[str, float]:
+    """Run a beat until it has sent SENDS_BEFORE ticks, SIGTERM it at the k-th line after; (where, seconds)."""
+    service = Service(beat_app.app, scheduler_cls=LeaderScheduler, max_interval=1, schedule_filename=schedule)
+    Beat(app=beat_app.app, quiet=True).install_sync_handler(service)
+    state = {"lines": 0, "where": ""}
+
+    def trace(frame, event, arg):
+        scheduler = service.__dict__.get("scheduler")  # not the property: it would build the scheduler here
+        if scheduler is None or scheduler._sends < SENDS_BEFORE or state["where"]:
+            return trace
+        if event == "line":
+            state["lines"] += 1
+            if state["lines"] >= k:
+                state["where"] = f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
+                sys.settrace(None)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return None
+        return trace
+
+    start = time.monotonic()
+    sys.settrace(trace)
+    try:
+        service.start()
+    finally:
+        sys.settrace(None)
+    return state["where"], time.monotonic() - start
+
+
+def main() -> int:
+    ks = [int(k) for k in sys.argv[1].split(",")]
+    path = f"{os.environ['ZKLOCKS_TEST_NAMESPACE']}/{os.environ['ZKLOCKS_TEST_BEAT_ELECTION']}"
+    zk = KazooClient(hosts=os.environ["ZKLOCKS_TEST_HOSTS"])
+    zk.start(timeout=10)
+    for k in ks:
+        faulthandler.dump_traceback_later(20, exit=True)
+        where, took = stop_at(k, os.path.join(os.environ["ZKLOCKS_TEST_RECORDS"], f"schedule-{k}"))
+        faulthandler.cancel_dump_traceback_later()
+        deadline = time.monotonic() + 3
+        while (left := candidates(zk, path)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        print(
+            f"k={k}: stopped at {where or 'no line (the beat ended first)'} after {took:.2f}s; left {left}", flush=True
+        )
+        if left:
+            faulthandler.dump_traceback(all_threads=True)
+            return 3
+    zk.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
