@@ -330,17 +330,12 @@ class LeaderScheduler(Scheduler):
             if inner is not None:
                 log = logger.info if clean else logger.warning
                 log("beat: stepping down as leader of %r (alias %r): %s", self.election, self.using, why)
-        finally:  # a second signal's SystemExit must not keep us in the election
-            # The election first: the next leader must not wait for our storage (a database busy for seconds, a
-            # broker connection slow to close). Detached, the inner scheduler sends nothing any more; its final
-            # sync may land after the next leader's election, whose entries take ZooKeeper's send times over the
-            # storage's (catch_up).
+                try:
+                    inner.close()
+                except Exception as exc:  # noqa: BLE001 the schedule's own storage may be gone with the leadership
+                    logger.warning("beat: closing %s failed: %s", self.scheduler_path, exc)
+        finally:  # a second signal's SystemExit in the inner close must not keep us in the election
             self.leader.release(wait=True)
-        if inner is not None:
-            try:
-                inner.close()
-            except Exception as exc:  # noqa: BLE001 the schedule's own storage may be gone with the leadership
-                logger.warning("beat: closing %s failed: %s", self.scheduler_path, exc)
 
     # -- called by the fenced scheduler --
 
