@@ -232,7 +232,7 @@ class LeaderScheduler(Scheduler):
         try:
             self.leader.acquire()  # blocks until elected
             hold = self.leader.leading_hold()
-            if hold is None:  # elected on a lease that ran out at once: stand again
+            if hold is None or self._close_asked:  # a lease that ran out at once: stand again; a stop: leave
                 self.leader.release()
                 return False
             self._parent = hold.contender.parent
@@ -326,6 +326,9 @@ class LeaderScheduler(Scheduler):
         """Stop running the schedule (if we lead) and leave the election. ``clean``: a requested stop (shutdown),
         logged at INFO; a lost leadership is a WARNING."""
         inner, self._inner = self._inner, None
+        # The storage is synced before the election is left, slow as it may be: the next leader reads it when
+        # elected, and some of its state is not in ZooKeeper (django-celery-beat disables a one-off task on the
+        # run count it reads: left unsynced, the next leader sends that task again).
         try:
             if inner is not None:
                 log = logger.info if clean else logger.warning
