@@ -6,15 +6,14 @@ real parts: a 3-node ensemble, Redis, two real ``celery beat`` processes (see te
 Asserted: the leader exits at once, its candidate node is gone before its session could have expired (released or
 closed with its session at exit, not left to the server's expiry), and the other beat leads and sends within the
 clean-stop bound. And a SIGTERM between a committed claim and its publish loses no tick: the claim is noted for the
-next leader, which sends it once. A SIGTERM whose SystemExit a finalizer swallows still stops the beat, and a
-leader whose storage is slow to sync keeps the lead until it has synced (a one-off task is not sent again).
+next leader, which sends it once. A SIGTERM whose SystemExit a finalizer swallows still stops the beat (and the
+one-off task of a leader slow to sync: test_beat_one_off.py).
 """
 
 from __future__ import annotations
 
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -22,7 +21,6 @@ from kazoo.client import KazooClient
 
 from tests.celery.test_beat import (
     CLEAN_BOUND,
-    DATABASE,
     INTERVAL,
     PERSISTENT,
     SESSION_TIMEOUT,
@@ -30,8 +28,8 @@ from tests.celery.test_beat import (
     Beat,
     Deployment,
 )
-from tests.support.beat_schedules import PAUSE_LINE, SIGTERM_LINE, SLOW_CLOSE_LINE
-from tests.support.helpers import ROOT, wait_until
+from tests.support.beat_schedules import PAUSE_LINE, SIGTERM_LINE
+from tests.support.helpers import wait_until
 from zklocks.testing import ZkEnsemble
 
 
@@ -185,43 +183,3 @@ def test_sigterm_whose_exit_is_swallowed_by_a_finalizer_still_stops_the_beat(ens
             beat.stop()
         counts = d.counts()
         assert counts["lost"] == 0 and counts["duplicates"] == 0, counts
-
-
-ONE_OFF = """
-import datetime, tests.support.beat_app
-from django_celery_beat.models import ClockedSchedule, PeriodicTask
-at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=2)
-PeriodicTask.objects.create(name="one-off", task="tests.support.beat_app.beat_tick", one_off=True,
-                            clocked=ClockedSchedule.objects.create(clocked_time=at))
-"""
-
-
-@pytest.mark.timeout(150)
-def test_clean_stop_with_a_slow_storage_syncs_before_the_next_leader_reads_it(ensemble, redis_server):
-    """django-celery-beat keeps a one-off task's "done" in the database only (its run count, synced every few
-    minutes or at the close). The leader sends one, then is stopped while its storage takes 4 s to sync and close:
-    the next leader must not read the database before that sync, or it sends the task again."""
-    slow = 4.0
-    with Deployment(ensemble, redis_server.url, DATABASE, fenced=True) as d:
-        d.worker.start()
-        old = Beat("beat0", dict(d.environ, ZKLOCKS_TEST_BEAT_SLOW_CLOSE=str(slow)), d.env.dir, d.servers).start()
-        d.beats = [old]
-        wait_until(lambda: d.leaders() == [old], timeout=30, interval=0.05)
-        d.beats.append(d.new_beat("beat1"))
-        wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
-        d.wait_sends(2)
-        subprocess.run([sys.executable, "-c", ONE_OFF], cwd=ROOT, env=d.environ, check=True, timeout=60)
-
-        def one_offs() -> list[dict]:
-            return [r for r in d.records() if r["stamp"] and r["stamp"]["entry"] == "one-off"]
-
-        wait_until(one_offs, timeout=20, interval=0.05)
-        old.signal(signal.SIGTERM)
-        assert old.proc is not None
-        old.proc.wait(slow + 10)
-        assert SLOW_CLOSE_LINE in old.text(), old.text()
-        d.wait_new_leader(old, timeout=CLEAN_BOUND + 10)
-        d.wait_sends(3)  # the new leader has read the database and run its schedule for a while
-        for beat in d.beats:
-            beat.stop()
-        assert len(one_offs()) == 1, [r["stamp"] for r in one_offs()]

@@ -348,6 +348,7 @@ class LeaderScheduler(Scheduler):
         sent = self._sent.get(entry.name)
         if sent is None:
             return
+        catchup.note_one_off_sent(entry, sent)
         last = entry.last_run_at
         if last is None or _timestamp(last) < sent - 0.001 or (exact and abs(_timestamp(last) - sent) > 0.001):
             entry.last_run_at = datetime.fromtimestamp(sent, tz=self.app.timezone)
