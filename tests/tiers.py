@@ -29,6 +29,8 @@ FULL_TIER_ONLY = (
     "tests/celery/test_beat_claims.py",
     "tests/celery/test_beat_live_edits.py",
     "tests/celery/test_beat_catchup.py::test_each_catch_up_policy_after_a_failover",
+    "tests/celery/test_beat_stop_anywhere.py",
+    "tests/celery/test_beat_one_off.py::test_one_off_is_not_sent_again_after_its_leader_was_killed_unsynced",
     # Celery workers: the fast tier keeps test_tasks.py (a prefork worker under contention, each on_locked policy)
     # and the admin's beat page (two real beats); these run more workers through more faults
     "tests/celery/test_policies.py",
