@@ -4,8 +4,8 @@ the database only (its run count, synced every few minutes or at the close), and
 next leader that reads the row before the old one's sync would send the task again.
 
 - a clean stop while the storage takes 4 s to sync: the leader keeps the lead until it has synced;
-- kill -9 just after the send (nothing synced): the next leader counts the send that ZooKeeper recorded after the
-  row's last change as the task's one run.
+- kill -9 just after the task ran: the leader wrote the row's run count right after the send, not at its next
+  sync minutes later.
 """
 
 from __future__ import annotations
@@ -31,6 +31,20 @@ PeriodicTask.objects.create(name="one-off", task="tests.support.beat_app.beat_ti
 """
 
 
+WRITTEN = """
+import time, tests.support.beat_app
+from django_celery_beat.models import PeriodicTask
+deadline = time.monotonic() + 5
+while time.monotonic() < deadline:
+    row = PeriodicTask.objects.get(name="one-off")
+    if row.total_run_count or not row.enabled:
+        break
+    time.sleep(0.05)
+else:
+    raise SystemExit("the leader did not write the one-off's run within 5 s of its send")
+"""
+
+
 @pytest.fixture(scope="module")
 def ensemble():
     with ZkEnsemble(3, tick_time=200) as ens:
@@ -38,8 +52,8 @@ def ensemble():
 
 
 def one_off_sent_then(d: Deployment, first_env: dict[str, str], stop, bound: float) -> list[dict]:
-    """beat0 (``first_env``) leads with beat1 standing by; a one-off task due in 2 s is added; once it ran,
-    ``stop(beat0)``; beat1 leads and runs the schedule a while. The one-off's executions."""
+    """beat0 (``first_env``) leads with beat1 standing by; a one-off task due in 2 s is added; once it ran and
+    its row says so, ``stop(beat0)``; beat1 leads and runs the schedule a while. The one-off's executions."""
     d.worker.start()
     old = Beat("beat0", first_env, d.env.dir, d.servers).start()
     d.beats = [old]
@@ -53,6 +67,7 @@ def one_off_sent_then(d: Deployment, first_env: dict[str, str], stop, bound: flo
         return [r for r in d.records() if r["stamp"] and r["stamp"]["entry"] == "one-off"]
 
     wait_until(one_offs, timeout=20, interval=0.05)
+    subprocess.run([sys.executable, "-c", WRITTEN], cwd=ROOT, env=d.environ, check=True, timeout=60)
     stop(old)
     d.wait_new_leader(old, timeout=bound + 10)
     d.wait_sends(3)  # the new leader has read the database and run its schedule for a while

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import UTC, datetime
+from datetime import UTC
 from types import SimpleNamespace
 
 import pytest
@@ -80,34 +80,3 @@ def test_a_tick_that_falls_due_after_the_election_is_no_missed_tick():
     assert [round(t - now, 1) for t in backlog] == [-5.0, -3.0]
     assert all(t < elected_at for t in backlog)
     assert round(entry.last_run_at.timestamp() - now, 1) == -3.0
-
-
-class _Row:  # the fields of django-celery-beat's PeriodicTask that note_one_off_sent reads
-    def __init__(self, *, one_off=True, enabled=True, runs=0, changed=1000.0):
-        self.one_off, self.enabled, self.total_run_count = one_off, enabled, runs
-        self.date_changed = datetime.fromtimestamp(changed, tz=UTC)
-
-
-class _Entry:
-    def __init__(self, row):
-        self.model = row
-
-
-@pytest.mark.parametrize(
-    ("row", "sent", "runs"),
-    [
-        (_Row(), 1001.0, 1),  # sent after the row's last change, never synced: its one run
-        (_Row(), 999.0, 0),  # sent before the row changed (re-enabled, a new time): it runs again
-        (_Row(one_off=False), 1001.0, 0),  # a periodic task: ZooKeeper's last send moves its last run only
-        (_Row(enabled=False), 1001.0, 0),  # disabled already
-        (_Row(runs=1), 1001.0, 1),  # synced: nothing to count
-    ],
-)
-def test_a_one_off_sent_after_its_last_change_counts_as_run(row, sent, runs):
-    catchup.note_one_off_sent(_Entry(row), sent)
-    assert row.total_run_count == runs
-
-
-def test_an_entry_without_a_row_is_left_alone():
-    entry = object()
-    catchup.note_one_off_sent(entry, 1001.0)  # a celery.beat entry has no model: nothing to do, nothing raised

@@ -29,6 +29,7 @@ from . import conf as celery_conf
 logger = get_logger(__name__)
 HEADER = "zklocks_beat"
 ORPHAN_POLL = 1.0  # seconds between two looks for orphaned claims while leading
+SLOW_CLOSE = 1.0  # seconds: a longer close of the schedule (its final sync) is logged, as it delays the next leader
 _HOST = socket.gethostname()[:64]
 
 
@@ -60,6 +61,11 @@ class _Fenced(_MixinBase):
             return  # not the leader (any more): nothing is sent
         with self._stamped(entry, stamp, claimed=True):
             super().apply_entry(entry, producer=producer)  # logs "Sending due task"
+        if getattr(getattr(entry, "model", None), "one_off", False):
+            # django-celery-beat's one-off task is done once its row's run count says so, and its time stays due:
+            # written now, not at the next sync minutes later, or a leader lost meanwhile makes the next one send
+            # it again.
+            self.sync()
 
     def zklocks_send(self, entry, stamp: dict[str, Any], *, claimed: bool) -> None:
         """Send ``entry``'s task once more with ``stamp``, leaving its schedule alone: a missed tick claimed for
@@ -333,10 +339,14 @@ class LeaderScheduler(Scheduler):
             if inner is not None:
                 log = logger.info if clean else logger.warning
                 log("beat: stepping down as leader of %r (alias %r): %s", self.election, self.using, why)
+                began = time.monotonic()
                 try:
                     inner.close()
                 except Exception as exc:  # noqa: BLE001 the schedule's own storage may be gone with the leadership
                     logger.warning("beat: closing %s failed: %s", self.scheduler_path, exc)
+                took = time.monotonic() - began
+                if took > SLOW_CLOSE:  # the next leader waited for it: say why the failover took longer
+                    logger.warning("beat: syncing and closing %s took %.1f s", self.scheduler_path, took)
         finally:  # a second signal's SystemExit in the inner close must not keep us in the election
             self.leader.release(wait=True)
 
@@ -348,7 +358,6 @@ class LeaderScheduler(Scheduler):
         sent = self._sent.get(entry.name)
         if sent is None:
             return
-        catchup.note_one_off_sent(entry, sent)
         last = entry.last_run_at
         if last is None or _timestamp(last) < sent - 0.001 or (exact and abs(_timestamp(last) - sent) > 0.001):
             entry.last_run_at = datetime.fromtimestamp(sent, tz=self.app.timezone)

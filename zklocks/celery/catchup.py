@@ -121,19 +121,6 @@ def due_of(entry: Any, now: float) -> float | None:
         return None
 
 
-def note_one_off_sent(entry: Any, sent: float) -> None:
-    """django-celery-beat's one-off task: a send that ZooKeeper recorded after the task's row was last changed is
-    its one run, whether or not the leader that sent it synced the run count before it was lost (a crash, a lost
-    session): count it, so that the entry disables itself instead of running a second time. A row changed after
-    that send (re-enabled, a new time) runs again."""
-    model = getattr(entry, "model", None)
-    if model is None or not getattr(model, "one_off", False) or not getattr(model, "enabled", False):
-        return
-    changed = getattr(model, "date_changed", None)
-    if getattr(model, "total_run_count", 1) == 0 and isinstance(changed, datetime) and changed.timestamp() < sent:
-        model.total_run_count = 1
-
-
 def schedule_problems(beat_schedule: Any) -> list[tuple[str, str]]:
     """(entry name, what is wrong) for each entry of a ``beat_schedule`` dict whose policy is misspelt."""
     if not isinstance(beat_schedule, dict):
