@@ -232,6 +232,14 @@ def prepare_database() -> None:
     from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
     call_command("migrate", verbosity=0, interactive=False)
+    from django.db import connection
+
+    # The beats' shared database stands for a server database, where a reader never blocks a writer. In SQLite's
+    # default journal it would: a leader frozen (SIGSTOP) inside a read holds the file's shared lock, and the next
+    # leader's first write (django-celery-beat's default entries, at election) waits out the busy timeout. WAL is
+    # kept by the file.
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode=WAL")
     every, _ = IntervalSchedule.objects.get_or_create(every=1, period=IntervalSchedule.SECONDS)
     PeriodicTask.objects.update_or_create(
         name="every-second", defaults={"task": "tests.support.beat_app.beat_tick", "interval": every}
