@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from tests.celery.test_beat import CLEAN_BOUND, CRASH_BOUND, DATABASE, Beat, Deployment
-from tests.celery.test_beat_sigterm import candidates
+from tests.celery.test_beat_sigterm import leader_and_standby
 from tests.support.beat_schedules import SLOW_CLOSE_LINE
 from tests.support.helpers import ROOT, wait_until
 from zklocks.testing import ZkEnsemble
@@ -54,13 +54,7 @@ def ensemble():
 def one_off_sent_then(d: Deployment, first_env: dict[str, str], stop, bound: float) -> list[dict]:
     """beat0 (``first_env``) leads with beat1 standing by; a one-off task due in 2 s is added; once it ran and
     its row says so, ``stop(beat0)``; beat1 leads and runs the schedule a while. The one-off's executions."""
-    d.worker.start()
-    old = Beat("beat0", first_env, d.env.dir, d.servers).start()
-    d.beats = [old]
-    wait_until(lambda: d.leaders() == [old], timeout=30, interval=0.05)
-    d.beats.append(d.new_beat("beat1"))
-    wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
-    d.wait_sends(2)
+    old = leader_and_standby(d, first_env)
     subprocess.run([sys.executable, "-c", ONE_OFF], cwd=ROOT, env=d.environ, check=True, timeout=60)
 
     def one_offs() -> list[dict]:

@@ -54,18 +54,24 @@ def candidates(d: Deployment, zk: KazooClient | None = None) -> list[str]:
             zk.close()
 
 
+def leader_and_standby(d: Deployment, env: dict[str, str]) -> Beat:
+    """The worker, beat0 (``env``) elected, beat1 standing by in the queue, and two sends: beat0."""
+    d.worker.start()
+    leader = Beat("beat0", env, d.env.dir, d.servers).start()
+    d.beats = [leader]
+    wait_until(lambda: d.leaders() == [leader], timeout=30, interval=0.05)
+    d.beats.append(d.new_beat("beat1"))
+    wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
+    d.wait_sends(2)
+    return leader
+
+
 @pytest.mark.timeout(150)
 def test_sigterm_while_the_leader_holds_its_handle_lock_steps_down_at_once(ensemble, redis_server, tmp_path):
     flag = tmp_path / "sigterm"
     with Deployment(ensemble, redis_server.url, "celery.beat:PersistentScheduler") as d:
-        d.worker.start()
-        first = Beat("beat0", dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag)), d.env.dir, d.servers).start()
-        d.beats = [first]
-        wait_until(lambda: d.leaders() == [first], timeout=30, interval=0.05)
-        d.beats.append(d.new_beat("beat1"))
-        wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
+        first = leader_and_standby(d, dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag)))
         old_token = d.leader_token(first)
-        d.wait_sends(2)
         zk = KazooClient(hosts=d.hosts)
         zk.start(timeout=10)
         try:
@@ -98,13 +104,8 @@ def test_sigterm_between_a_claim_and_its_publish_loses_no_tick(ensemble, redis_s
     the beat starts waiting for its claim's answer (the claim commits; its beat never learns it)."""
     flag = tmp_path / "sigterm"
     with Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True) as d:
-        d.worker.start()
         first_env = dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag), ZKLOCKS_TEST_BEAT_SIGTERM_AT="claim")
-        d.beats = [Beat("beat0", first_env if at == "claim" else d.environ, d.env.dir, d.servers).start()]
-        (old,) = wait_until(lambda: (ls := d.leaders()) and len(ls) == 1 and ls, timeout=30, interval=0.05)
-        d.beats.append(d.new_beat("beat1"))
-        wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
-        d.wait_sends(2)
+        old = leader_and_standby(d, first_env if at == "claim" else d.environ)
         offset = old.offset()
         if at == "publish":
             d.pause_file.touch()
@@ -158,14 +159,8 @@ def test_sigterm_whose_exit_is_swallowed_by_a_finalizer_still_stops_the_beat(ens
     and exit all the same, and the tick being claimed must go out once."""
     flag = tmp_path / "sigterm"
     with Deployment(ensemble, redis_server.url, PERSISTENT, fenced=True) as d:
-        d.worker.start()
         env = dict(d.environ, ZKLOCKS_TEST_BEAT_SIGTERM_FILE=str(flag), ZKLOCKS_TEST_BEAT_SIGTERM_AT="finalizer")
-        old = Beat("beat0", env, d.env.dir, d.servers).start()
-        d.beats = [old]
-        wait_until(lambda: d.leaders() == [old], timeout=30, interval=0.05)
-        d.beats.append(d.new_beat("beat1"))
-        wait_until(lambda: len(candidates(d)) == 2, timeout=30, interval=0.1)
-        d.wait_sends(2)
+        old = leader_and_standby(d, env)
         offset = old.offset()
         flag.touch()
         wait_until(lambda: SIGTERM_LINE in old.text(offset), timeout=10, interval=0.005)
