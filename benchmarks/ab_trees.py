@@ -10,7 +10,9 @@ figures that do not depend on load (requests, packets and watches per handoff).
 
 Figures: ``handoffs4`` / ``handoffs8`` (contended handoffs/s among 4 / 8 processes, 3 s each), ``cpu`` (client
 CPU ms per uncontended acquire+release, all threads, over 2,000 cycles), ``requests`` (server requests per
-uncontended cycle), ``waiters`` (10 waiters behind one holder: packets, writes and watches per handoff).
+uncontended cycle), ``waiters`` (10 waiters behind one holder: packets, writes and watches per handoff),
+``coroutines`` (2,000 coroutines of one process on one lock: handoffs/s as the queue drains, as in
+``benchmarks.async_waiters``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,10 @@ elif figure == "cpu":
     for _ in range(n):
         lock.acquire(); lock.release()
     print(json.dumps({"ms": (time.process_time() - cpu) * 1000 / n}))
+elif figure == "coroutines":
+    import asyncio
+    from benchmarks.async_waiters import _crowd
+    print(json.dumps({"per_s": asyncio.run(_crowd(port, 2000, 1, "ab", trace=False))["handoffs_per_s"]}))
 elif figure == "requests":
     print(json.dumps({"per_cycle": requests_per_cycle(hosts, port, 500)["zklocks"]["requests"]}))
 else:
