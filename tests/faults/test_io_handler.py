@@ -178,3 +178,41 @@ def test_a_closed_peer_or_silence_is_reported_as_kazoo_does(connection):
     peer.close()
     with pytest.raises(ConnectionDropped):
         conn._read(4, 1.0)
+
+
+@pytest.mark.zk
+def test_a_marked_watch_runs_on_the_connection_thread_and_its_exception_ends_nothing(zk_server, caplog):
+    """A waiter's wake-up watch runs where its event is read (one thread hop less per handoff); an exception it
+    lets out is logged and the connection goes on, as it does on kazoo's callback thread."""
+    from zklocks.client.iohandler import on_connection_thread
+
+    with zk_settings(zk_server.hosts, "/io"):
+        client = connections["default"].session().client
+        client.ensure_path("/io/watched")
+        ran: list[str] = []
+        done = threading.Event()
+
+        @on_connection_thread
+        def failing(event) -> None:
+            ran.append(threading.current_thread().name)
+            done.set()
+            raise RuntimeError("a broken watch")
+
+        plain_ran: list[str] = []
+        plain = threading.Event()
+
+        def unmarked(event) -> None:
+            plain_ran.append(threading.current_thread().name)
+            plain.set()
+
+        client.get("/io/watched", watch=failing)
+        client.exists("/io/watched", watch=unmarked)
+        with caplog.at_level("ERROR", logger="zklocks.client.iohandler"):
+            client.set("/io/watched", b"x")
+            assert done.wait(10) and plain.wait(10)
+        assert ran == [client._connection._connection_routine.name]  # the thread that read the event
+        assert plain_ran and plain_ran != ran  # an unmarked watch still runs on kazoo's callback thread
+        assert "a waiter's watch failed" in caplog.text
+        assert client.get("/io/watched")[0] == b"x"  # the connection goes on
+        client.delete("/io/watched")
+        close_all()

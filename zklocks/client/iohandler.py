@@ -7,9 +7,11 @@ way its results and Events are signal-safe (interrupts.py).
 
 from __future__ import annotations
 
+import logging
 import math
 import select as _select
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.handlers.threading import KazooTimeoutError, SequentialThreadingHandler
@@ -20,6 +22,21 @@ from .kazoo_adapter.calls import AsyncResult, fileobj_to_fd, new_async_result
 HAS_POLL = hasattr(_select, "poll")  # Windows has neither poll(2) nor its constants
 _READ = getattr(_select, "POLLIN", 0x1)  # as select(2): urgent data is no reason to wake
 _WRITE = getattr(_select, "POLLOUT", 0x4)
+
+log = logging.getLogger(__name__)
+
+# The mark of a watch that PollingHandler runs where its event is read (see dispatch_callback).
+_ON_CONNECTION_THREAD = "_zklocks_on_connection_thread"
+
+
+def on_connection_thread(watch: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Mark ``watch`` to run on kazoo's connection thread as its event is read, not on the callback thread.
+
+    Only for a watch that never blocks: it sets flags, wakes a waiter and at most sends a request. It spares the
+    hop to the callback thread that each handoff otherwise takes (docs/benchmarks.md, "Speed-only hooks").
+    """
+    setattr(watch, _ON_CONNECTION_THREAD, True)
+    return watch
 
 
 def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None):
@@ -73,6 +90,16 @@ class PollingHandler(SequentialThreadingHandler):
 
     def event_object(self) -> threading.Event:
         return new_event()
+
+    def dispatch_callback(self, callback: Any) -> None:
+        func = callback.func
+        if not getattr(func, _ON_CONNECTION_THREAD, False):
+            return super().dispatch_callback(callback)
+        try:
+            func(*callback.args)
+        except Exception:  # noqa: BLE001 an exception here would end kazoo's loop (kazoo_adapter CONNECTION_THREAD)
+            log.exception("zklocks: a waiter's watch failed on the connection thread")
+        return None
 
     def select(self, *args: Any, **kwargs: Any):
         if not HAS_POLL:  # no poll(2): kazoo's own select

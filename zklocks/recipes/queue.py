@@ -19,6 +19,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import EventType
 
 from ..client import clock
+from ..client.iohandler import on_connection_thread
 from ..client.kazoo_options import outside_writers
 from ..client.session import Session
 from ..exceptions import (
@@ -191,6 +192,7 @@ class Contender(OwnNode):
                 acl_reads.append(client.get_acls_async(path))  # pipelined: no round trip of its own
             return read
 
+        @on_connection_thread  # a watch that never blocks: the next holder wakes without a thread hop
         def on_data(watched) -> None:
             if watched.type == EventType.CHANGED:
                 self.vanished = ""  # written before it went: a release (lock_delay.py)

@@ -172,8 +172,11 @@ CONNECTION_THREAD: tuple[Callback, ...] = (
              "(de)serializes only; a malformed answer raises as kazoo's own records do"),
     Callback("client/kazoolog.py:KazooLog", "kazoo's logging calls (logger=)",
              "notes why an attempt failed and logs with the secrets masked"),
-    Callback("client/iohandler.py:PollingHandler", "ConnectionHandler (select, async_result, event_object)",
-             "poll(2) with kazoo's select contract"),
+    Callback("client/iohandler.py:PollingHandler", "ConnectionHandler (select, async_result, event_object, "
+             "dispatch_callback)", "poll(2) with kazoo's select contract; a marked watch's exception is logged"),
+    Callback("recipes/queue.py:Contender.wait_steps.on_data", "ConnectionHandler._read_watch_event and "
+             "KazooClient._reset_watchers (PollingHandler.dispatch_callback)",
+             "sets flags and wakes its waiter; at most sends a read, without waiting"),
     Callback("client/kazoo_adapter/hooks.py:read_without_select._read", "ConnectionHandler._read_header (every "
              "answer)", "reads as kazoo's _read does, its socket errors reported as kazoo reports them"),
     Callback("client/interrupts.py:SafeCondition", "AsyncResult.set, inside every answer", "takes its lock in C"),
