@@ -187,32 +187,89 @@ def test_a_marked_watch_runs_on_the_connection_thread_and_its_exception_ends_not
     from zklocks.client.iohandler import on_connection_thread
 
     with zk_settings(zk_server.hosts, "/io"):
-        client = connections["default"].session().client
-        client.ensure_path("/io/watched")
-        ran: list[str] = []
-        done = threading.Event()
+        try:
+            client = connections["default"].session().client
+            client.ensure_path("/io/watched")
+            ran: list[str] = []
+            done = threading.Event()
 
-        @on_connection_thread
-        def failing(event) -> None:
-            ran.append(threading.current_thread().name)
-            done.set()
-            raise RuntimeError("a broken watch")
+            @on_connection_thread
+            def failing(event) -> None:
+                ran.append(threading.current_thread().name)
+                done.set()
+                raise RuntimeError("a broken watch")
 
-        plain_ran: list[str] = []
-        plain = threading.Event()
+            plain_ran: list[str] = []
+            plain = threading.Event()
 
-        def unmarked(event) -> None:
-            plain_ran.append(threading.current_thread().name)
-            plain.set()
+            def unmarked(event) -> None:
+                plain_ran.append(threading.current_thread().name)
+                plain.set()
 
-        client.get("/io/watched", watch=failing)
-        client.exists("/io/watched", watch=unmarked)
-        with caplog.at_level("ERROR", logger="zklocks.client.iohandler"):
-            client.set("/io/watched", b"x")
-            assert done.wait(10) and plain.wait(10)
-        assert ran == [client._connection._connection_routine.name]  # the thread that read the event
-        assert plain_ran and plain_ran != ran  # an unmarked watch still runs on kazoo's callback thread
-        assert "a waiter's watch failed" in caplog.text
-        assert client.get("/io/watched")[0] == b"x"  # the connection goes on
-        client.delete("/io/watched")
-        close_all()
+            client.get("/io/watched", watch=failing)
+            client.exists("/io/watched", watch=unmarked)
+            with caplog.at_level("ERROR", logger="zklocks.client.iohandler"):
+                client.set("/io/watched", b"x")
+                assert done.wait(10) and plain.wait(10)
+            assert ran == [client._connection._connection_routine.name]  # the thread that read the event
+            assert plain_ran and plain_ran != ran  # an unmarked watch still runs on kazoo's callback thread
+            assert "a waiter's watch failed" in caplog.text
+            assert client.get("/io/watched")[0] == b"x"  # the connection goes on
+            client.delete("/io/watched")
+        finally:
+            close_all()
+
+
+@pytest.mark.zk
+def test_a_waiter_watching_again_sends_nothing_from_the_connection_thread(zk_server):
+    """A send may wait for the connection thread to drain its wake-up pipe, which a send from that thread would
+    wait on for ever: where anyone may write the blocker (an open alias), each write makes the waiter watch again,
+    and that read is sent by kazoo's callback thread. The waiter still holds once the holder releases."""
+    from kazoo.client import KazooClient
+
+    from zklocks import lock_path
+
+    with zk_settings(zk_server.hosts, "/io-open", AUTH="open"):  # a namespace of its own: /io is guarded
+        other = KazooClient(hosts=zk_server.hosts)
+        other.start(timeout=10)
+        holder = zk_lock("io-rearm")
+        try:
+            holder.acquire()
+            client = connections["default"].session().client
+            sent_by: list[str] = []
+            kazoo_get_async = client.get_async
+
+            def recording_get_async(path, watch=None):
+                sent_by.append(threading.current_thread().name)
+                return kazoo_get_async(path, watch=watch)
+
+            client.get_async = recording_get_async
+            got = threading.Event()
+
+            def wait() -> None:
+                with zk_lock("io-rearm", timeout=20):
+                    got.set()
+
+            waiter = threading.Thread(target=wait)
+            waiter.start()
+            parent = lock_path("io-rearm")
+            deadline = time.monotonic() + 10
+            while len(other.get_children(parent)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            first = sorted(other.get_children(parent), key=lambda c: c[-10:])[0]
+            time.sleep(0.2)  # the waiter's watch is set
+            before = len(sent_by)
+            for i in range(3):
+                other.set(f"{parent}/{first}", b"written by another client %d" % i)
+                time.sleep(0.2)
+            rearms = sent_by[before:]
+            assert rearms, "the waiter did not watch again after a write to its blocker"
+            assert client._connection._connection_routine.name not in rearms
+            assert not got.is_set()  # a write on an open alias proves nothing
+            holder.release()
+            assert got.wait(10)
+            waiter.join(10)
+        finally:
+            other.stop()
+            other.close()
+            close_all()

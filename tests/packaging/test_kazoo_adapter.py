@@ -200,7 +200,7 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
         self._scoped(node)
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        marks = {d.id for d in node.decorator_list if isinstance(d, ast.Name)}
+        marks = {getattr(d, "id", getattr(d, "attr", "")) for d in node.decorator_list}
         if "on_connection_thread" in marks:  # a watch PollingHandler runs where its event is read
             self._note(".".join([*self.scope, node.name]), node.lineno)
         self._scoped(node)
@@ -219,6 +219,7 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
         hooks = [k.value for k in node.keywords] if called == "wrap_connection" else []
         hooks += node.args if called == "add_listener" else []
         hooks += [k.value.func for k in node.keywords if k.arg == "logger" and isinstance(k.value, ast.Call)]
+        hooks += node.args if called == "on_connection_thread" else []
         for hook in hooks:
             if isinstance(hook, ast.Name) and hook.id[:1].islower():
                 self._note(".".join([*self.scope, hook.id]), node.lineno)  # a function defined in this scope

@@ -16,7 +16,7 @@ from kazoo.exceptions import (
     NoNodeError,
     OperationTimeoutError,
 )
-from kazoo.protocol.states import EventType
+from kazoo.protocol.states import Callback, EventType
 
 from ..client import clock
 from ..client.iohandler import on_connection_thread
@@ -192,32 +192,37 @@ class Contender(OwnNode):
                 acl_reads.append(client.get_acls_async(path))  # pipelined: no round trip of its own
             return read
 
-        @on_connection_thread  # a watch that never blocks: the next holder wakes without a thread hop
+        @on_connection_thread  # sends nothing and never blocks: the next holder wakes without a thread hop
         def on_data(watched) -> None:
             if watched.type == EventType.CHANGED:
                 self.vanished = ""  # written before it went: a release (lock_delay.py)
                 if not own[0]:
                     # Anyone may write this node: a write proves nothing. Look, and hold only once it is gone.
-                    if _rearmed():
-                        return
-                else:
-                    held.append(True)
-                    # ``armed`` is empty if the event overtook the append in arm(): then we cannot tell, and look.
-                    if exclusive and armed and _promised(armed[-1]):
-                        deleted.append(True)  # written and deleted in one transaction
-                    elif _rearmed():
-                        return  # it may still be there: watch again, without waking up
+                    rearm_on_callback_thread()
+                    return
+                held.append(True)
+                # ``armed`` is empty if the event overtook the append in arm(), and may hold the read before the
+                # last (a re-arm's append not done yet): an older read of the node can only fail to show a promise
+                # that the current one shows, never the other way round; then we look.
+                if not (exclusive and armed and _promised(armed[-1])):
+                    rearm_on_callback_thread()  # it may still be there: watch again, without waking up
+                    return
+                deleted.append(True)  # written and deleted in one transaction
             elif watched.type == EventType.DELETED:
                 deleted.append(True)
                 self.vanished = blocker  # gone without its release mark: expired, force-released, or gave up
             self._woken(waker)
 
-        def _rearmed() -> bool:
+        def rearm_on_callback_thread() -> None:
+            # A request's send may wait until kazoo's connection thread drains its wake-up pipe, so it is never sent
+            # from that thread, where on_data runs: kazoo's callback thread sends it.
+            client.handler.dispatch_callback(Callback("watch", rearm, ()))
+
+        def rearm() -> None:
             try:
-                arm().rawlink(on_rearmed)  # on this callback thread: the next event comes after the append
+                arm().rawlink(on_rearmed)
             except Exception:  # noqa: BLE001 the client is closing: wake up and look again
-                return False
-            return True
+                self._woken(waker)
 
         def on_rearmed(result) -> None:
             if result.exception is not None:

@@ -176,7 +176,8 @@ CONNECTION_THREAD: tuple[Callback, ...] = (
              "dispatch_callback)", "poll(2) with kazoo's select contract; a marked watch's exception is logged"),
     Callback("recipes/queue.py:Contender.wait_steps.on_data", "ConnectionHandler._read_watch_event and "
              "KazooClient._reset_watchers (PollingHandler.dispatch_callback)",
-             "sets flags and wakes its waiter; at most sends a read, without waiting"),
+             "sets flags and wakes its waiter (LoopWaker.set, SafeEvent.set); sends nothing: a re-arm goes to "
+             "kazoo's callback thread"),
     Callback("client/kazoo_adapter/hooks.py:read_without_select._read", "ConnectionHandler._read_header (every "
              "answer)", "reads as kazoo's _read does, its socket errors reported as kazoo reports them"),
     Callback("client/interrupts.py:SafeCondition", "AsyncResult.set, inside every answer", "takes its lock in C"),
