@@ -32,8 +32,9 @@ _ON_CONNECTION_THREAD = "_zklocks_on_connection_thread"
 def on_connection_thread(watch: Callable[[Any], None]) -> Callable[[Any], None]:
     """Mark ``watch`` to run on kazoo's connection thread as its event is read, not on the callback thread.
 
-    Only for a watch that never blocks: it sets flags, wakes a waiter and at most sends a request. It spares the
-    hop to the callback thread that each handoff otherwise takes (docs/benchmarks.md, "Speed-only hooks").
+    Only for a watch that never blocks and sends nothing: it sets flags and wakes a waiter. A send may wait for this
+    very thread to drain kazoo's wake-up pipe, so whatever sends goes to the callback thread. It spares the hop to
+    the callback thread that each handoff otherwise takes (docs/benchmarks.md, "Speed-only hooks").
     """
     setattr(watch, _ON_CONNECTION_THREAD, True)
     return watch
@@ -93,7 +94,7 @@ class PollingHandler(SequentialThreadingHandler):
 
     def dispatch_callback(self, callback: Any) -> None:
         func = callback.func
-        if not getattr(func, _ON_CONNECTION_THREAD, False):
+        if getattr(func, _ON_CONNECTION_THREAD, False) is not True:  # a mock's made-up attribute is no mark
             return super().dispatch_callback(callback)
         try:
             func(*callback.args)
