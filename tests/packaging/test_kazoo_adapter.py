@@ -199,13 +199,13 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
             self._note(".".join([*self.scope, node.name]), node.lineno)
         self._scoped(node)
 
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         marks = {getattr(d, "id", getattr(d, "attr", "")) for d in node.decorator_list}
         if "on_connection_thread" in marks:  # a watch PollingHandler runs where its event is read
             self._note(".".join([*self.scope, node.name]), node.lineno)
         self._scoped(node)
 
-    visit_AsyncFunctionDef = _scoped
+    visit_FunctionDef = visit_AsyncFunctionDef = _function
 
     def visit_Assign(self, node: ast.Assign) -> None:
         replaced = [t for t in node.targets if isinstance(t, ast.Attribute) and hasattr(ConnectionHandler, t.attr)]
