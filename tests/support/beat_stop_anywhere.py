@@ -4,6 +4,11 @@ install_sync_handler``). Once it leads and has sent two ticks, a real SIGTERM is
 line that the main thread runs (any code: zklocks, Celery, kombu, redis-py, Django, the standard library). The
 stop must end the beat's loop and leave no candidate node, for every K.
 
+Each stop runs in a child forked for it, as a beat that Celery stops ends its process. An exception raised at an
+arbitrary line may leave a lock of the interrupted library held for good: at the closing line of ``with
+self.lock:`` in Celery's signal dispatch, the lock is never released. Only the stop's own process must survive that
+(it must still end); a next beat in the same process would hang on it, which no real deployment does.
+
 Configured as tests/support/beat_app.py is (the environment). Prints one line per stop; a stop that does not end
 within 20 s prints every thread's stack and exits 1; a candidate node left behind exits 3.
 """
@@ -56,25 +61,45 @@ def stop_at(k: int, schedule: str) -> tuple[str, float]:
     return state["where"], time.monotonic() - start
 
 
-def main() -> int:
-    ks = [int(k) for k in sys.argv[1].split(",")]
+def one_stop(k: int) -> int:
+    """The stop at line k, in this (forked) process: 0, or 1 (it did not end in 20 s), or 3 (a node was left)."""
+    faulthandler.dump_traceback_later(20, exit=True)
+    where, took = stop_at(k, os.path.join(os.environ["ZKLOCKS_TEST_RECORDS"], f"schedule-{k}"))
+    faulthandler.cancel_dump_traceback_later()
     path = f"{os.environ['ZKLOCKS_TEST_NAMESPACE']}/{os.environ['ZKLOCKS_TEST_BEAT_ELECTION']}"
     zk = KazooClient(hosts=os.environ["ZKLOCKS_TEST_HOSTS"])
     zk.start(timeout=10)
-    for k in ks:
-        faulthandler.dump_traceback_later(20, exit=True)
-        where, took = stop_at(k, os.path.join(os.environ["ZKLOCKS_TEST_RECORDS"], f"schedule-{k}"))
-        faulthandler.cancel_dump_traceback_later()
+    try:
         deadline = time.monotonic() + 3
         while (left := candidates(zk, path)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        print(
-            f"k={k}: stopped at {where or 'no line (the beat ended first)'} after {took:.2f}s; left {left}", flush=True
-        )
-        if left:
-            faulthandler.dump_traceback(all_threads=True)
-            return 3
-    zk.stop()
+    finally:
+        zk.stop()
+    print(f"k={k}: stopped at {where or 'no line (the beat ended first)'} after {took:.2f}s; left {left}", flush=True)
+    if left:
+        faulthandler.dump_traceback(all_threads=True)
+        return 3
+    return 0
+
+
+def main() -> int:
+    for k in (int(k) for k in sys.argv[1].split(",")):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()  # before any thread of this process: the parent starts none
+        if pid == 0:
+            code = 1
+            try:
+                code = one_stop(k)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)  # the child's own faulthandler ends it after 20 s
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            print(f"k={k}: the stop's process exited {code}", flush=True)
+            return code if code > 0 else 1
     return 0
 
 
