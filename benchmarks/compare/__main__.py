@@ -2,9 +2,9 @@
 
 Starts every store itself (Debian's zookeeper, redis-server, postgresql, pgbouncer, etcd-server) on free ports, in
 its own process group, and stops it, also when a system fails (the others stop at once) and on Ctrl-C or SIGTERM.
-For each system: uncontended acquire p50/p99, handoffs per second at 8 processes, then the same 8-process workload
-under one fault schedule (the holder paused past its TTL, paused between its check and its write, cut off from its
-store by a TCP proxy, the store killed with -9 and restarted). Writes
+For each system: an unmeasured warm-up (the same workload), uncontended acquire p50/p99, handoffs per second at 8
+processes, then the same 8-process workload under one fault schedule (the holder paused past its TTL, paused between
+its check and its write, cut off from its store by a TCP proxy, the store killed with -9 and restarted). Writes
 ``bench-results/compare.json`` (one object per system), ``compare.md`` (the table) and ``compare.png`` (the plot).
 """
 
@@ -70,6 +70,12 @@ def run_system(system: str, args, log) -> dict:
         workload.check_stopping()
         direct, kill_target, ports = start_stores(system, stack)
         workload.check_stopping()  # the run may have stopped while the stores started
+        if args.warm_up > 0:
+            # Unmeasured, the same for every system: a fresh store answers its first requests slowly (ZooKeeper's
+            # JVM compiles its code paths as they run), and a cold first measurement says more about that.
+            log(f"{system}: warm-up ({args.warm_up:g} s of handoffs, {args.uncontended} acquires)")
+            workload.uncontended(system, direct, cfg, args.uncontended, tmp)
+            workload.handoffs(system, direct, cfg, args.processes, args.warm_up, tmp)
         log(f"{system}: uncontended")
         p50, p99 = workload.uncontended(system, direct, cfg, args.uncontended, tmp)
         log(f"{system}: handoffs at {args.processes} processes")
@@ -199,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="rounds of the fault schedule")
     p.add_argument("--uncontended", type=int, default=500, help="uncontended acquires timed")
     p.add_argument("--handoff-seconds", type=float, default=5.0)
+    p.add_argument("--warm-up", type=float, default=10.0, help="unmeasured handoffs before the figures (s; 0: none)")
     p.add_argument("--margin", type=float, default=2.0, help="a long job lasts the fault + the TTL + this (s)")
     p.add_argument("--settle", type=float, default=1.0, help="quiet time between faults (s)")
     p.add_argument("--jobs", type=int, default=1, help="systems run at once (1 for figures; --quick uses 4)")
@@ -207,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.ttl, args.fault_seconds, args.rounds, args.uncontended, args.handoff_seconds = 1.0, 1.5, 1, 50, 1.0
+        args.warm_up = 0.0
         args.margin, args.settle, args.jobs = 0.5, 0.3, 4
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
