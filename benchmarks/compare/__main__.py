@@ -205,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="rounds of the fault schedule")
     p.add_argument("--uncontended", type=int, default=500, help="uncontended acquires timed")
     p.add_argument("--handoff-seconds", type=float, default=5.0)
-    p.add_argument("--warm-up", type=float, default=10.0, help="unmeasured handoffs before the figures (s; 0: none)")
+    p.add_argument(
+        "--warm-up", type=float, default=None, help="unmeasured handoffs before the figures (s; 0: none; 10, --quick 0)"
+    )
     p.add_argument("--margin", type=float, default=2.0, help="a long job lasts the fault + the TTL + this (s)")
     p.add_argument("--settle", type=float, default=1.0, help="quiet time between faults (s)")
     p.add_argument("--jobs", type=int, default=1, help="systems run at once (1 for figures; --quick uses 4)")
@@ -214,8 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.ttl, args.fault_seconds, args.rounds, args.uncontended, args.handoff_seconds = 1.0, 1.5, 1, 50, 1.0
-        args.warm_up = 0.0
         args.margin, args.settle, args.jobs = 0.5, 0.3, 4
+    if args.warm_up is None:
+        args.warm_up = 0.0 if args.quick else 10.0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

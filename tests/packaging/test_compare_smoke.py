@@ -27,10 +27,10 @@ KEYS = {
 }
 
 
-def compare_quick(tmp_path, systems: set[str]) -> list[dict]:
+def compare_quick(tmp_path, systems: set[str], *extra: str) -> list[dict]:
     run = subprocess.run(
         [sys.executable, "-m", "benchmarks.compare", "--quick", "--systems", ",".join(sorted(systems))]
-        + ["--out", str(tmp_path)],
+        + ["--out", str(tmp_path), *extra],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -47,8 +47,8 @@ def compare_quick(tmp_path, systems: set[str]) -> list[dict]:
 
 @pytest.mark.timeout(150)
 def test_compare_quick_of_two_systems(tmp_path):
-    """make test's smoke: zklocks (fenced) and a Redis lock (not), with every part of the run."""
-    compare_quick(tmp_path, {"zklocks", "redis-lock"})
+    """make test's smoke: zklocks (fenced) and a Redis lock (not), with every part of the run (the warm-up too)."""
+    compare_quick(tmp_path, {"zklocks", "redis-lock"}, "--warm-up", "0.5")
 
 
 @pytest.mark.timeout(150)
