@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--waiters", default="1,10,100,1000", help="queue lengths for the scaling run")
     p.add_argument("--out", default="bench-results")
     p.add_argument("--no-redis", action="store_true")
+    p.add_argument("--no-warm-up", dest="warm_up", action="store_false", help="measure the fresh server at once")
     p.add_argument("--quick", action="store_true", help="a short run (smoke test)")
     p.add_argument(
         "--open",
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.rounds, args.seconds, args.handoff_seconds, args.handoff_rounds = 2, 0.3, 1.0, 1
         args.contenders, args.waiters = "1,2,8", "1,10,50"
+        args.warm_up = False
     contenders = [int(x) for x in args.contenders.split(",") if x]
     waiters = [int(x) for x in args.waiters.split(",") if x]
     out_dir = Path(args.out)
@@ -94,6 +96,13 @@ def main(argv: list[str] | None = None) -> int:
         }
         workloads.configure_django(zk.hosts)
         redis_port = None if redis_server is None else redis_server.port
+        if args.warm_up:
+            # Unmeasured, every kind alike: a fresh server answers its first requests slowly while its JVM
+            # compiles them, and the first kind measured would pay for it (zklocks, in the first round).
+            progress.set("warm-up (unmeasured)")
+            workloads.uncontended(zk.hosts, redis_port, 2, args.seconds, lambda: None)
+            for kind in ("zklocks", "kazoo", "floor"):
+                workloads.handoffs(kind, zk.hosts, 4, args.handoff_seconds)
         progress.set("uncontended cycles")
         results["uncontended"] = workloads.uncontended(
             zk.hosts, redis_port, args.rounds, args.seconds, lambda: progress.step()
