@@ -176,7 +176,7 @@ demo: demo-deps venv
 	$(BIN)/python -m demo_project.run --port $(DEMO_PORT)
 
 bench: system-deps bench-deps venv
-	timeout 600 $(BIN)/python -m benchmarks
+	timeout 900 $(BIN)/python -m benchmarks
 	timeout 600 $(BIN)/python -m benchmarks.async_waiters
 
 bench-view: system-deps bench-deps venv

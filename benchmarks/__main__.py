@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             "args": vars(args),
         }
         workloads.configure_django(zk.hosts)
+        workloads.open_namespace(zk.hosts)
         redis_port = None if redis_server is None else redis_server.port
         if args.warm_up:
             # Unmeasured, every kind alike: a fresh server answers its first requests slowly while its JVM

@@ -27,7 +27,7 @@ import threading
 import time
 
 from benchmarks.servers import zookeeper
-from benchmarks.workloads import configure_django, floor_client, kazoo_client
+from benchmarks.workloads import configure_django, floor_client, open_namespace
 
 _RELEASES = (2, 14)  # the opcodes of a release: delete, and the multi that writes its mark and deletes
 
@@ -143,9 +143,7 @@ def main() -> None:
     with stopped_on_exit() as stack:
         zk = start_on(stack, zookeeper())
         configure_django(zk.hosts)
-        opener = kazoo_client(zk.hosts)
-        opener.ensure_path("/zklocks-bench")  # open, as make bench's floor leaves it
-        opener.stop()
+        open_namespace(zk.hosts)
         print(f"{'round':>5} {'lock':<8} {'handoffs/s':>10} {'release sent':>12} {'to event':>9} {'to acquired':>11}")
         for r in range(args.rounds):
             for kind in ("zklocks", "floor"):

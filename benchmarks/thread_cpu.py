@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
     zk = start_zookeeper()
     try:
+        workloads.open_namespace(zk.hosts)
         for kind in args.kinds.split(","):
             r = measure(kind, zk.hosts, args.processes, args.seconds)
             threads = ", ".join(f"{k} {v}" for k, v in r["cpu_us_per_handoff"].items())

@@ -85,6 +85,17 @@ def floor_client(hosts: str, alias: str | None = None) -> KazooClient:
     return kazoo_client(hosts, handler=PollingHandler(), **options)
 
 
+def open_namespace(hosts: str, namespace: str = "/zklocks-bench") -> None:
+    """Create the namespace's root with ZooKeeper's open ACL before zklocks does: kazoo's ``Lock`` and the raw
+    floors run beside zklocks under it with no credential, which a root created by a guarded alias refuses."""
+    client = kazoo_client(hosts)
+    try:
+        client.ensure_path(namespace)
+    finally:
+        client.stop()
+        client.close()
+
+
 # -- uncontended cycles and failed try-locks --
 
 
