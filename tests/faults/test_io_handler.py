@@ -3,6 +3,7 @@
 import os
 import resource
 import socket
+import sys
 import threading
 import time
 
@@ -12,6 +13,17 @@ from tests.support.helpers import zk_settings
 from zklocks import zk_lock
 from zklocks.client.iohandler import PollingHandler, poll_select
 from zklocks.client.pools import close_all, connections
+
+GET_DATA = 4  # the opcode of a read with a watch: the re-arm
+
+
+def _called_from(function: str, filename: str) -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == function and frame.f_code.co_filename.endswith(filename):
+            return True
+        frame = frame.f_back
+    return False
 
 
 @pytest.fixture
@@ -273,3 +285,86 @@ def test_a_waiter_watching_again_sends_nothing_from_the_connection_thread(zk_ser
             other.stop()
             other.close()
             close_all()
+
+
+def test_a_waiter_watching_again_across_a_dropped_connection_still_holds_at_the_release(zk_server):
+    """The re-arm of the test above, lost with the connection: the read reaches the server and the link drops
+    before its answer (reconnects refused for 1 s). The read fails with ConnectionLoss, so the waiter cannot
+    know whether its watch is set: it looks again, on the same session, and holds once the holder releases, not
+    before. Two wakes make it look (the session's state change, and the failed read's own): without both, it
+    never learns of the release."""
+    from kazoo.client import KazooClient
+
+    from zklocks import lock_path
+    from zklocks.testing.proxy import TcpProxy
+
+    proxy = TcpProxy("127.0.0.1", zk_server.port).start()
+    other = KazooClient(hosts=zk_server.hosts)
+    other.start(timeout=10)
+    try:
+        with zk_settings(proxy.hosts, "/io-open-drop", AUTH="open", SESSION_TIMEOUT=4.0, CONNECT_TIMEOUT=4.0):
+            holder = zk_lock("io-rearm-drop")
+            holder.acquire()
+            session = connections["default"].session()
+            client = session.client
+            session_id = client.client_id[0]
+            cuts: list[str] = []
+            kazoo_get_async = client.get_async
+
+            def cut_then_get_async(path, watch=None):
+                if armed.is_set() and not cuts and _called_from("rearm", "recipes/queue.py"):
+                    cuts.append(threading.current_thread().name)
+                    # The read reaches the server, then the link drops before its answer (reconnects refused
+                    # for 1 s): the read fails with ConnectionLoss although its watch may be set.
+                    proxy.drop_after_next_request((GET_DATA,), contains=b"io-rearm-drop", then_partition=True)
+                    threading.Thread(target=heal_after_drop, daemon=True).start()
+                return kazoo_get_async(path, watch=watch)
+
+            def heal_after_drop() -> None:
+                if proxy.dropped.wait(10):
+                    time.sleep(1.0)
+                proxy.heal()
+
+            client.get_async = cut_then_get_async
+            armed = threading.Event()
+            got = threading.Event()
+            failed: list[BaseException] = []
+
+            def wait() -> None:
+                try:
+                    with zk_lock("io-rearm-drop", timeout=30):
+                        got.set()
+                except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+                    failed.append(exc)
+
+            waiter = threading.Thread(target=wait)
+            waiter.start()
+            parent = lock_path("io-rearm-drop")
+            deadline = time.monotonic() + 10
+            while len(other.get_children(parent)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            first = sorted(other.get_children(parent), key=lambda c: c[-10:])[0]
+            time.sleep(0.3)  # the waiter's watch is set
+            armed.set()
+            other.set(f"{parent}/{first}", b"written by another client")
+            deadline = time.monotonic() + 10
+            while not (cuts and session.connected and proxy._open.is_set()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert cuts, "the waiter did not watch again after a write to its blocker"
+            assert proxy.dropped.wait(10), "the link was not dropped after the re-arm's read"
+            wait_until_connected = time.monotonic() + 10
+            while not session.connected and time.monotonic() < wait_until_connected:
+                time.sleep(0.05)
+            assert client.client_id[0] == session_id  # the same session: the outage was shorter than its timeout
+            time.sleep(1.0)
+            assert not got.is_set() and not failed, failed  # nothing was released yet
+            holder.release()  # (the holder has been told its node was written: "changed", a lost hold on an open alias)
+            assert got.wait(15), f"the waiter did not hold after the release ({failed})"
+            waiter.join(10)
+            assert not failed, failed
+    finally:
+        proxy.heal()
+        other.stop()
+        other.close()
+        close_all()
+        proxy.stop()
