@@ -1,5 +1,6 @@
 """The I/O handler of zklocks sessions: select()'s contract over poll(2), on real sockets and a real server."""
 
+import functools
 import os
 import resource
 import socket
@@ -218,13 +219,27 @@ def test_a_marked_watch_runs_on_the_connection_thread_and_its_exception_ends_not
                 plain_ran.append(threading.current_thread().name)
                 plain.set()
 
+            wrapped_ran: list[str] = []
+            wrapped_done = threading.Event()
+
+            @on_connection_thread
+            def marked(event) -> None:
+                wrapped_ran.append(threading.current_thread().name)
+                wrapped_done.set()
+
+            @functools.wraps(marked)  # copies marked's __dict__, and with it the mark: it must not count here
+            def wrapper(event) -> None:
+                marked(event)
+
             client.get("/io/watched", watch=failing)
             client.exists("/io/watched", watch=unmarked)
+            client.exists("/io/watched", watch=wrapper)
             with caplog.at_level("ERROR", logger="zklocks.client.iohandler"):
                 client.set("/io/watched", b"x")
                 assert done.wait(10) and plain.wait(10)
             assert ran == [client._connection._connection_routine.name]  # the thread that read the event
             assert plain_ran and plain_ran != ran  # an unmarked watch still runs on kazoo's callback thread
+            assert wrapped_done.wait(10) and wrapped_ran == plain_ran[:1]  # so does a wrapper of a marked one
             assert "a waiter's watch failed" in caplog.text
             assert client.get("/io/watched")[0] == b"x"  # the connection goes on
             client.delete("/io/watched")

@@ -181,6 +181,14 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("kazoo")
             for alias in node.names
         }
+        # The mark under any name it is imported as (``from ..iohandler import on_connection_thread as inline``).
+        self.mark_names = {"on_connection_thread"} | {
+            alias.asname
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+            if alias.name == "on_connection_thread" and alias.asname
+        }
         self.visit(tree)
 
     def _note(self, qualname: str, line: int) -> None:
@@ -201,7 +209,7 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         marks = {getattr(d, "id", getattr(d, "attr", "")) for d in node.decorator_list}
-        if "on_connection_thread" in marks:  # a watch PollingHandler runs where its event is read
+        if marks & self.mark_names:  # a watch PollingHandler runs where its event is read
             self._note(".".join([*self.scope, node.name]), node.lineno)
         self._scoped(node)
 
@@ -219,7 +227,7 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
         hooks = [k.value for k in node.keywords] if called == "wrap_connection" else []
         hooks += node.args if called == "add_listener" else []
         hooks += [k.value.func for k in node.keywords if k.arg == "logger" and isinstance(k.value, ast.Call)]
-        hooks += node.args if called == "on_connection_thread" else []
+        hooks += node.args if called in self.mark_names else []
         for hook in hooks:
             if isinstance(hook, ast.Name) and hook.id[:1].islower():
                 self._note(".".join([*self.scope, hook.id]), node.lineno)  # a function defined in this scope
@@ -235,6 +243,31 @@ def _connection_thread_callables() -> dict[str, int]:
     for path, tree in _modules(ROOT):
         found |= _ConnectionThreadShapes(str(path.relative_to(ROOT)), tree).found
     return found
+
+
+def test_the_finder_sees_the_mark_under_every_name_and_form():
+    source = """
+from ..client.iohandler import on_connection_thread
+from ..client.iohandler import on_connection_thread as inline
+from ..client import iohandler
+
+def outer():
+    @on_connection_thread
+    def plain(event): pass
+
+    @inline
+    def aliased(event): pass
+
+    @iohandler.on_connection_thread
+    async def by_module(event): pass
+
+    def called(event): pass
+    inline(called)
+
+    def unmarked(event): pass
+"""
+    found = _ConnectionThreadShapes("m.py", ast.parse(source)).found
+    assert set(found) == {f"m.py:outer.{name}" for name in ("plain", "aliased", "by_module", "called")}, found
 
 
 def test_every_callable_kazoo_runs_on_its_connection_thread_is_declared():

@@ -36,8 +36,15 @@ def on_connection_thread(watch: Callable[[Any], None]) -> Callable[[Any], None]:
     very thread to drain kazoo's wake-up pipe, so whatever sends goes to the callback thread. It spares the hop to
     the callback thread that each handoff otherwise takes (docs/benchmarks.md, "Speed-only hooks").
     """
-    setattr(watch, _ON_CONNECTION_THREAD, True)
+    # The mark names the marked code: functools.wraps copies a function's __dict__, and a wrapper (which may well
+    # block or send) must not inherit a mark that was given to the function it wraps.
+    setattr(watch, _ON_CONNECTION_THREAD, watch.__code__)
     return watch
+
+
+def _marked(func: Any) -> bool:
+    mark = getattr(func, _ON_CONNECTION_THREAD, None)  # a mock's made-up attribute is no mark: no code matches it
+    return mark is not None and mark is getattr(func, "__code__", None)
 
 
 def poll_select(rlist: list[Any], wlist: list[Any], xlist: list[Any], timeout: float | None = None):
@@ -94,7 +101,7 @@ class PollingHandler(SequentialThreadingHandler):
 
     def dispatch_callback(self, callback: Any) -> None:
         func = callback.func
-        if getattr(func, _ON_CONNECTION_THREAD, False) is not True:  # a mock's made-up attribute is no mark
+        if not _marked(func):
             return super().dispatch_callback(callback)
         try:
             func(*callback.args)
