@@ -15,6 +15,28 @@ from zklocks import zk_lock
 from zklocks.client.iohandler import PollingHandler, poll_select
 from zklocks.client.pools import close_all, connections
 
+
+def _recording_watch():
+    """(the names of the threads it ran on, set once it ran, a watch)."""
+    ran: list[str] = []
+    done = threading.Event()
+
+    def watch(event) -> None:
+        ran.append(threading.current_thread().name)
+        done.set()
+
+    return ran, done, watch
+
+
+def _holder_once_a_waiter_queued(client, parent: str) -> str:
+    """The holder's node of lock ``parent`` once a second contender has queued (and had time to watch it)."""
+    deadline = time.monotonic() + 10
+    while len(client.get_children(parent)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # the waiter's watch is set
+    return sorted(client.get_children(parent), key=lambda c: c[-10:])[0]
+
+
 GET_DATA = 4  # the opcode of a read with a watch: the re-arm
 
 
@@ -212,20 +234,9 @@ def test_a_marked_watch_runs_on_the_connection_thread_and_its_exception_ends_not
                 done.set()
                 raise RuntimeError("a broken watch")
 
-            plain_ran: list[str] = []
-            plain = threading.Event()
-
-            def unmarked(event) -> None:
-                plain_ran.append(threading.current_thread().name)
-                plain.set()
-
-            wrapped_ran: list[str] = []
-            wrapped_done = threading.Event()
-
-            @on_connection_thread
-            def marked(event) -> None:
-                wrapped_ran.append(threading.current_thread().name)
-                wrapped_done.set()
+            plain_ran, plain, unmarked = _recording_watch()
+            wrapped_ran, wrapped_done, marked = _recording_watch()
+            marked = on_connection_thread(marked)
 
             @functools.wraps(marked)  # copies marked's __dict__, and with it the mark: it must not count here
             def wrapper(event) -> None:
@@ -280,11 +291,7 @@ def test_a_waiter_watching_again_sends_nothing_from_the_connection_thread(zk_ser
             waiter = threading.Thread(target=wait)
             waiter.start()
             parent = lock_path("io-rearm")
-            deadline = time.monotonic() + 10
-            while len(other.get_children(parent)) < 2 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            first = sorted(other.get_children(parent), key=lambda c: c[-10:])[0]
-            time.sleep(0.2)  # the waiter's watch is set
+            first = _holder_once_a_waiter_queued(other, parent)
             before = len(sent_by)
             for i in range(3):
                 other.set(f"{parent}/{first}", b"written by another client %d" % i)
@@ -355,11 +362,7 @@ def test_a_waiter_watching_again_across_a_dropped_connection_still_holds_at_the_
             waiter = threading.Thread(target=wait)
             waiter.start()
             parent = lock_path("io-rearm-drop")
-            deadline = time.monotonic() + 10
-            while len(other.get_children(parent)) < 2 and time.monotonic() < deadline:
-                time.sleep(0.02)
-            first = sorted(other.get_children(parent), key=lambda c: c[-10:])[0]
-            time.sleep(0.3)  # the waiter's watch is set
+            first = _holder_once_a_waiter_queued(other, parent)
             armed.set()
             other.set(f"{parent}/{first}", b"written by another client")
             deadline = time.monotonic() + 10
