@@ -74,8 +74,10 @@ def run_system(system: str, args, log) -> dict:
             # Unmeasured, the same for every system: a fresh store answers its first requests slowly (ZooKeeper's
             # JVM compiles its code paths as they run), and a cold first measurement says more about that.
             log(f"{system}: warm-up ({args.warm_up:g} s of handoffs, {args.uncontended} acquires)")
-            workload.uncontended(system, direct, cfg, args.uncontended, tmp)
-            workload.handoffs(system, direct, cfg, args.processes, args.warm_up, tmp)
+            warm = tmp / "warm-up"  # its own files: a measured worker that died must not find the warm-up's
+            warm.mkdir()
+            workload.uncontended(system, direct, cfg, args.uncontended, warm)
+            workload.handoffs(system, direct, cfg, args.processes, args.warm_up, warm)
         log(f"{system}: uncontended")
         p50, p99 = workload.uncontended(system, direct, cfg, args.uncontended, tmp)
         log(f"{system}: handoffs at {args.processes} processes")

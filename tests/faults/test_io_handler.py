@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.support.helpers import zk_settings
+from tests.support.helpers import wait_until, zk_settings
 from zklocks import zk_lock
 from zklocks.client.iohandler import PollingHandler, poll_select
 from zklocks.client.pools import close_all, connections
@@ -309,6 +309,7 @@ def test_a_waiter_watching_again_sends_nothing_from_the_connection_thread(zk_ser
             close_all()
 
 
+@pytest.mark.zk
 def test_a_waiter_watching_again_across_a_dropped_connection_still_holds_at_the_release(zk_server):
     """The re-arm of the test above, lost with the connection: the read reaches the server and the link drops
     before its answer (reconnects refused for 1 s). The read fails with ConnectionLoss, so the waiter cannot
@@ -321,6 +322,7 @@ def test_a_waiter_watching_again_across_a_dropped_connection_still_holds_at_the_
     from zklocks.testing.proxy import TcpProxy
 
     proxy = TcpProxy("127.0.0.1", zk_server.port).start()
+    waiter = None
     other = KazooClient(hosts=zk_server.hosts)
     other.start(timeout=10)
     try:
@@ -359,30 +361,34 @@ def test_a_waiter_watching_again_across_a_dropped_connection_still_holds_at_the_
                 except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
                     failed.append(exc)
 
-            waiter = threading.Thread(target=wait)
+            waiter = threading.Thread(target=wait, daemon=True)
             waiter.start()
             parent = lock_path("io-rearm-drop")
             first = _holder_once_a_waiter_queued(other, parent)
             armed.set()
-            other.set(f"{parent}/{first}", b"written by another client")
             deadline = time.monotonic() + 10
-            while not (cuts and session.connected and proxy._open.is_set()) and time.monotonic() < deadline:
-                time.sleep(0.05)
+            writes = 0
+            while not cuts and time.monotonic() < deadline:  # again, should the waiter's first watch come late
+                other.set(f"{parent}/{first}", b"written by another client %d" % writes)
+                writes += 1
+                time.sleep(0.2)
             assert cuts, "the waiter did not watch again after a write to its blocker"
             assert proxy.dropped.wait(10), "the link was not dropped after the re-arm's read"
-            wait_until_connected = time.monotonic() + 10
-            while not session.connected and time.monotonic() < wait_until_connected:
-                time.sleep(0.05)
+            wait_until(lambda: not session.connected, 5)
+            wait_until(lambda: session.connected, 10)  # after the heal
             assert client.client_id[0] == session_id  # the same session: the outage was shorter than its timeout
-            time.sleep(1.0)
+            time.sleep(0.5)
             assert not got.is_set() and not failed, failed  # nothing was released yet
             holder.release()  # (the holder has been told its node was written: "changed", a lost hold on an open alias)
             assert got.wait(15), f"the waiter did not hold after the release ({failed})"
+            assert client.client_id[0] == session_id
             waiter.join(10)
             assert not failed, failed
     finally:
         proxy.heal()
         other.stop()
         other.close()
-        close_all()
+        close_all()  # a waiter still waiting (a failed assertion above) ends with its session
+        if waiter is not None:
+            waiter.join(30)
         proxy.stop()

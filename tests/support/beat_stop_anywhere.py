@@ -13,11 +13,14 @@ Configured as tests/support/beat_app.py is (the environment). Prints one line pe
 within 20 s prints every thread's stack and exits 1; a candidate node left behind exits 3.
 """
 
+import atexit
 import faulthandler
 import os
 import signal
 import sys
+import threading
 import time
+import traceback
 
 from celery.apps.beat import Beat
 from celery.beat import Service
@@ -65,7 +68,7 @@ def one_stop(k: int) -> int:
     """The stop at line k, in this (forked) process: 0, or 1 (it did not end in 20 s), or 3 (a node was left)."""
     faulthandler.dump_traceback_later(20, exit=True)
     where, took = stop_at(k, os.path.join(os.environ["ZKLOCKS_TEST_RECORDS"], f"schedule-{k}"))
-    faulthandler.cancel_dump_traceback_later()
+    faulthandler.dump_traceback_later(15, exit=True)  # the look below and the process's exit are bounded too
     path = f"{os.environ['ZKLOCKS_TEST_NAMESPACE']}/{os.environ['ZKLOCKS_TEST_BEAT_ELECTION']}"
     zk = KazooClient(hosts=os.environ["ZKLOCKS_TEST_HOSTS"])
     zk.start(timeout=10)
@@ -86,16 +89,21 @@ def main() -> int:
     for k in (int(k) for k in sys.argv[1].split(",")):
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()  # before any thread of this process: the parent starts none
+        assert threading.active_count() == 1, "the parent must fork before any thread starts"
+        pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 code = one_stop(k)
+                atexit._run_exitfuncs()  # the way a stopped beat's process ends (zklocks closes its sessions)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
             finally:
                 sys.stdout.flush()
                 sys.stderr.flush()
                 os._exit(code)
-        _, status = os.waitpid(pid, 0)  # the child's own faulthandler ends it after 20 s
+        _, status = os.waitpid(pid, 0)  # the child's own faulthandler ends it (20 s, then 15 s)
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
             print(f"k={k}: the stop's process exited {code}", flush=True)

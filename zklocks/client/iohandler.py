@@ -38,7 +38,10 @@ def on_connection_thread(watch: Callable[[Any], None]) -> Callable[[Any], None]:
     """
     # The mark names the marked code: functools.wraps copies a function's __dict__, and a wrapper (which may well
     # block or send) must not inherit a mark that was given to the function it wraps.
-    setattr(watch, _ON_CONNECTION_THREAD, watch.__code__)
+    code = getattr(watch, "__code__", None)
+    if code is None:
+        raise TypeError(f"on_connection_thread marks a function, not {type(watch).__name__}")
+    setattr(watch, _ON_CONNECTION_THREAD, code)
     return watch
 
 
