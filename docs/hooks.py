@@ -1,9 +1,11 @@
-"""mkdocs hook (mkdocs.yml, ``hooks:``): design references become links to their section.
+"""mkdocs hook (mkdocs.yml, ``hooks:``): design references become links to their section, page references to
+their page.
 
 Code and docstrings cite the design page as ``docs/design.md §13`` or ``design.md §15``, and lists as
 ``docs/design.md §2 and §6`` or ``§9, §10``. mkdocstrings renders them as plain text; this hook rewrites the rendered
 HTML of every page so that each ``§N`` links to the heading ``## N. ...`` of design.md, by the id the toc extension
-gives that heading. A number with no such section fails the build, so that a stale reference is caught.
+gives that heading. A number with no such section fails the build, so that a stale reference is caught. A plain
+``docs/lost.md`` becomes a link to that page; one to a page the site lacks fails the build too.
 
 Text inside ``<a>``, ``<code>`` and ``<pre>`` is left as it is.
 """
@@ -23,6 +25,8 @@ _SECTION = r"(?:§|&sect;|&#167;|&#xa7;)"
 _REFERENCE = re.compile(
     rf"(?:docs/)?design\.md\s+{_SECTION}\d+(?!\d)(?:(?:\s*,\s*|\s+and\s+|\s*,\s*and\s+){_SECTION}\d+(?!\d))*"
 )
+# "docs/lost.md", but not the "docs/design.md" of a design reference (linked to its section above).
+_PAGE = re.compile(rf"(?<![\w/.-])docs/((?:[\w-]+/)*[\w-]+\.md)(?!\s+{_SECTION}\d)")
 _NUMBER = re.compile(rf"{_SECTION}(\d+)(?!\d)")
 _HEADING = re.compile(r"^(\d+)\.\s")
 _TAG = re.compile(r"(<[^>]*>)")
@@ -54,7 +58,7 @@ def on_files(files, config):
     sections = _sections(md.toc_tokens, {})
     if not sections:
         raise PluginError(f"hooks.py: no '## N. Title' section in {DESIGN}")
-    _state.update(design=design, sections=sections)
+    _state.update(design=design, sections=sections, files=files)
     return files
 
 
@@ -76,6 +80,13 @@ def _link(reference: str, href: str, where: str) -> str:
     return "".join(out)
 
 
+def _link_page(match: re.Match, page, where: str) -> str:
+    target = _state["files"].get_file_from_path(match.group(1))
+    if target is None:
+        raise PluginError(f"{where}: '{match.group(0)}' names no page of the site")
+    return f'<a href="{get_relative_url(target.url, page.url)}">{match.group(0)}</a>'
+
+
 def on_page_content(content, page, config, files):
     href = get_relative_url(_state["design"].url, page.url)
     where = page.file.src_uri
@@ -86,8 +97,9 @@ def on_page_content(content, page, config, files):
             skipped = _SKIPPED.match(part)
             if skipped and not part.endswith("/>"):
                 depth = max(0, depth - 1) if skipped.group(1) else depth + 1
-        elif depth == 0 and "design.md" in part:
-            parts[i] = _REFERENCE.sub(lambda match: _link(match.group(0), href, where), part)
+        elif depth == 0 and ".md" in part:
+            part = _REFERENCE.sub(lambda match: _link(match.group(0), href, where), part)
+            parts[i] = _PAGE.sub(lambda match: _link_page(match, page, where), part)
     if page.file.src_uri == DESIGN:
         ids = {anchor.id for anchor in _anchors(page.toc)}
         stale = {n: i for n, i in _state["sections"].items() if i not in ids}

@@ -22,8 +22,7 @@ class HandleOptions(TypedDict, total=False):
     - ``release_on_commit``: True, or a database alias, defers the release to ``transaction.on_commit``
       (default False).
     - ``on_lost``: ``"notify"`` (the default) only reports a loss; ``"cancel"`` stops the holder: LockLost is
-      raised in the holding thread, or the holding asyncio task is cancelled (docs/reliability.md, "Lost means
-      stopped").
+      raised in the holding thread, or the holding asyncio task is cancelled (docs/lost.md).
     - ``max_hold``: seconds after which a hold ends, as a loss under ``on_lost`` (default None: no cap).
     """
 
