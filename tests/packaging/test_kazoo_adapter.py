@@ -10,6 +10,7 @@ from kazoo.protocol.connection import ConnectionHandler
 
 from zklocks.client import interrupts
 from zklocks.client.kazoo_adapter import CONNECTION_THREAD, NAMES, PRIVATE, RECORD
+from zklocks.client.kazoo_adapter.hooks import TRAFFIC
 
 ROOT = Path(__file__).resolve().parents[2] / "zklocks"
 ADAPTER = ROOT / "client" / "kazoo_adapter"
@@ -170,8 +171,8 @@ def test_kazoo_wire_modules_are_imported_by_the_adapter_only():
 class _ConnectionThreadShapes(ast.NodeVisitor):
     """``module:qualname`` of each callable kazoo runs on its connection thread, found by its shape: an object it
     answers (``set`` and ``set_exception``), a request record (``serialize`` and ``deserialize``), a subclass of a
-    kazoo class (a handler), a hook given to ``wrap_connection``, a function put in place of a method of kazoo's
-    connection, a state listener, a ``logger=``."""
+    kazoo class (a handler), the methods of a listener given to ``wrap_connection``, a function put in place of a
+    method of kazoo's connection, a state listener, a ``logger=``."""
 
     def __init__(self, module: str, tree: ast.AST) -> None:
         self.module, self.scope, self.found = module, [], {}
@@ -224,8 +225,13 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-        hooks = [k.value for k in node.keywords] if called == "wrap_connection" else []
-        hooks += node.args if called == "add_listener" else []
+        if called == "wrap_connection":  # the listener's methods: wrap_connection(client, self)
+            listeners = [*node.args[1:], *(k.value for k in node.keywords)]
+            for listener in listeners:
+                owner = self.scope[:-1] if getattr(listener, "id", "") == "self" else [getattr(listener, "id", "?")]
+                for method in TRAFFIC:
+                    self._note(".".join([*owner, method]), node.lineno)
+        hooks = node.args if called == "add_listener" else []
         hooks += [k.value.func for k in node.keywords if k.arg == "logger" and isinstance(k.value, ast.Call)]
         hooks += node.args if called in self.mark_names else []
         for hook in hooks:

@@ -31,7 +31,7 @@ from . import abandoned, clock, lease, observe, worker_threads
 from .interrupts import new_event, raised_by_signal_handler, unmasked
 from .iohandler import DEFAULT_HANDLER, readable_now
 from .kazoo_adapter import compat as kazoo_compat
-from .kazoo_adapter.calls import connection_socket, is_handshake
+from .kazoo_adapter.calls import connection_socket
 from .kazoo_adapter.hooks import raise_through_wakeup, read_without_select, refuse_writes, send_close, wrap_connection
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
 from .kazoolog import KazooLog
@@ -102,7 +102,9 @@ class Session:
         self.unresponsive = False  # connected, but silent past RESPONSE_LIMIT of CONNECT_TIMEOUT (see _watch)
         self._down_since: float | None = None  # clock.now() when the connection dropped; None while connected
         self._watching = False
-        self._sent: dict[int | None, tuple[float, int, int]] = {}
+        self._sent: dict[int | None, tuple[float, int, int]] = {}  # xid -> (sent at, opcode, zxid seen then)
+        self._zxid = 0  # the highest zxid this session has seen in an answer
+        self._handshake_sent = clock.now()
         self._evidence = self._new_evidence()
         options = tls_defaults(dict(cfg.options))
         retry = options.pop("connection_retry", None) or {
@@ -128,7 +130,7 @@ class Session:
             connection_retry=retry,
             **options,
         )
-        self._instrument()
+        wrap_connection(self.client, self)  # the lease's view of the traffic (request_sent() ...)
         raise_through_wakeup(self.client)
         if cfg.read_only:
             refuse_writes(self.client, cfg.alias)
@@ -141,69 +143,58 @@ class Session:
         gap = lease.relay_gap(self.timeout, self.cfg.tick_time)
         return lease.Evidence(gap, horizon=self.timeout + gap + 1.0)
 
-    def _instrument(self) -> None:
-        """Record send times and opcodes of requests, and their answers, from kazoo's I/O loop."""
-        sent = self._sent
-        zxid = [0]  # the highest zxid this connection has seen in an answer
+    # The connection's traffic (kazoo_adapter.hooks.TrafficListener), told from kazoo's connection thread.
 
-        def submit(orig_submit, request, timeout, xid=None):
-            self.last_sent = clock.now()
-            if request.type in lease.UNTOUCHED:
-                return orig_submit(request, timeout, xid)  # answered without touching the session
+    def request_sent(self, xid: int | None, opcode: int) -> None:
+        self.last_sent = now = clock.now()
+        if opcode not in lease.UNTOUCHED:  # those are answered without touching the session
             # A second ping may go out before the first is answered: keep the older send time (conservative).
-            sent.setdefault(xid, (clock.now(), request.type, zxid[0]))
-            return orig_submit(request, timeout, xid)
+            self._sent.setdefault(xid, (now, opcode, self._zxid))
 
-        def read_header(orig_read_header, timeout):
-            header, buf, offset = orig_read_header(timeout)
-            self.last_answer = clock.now()
-            self.unresponsive = False
-            entry = sent.pop(header.xid, None)
-            if entry is not None:
-                sent_at, opcode, zxid_before = entry
-                # A write counts only with a zxid of its own: a server that refused it without the leader
-                # (eager ACL checks) answers with no new zxid.
-                fresh = header.zxid > zxid_before
-                proven = self._evidence.answered(sent_at, clock.now(), opcode, header.err, fresh)
-                if proven is not None and proven > self.lease_start:
-                    self.lease_start = proven
-            if header.zxid > zxid[0]:
-                zxid[0] = header.zxid
-            return header, buf, offset
+    def answer_read(self, xid: int, zxid: int, err: int) -> None:
+        self.last_answer = now = clock.now()
+        self.unresponsive = False
+        entry = self._sent.pop(xid, None)
+        if entry is not None:
+            sent_at, opcode, zxid_before = entry
+            # A write counts only with a zxid of its own: a server that refused it without the leader (eager ACL
+            # checks) answers with no new zxid.
+            proven = self._evidence.answered(sent_at, now, opcode, err, zxid > zxid_before)
+            if proven is not None and proven > self.lease_start:
+                self.lease_start = proven
+        if zxid > self._zxid:
+            self._zxid = zxid
 
-        def invoke(orig_invoke, timeout, request, xid=None):
-            if not is_handshake(request):
-                return orig_invoke(timeout, request, xid)
-            # The connect handshake: kazoo reports CONNECTED (and our waiters go on) before its _connect returns,
-            # so the new connection's lease is settled here, as soon as the answer is read.
-            started = clock.now()
-            sent.clear()
-            answer = orig_invoke(timeout, request, xid)
-            result, answered_zxid = answer
-            zxid[0] = max(zxid[0], answered_zxid or 0)
-            if result.time_out > 0:
-                before = self.timeout
-                # A leader applies each touch with the timeout of the connection it came in on, and a touch from
-                # a server we left may reach it last: count on the shortest ever negotiated, the create's included
-                # (docs/design.md §10, "Mixed session timeouts").
-                credited = self._credited_timeout if request.session_id else None
-                self.timeout = self._credited_timeout = lease.credited_timeout(credited, result.time_out / 1000.0)
-                self._evidence = evidence = self._new_evidence()
-                if getattr(result, "read_only", False):
-                    pass  # a read-only server has no leader behind it: no credit
-                elif not request.session_id:
-                    # createSession is a quorum write that the leader's tracker touches when it applies it.
-                    self.lease_start = started
-                else:
-                    evidence.reconnected(started, clock.now())
-                if request.session_id and self._has_interest():
-                    if self.lease_expired():
-                        self._declare_lost_soon("suspended")
-                    elif self.timeout < before:
-                        self._arm_keeper(clock.now(), force=True)  # the deadline moved earlier
-            return answer
+    def handshake_sent(self) -> None:
+        # kazoo reports CONNECTED (and our waiters go on) before its handshake returns, so the new connection's
+        # lease is settled in handshake_answered(), as soon as the answer is read.
+        self._handshake_sent = clock.now()
+        self._sent.clear()
 
-        wrap_connection(self.client, submit=submit, read_header=read_header, invoke=invoke)
+    def handshake_answered(self, timeout_ms: int, resumed: bool, read_only: bool, zxid: int) -> None:
+        started = self._handshake_sent
+        self._zxid = max(self._zxid, zxid)
+        if timeout_ms <= 0:
+            return
+        before = self.timeout
+        # A leader applies each touch with the timeout of the connection it came in on, and a touch from a server
+        # we left may reach it last: count on the shortest ever negotiated, the create's included
+        # (docs/design.md §10, "Mixed session timeouts").
+        credited = self._credited_timeout if resumed else None
+        self.timeout = self._credited_timeout = lease.credited_timeout(credited, timeout_ms / 1000.0)
+        self._evidence = evidence = self._new_evidence()
+        if read_only:
+            pass  # a read-only server has no leader behind it: no credit
+        elif not resumed:
+            # createSession is a quorum write that the leader's tracker touches when it applies it.
+            self.lease_start = started
+        else:
+            evidence.reconnected(started, clock.now())
+        if resumed and self._has_interest():
+            if self.lease_expired():
+                self._declare_lost_soon("suspended")
+            elif self.timeout < before:
+                self._arm_keeper(clock.now(), force=True)  # the deadline moved earlier
 
     def _has_interest(self) -> bool:
         return bool(self._holds or self._waiters)

@@ -158,11 +158,19 @@ class Callback(NamedTuple):
 # them by shape and fails on one not listed). None may block; an exception it lets out would end kazoo's loop.
 # fmt: off
 CONNECTION_THREAD: tuple[Callback, ...] = (
-    Callback("client/session.py:Session._instrument.submit", "ConnectionHandler._submit (hooks.wrap_connection)",
-             "records a time; calls kazoo's own on"),
-    Callback("client/session.py:Session._instrument.read_header", "ConnectionHandler._read_header",
+    Callback("client/kazoo_adapter/hooks.py:wrap_connection._submit", "ConnectionHandler._submit",
+             "tells the listener (below), then calls kazoo's own"),
+    Callback("client/kazoo_adapter/hooks.py:wrap_connection._read_header", "ConnectionHandler._read_header",
+             "calls kazoo's own, then tells the listener"),
+    Callback("client/kazoo_adapter/hooks.py:wrap_connection._invoke", "ConnectionHandler._invoke (the handshake)",
+             "calls kazoo's own, telling the listener before and after a handshake"),
+    Callback("client/session.py:Session.request_sent", "hooks.wrap_connection (its TrafficListener)",
+             "records a time; no I/O of its own"),
+    Callback("client/session.py:Session.answer_read", "hooks.wrap_connection (its TrafficListener)",
              "records a time and an answer; no I/O of its own"),
-    Callback("client/session.py:Session._instrument.invoke", "ConnectionHandler._invoke (the handshake)",
+    Callback("client/session.py:Session.handshake_sent", "hooks.wrap_connection (its TrafficListener)",
+             "records a time"),
+    Callback("client/session.py:Session.handshake_answered", "hooks.wrap_connection (its TrafficListener)",
              "settles the lease; arms the keeper without waiting"),
     Callback("client/session.py:Session._on_state", "KazooClient's state listeners (add_listener)",
              "sets events and wakes waiters; observers are guarded (observe.py)"),

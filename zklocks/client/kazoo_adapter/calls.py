@@ -8,7 +8,6 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.handlers.utils import AsyncResult, fileobj_to_fd
 from kazoo.protocol.serialization import (
-    Connect,
     Delete,
     Exists,
     GetChildren,
@@ -49,11 +48,6 @@ def connection_socket(client: Any) -> Any:
 def new_async_result(handler: Any, condition_factory: Any, timeout_factory: Any) -> AsyncResult:
     """kazoo's AsyncResult with the handler's own condition factory (built by position, as kazoo's handlers do)."""
     return AsyncResult(handler, condition_factory, timeout_factory)
-
-
-def is_handshake(request: Any) -> bool:
-    """Whether a request the connection sends is the connect handshake (its answer: the negotiated timeout)."""
-    return isinstance(request, Connect)
 
 
 def sync_request(path: str) -> Sync:

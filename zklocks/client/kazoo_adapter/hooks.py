@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import functools
 import socket
-from collections.abc import Callable
+from typing import Protocol
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, KazooException
-from kazoo.protocol.serialization import CloseInstance
+from kazoo.protocol.serialization import CloseInstance, Connect
 from kazoo.protocol.states import KeeperState
 
 from ..iohandler import HAS_POLL, PollingHandler
@@ -105,16 +104,57 @@ def wake(client: KazooClient) -> None:
             pass
 
 
-def wrap_connection(client: KazooClient, *, submit: Callable, read_header: Callable, invoke: Callable) -> None:
-    """Call each wrapper where kazoo's connection thread calls the method of the client's ConnectionHandler, with
-    kazoo's method first: ``submit(kazoo_submit, request, timeout, xid=None)`` for each request sent,
-    ``read_header(kazoo_read_header, timeout)`` for each answer (it returns ``(header, buffer, offset)``),
-    ``invoke(kazoo_invoke, timeout, request, xid=None)`` for the handshake's request. kazoo calls them through
-    ``self`` (compat.py checks that it does)."""
+class TrafficListener(Protocol):
+    """What a connection tells its session (session.py), from kazoo's connection thread: record, never block."""
+
+    def request_sent(self, xid: int | None, opcode: int) -> None:
+        """A request (or a ping) goes out now."""
+
+    def answer_read(self, xid: int, zxid: int, err: int) -> None:
+        """An answer's header was read now (a watch event's too: xid -1)."""
+
+    def handshake_sent(self) -> None:
+        """The handshake of a new connection goes out now."""
+
+    def handshake_answered(self, timeout_ms: int, resumed: bool, read_only: bool, zxid: int) -> None:
+        """The handshake was answered (before kazoo reports CONNECTED): the negotiated timeout, whether an existing
+        session was resumed, whether the server is read-only, the last zxid it has seen."""
+
+
+# The listener's methods, in the order above: what kazoo_adapter.CONNECTION_THREAD declares for each listener.
+TRAFFIC = ("request_sent", "answer_read", "handshake_sent", "handshake_answered")
+
+
+def wrap_connection(client: KazooClient, listener: TrafficListener) -> None:
+    """Tell ``listener`` of each request sent, each answer read and each handshake of the client's connection:
+    kazoo's connection thread calls these in place of the ConnectionHandler's own methods, through ``self``
+    (compat.py checks that it does), and each calls kazoo's method."""
     conn = client._connection
-    conn._submit = functools.partial(submit, conn._submit)
-    conn._read_header = functools.partial(read_header, conn._read_header)
-    conn._invoke = functools.partial(invoke, conn._invoke)
+    kazoo_submit, kazoo_read_header, kazoo_invoke = conn._submit, conn._read_header, conn._invoke
+
+    def _submit(request, timeout, xid=None):
+        listener.request_sent(xid, request.type)
+        return kazoo_submit(request, timeout, xid)
+
+    def _read_header(timeout):
+        header, buffer, offset = kazoo_read_header(timeout)
+        listener.answer_read(header.xid, header.zxid, header.err)
+        return header, buffer, offset
+
+    def _invoke(timeout, request, xid=None):
+        if not isinstance(request, Connect):
+            return kazoo_invoke(timeout, request, xid)
+        listener.handshake_sent()
+        answer = kazoo_invoke(timeout, request, xid)
+        result, zxid = answer
+        listener.handshake_answered(
+            result.time_out, bool(request.session_id), bool(getattr(result, "read_only", False)), zxid or 0
+        )
+        return answer
+
+    conn._submit = _submit
+    conn._read_header = _read_header
+    conn._invoke = _invoke
 
 
 def read_without_select(client: KazooClient) -> None:
