@@ -5,6 +5,7 @@ session ends (docs/design.md §2: an abandoned node would block everyone behind 
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from kazoo.exceptions import (
 
 from ..client import worker_threads
 from ..client.deadline import Deadline, DeadlinePassed
-from ..client.kazoo_adapter.calls import delete_request, send, set_data_request, transaction_request
+from ..client.kazoo_adapter.calls import Outcome, delete_request, send, set_data_request, transaction_request
 from ..client.session import Session
 from ..exceptions import ZkAuthError, ZkLocksError
 from . import layout, step_runner
@@ -145,7 +146,8 @@ class OwnNode:
             self._left = True
             return
         # _send_delete's request, answered to an outcome that the connection thread settles itself.
-        send(client, _delete_request(node, held, self.parent if self.guards else None), _DeleteOutcome(self))
+        outcome = Outcome(functools.partial(_release_answered, self), functools.partial(_release_failed, self))
+        send(client, _delete_request(node, held, self.parent if self.guards else None), outcome)
         self._left = True  # after the send: an exception inside it leaves abandon() to make sure
 
     def _send_delete(self, node: str, held: bool):
@@ -208,32 +210,23 @@ def _delete_request(node: str, held: bool, guarded: str | None = None):
     return transaction_request(ops)
 
 
-class _DeleteOutcome:
-    """Where the answer of a delete that nobody waits for goes (``delete_nowait``). kazoo's connection thread calls
-    ``set`` or ``set_exception`` on it: a success ends there, with no hop to kazoo's callback thread (which a
-    result's rawlink costs at every release); a failure goes to the worker thread, as ``_on_deleted`` would take
-    it (a connection loss: GuaranteedDelete retries; anything else: delete_failed)."""
+# Where the answer of a delete that nobody waits for goes (``delete_nowait``), run by kazoo's connection thread
+# (calls.Outcome): a success ends there, with no hop to kazoo's callback thread (which a result's rawlink costs at
+# every release); a failure goes to the worker thread, as ``_on_deleted`` would take it (a connection loss:
+# GuaranteedDelete retries; anything else: delete_failed).
 
-    __slots__ = ("contender",)
 
-    def __init__(self, contender: OwnNode) -> None:
-        self.contender = contender
+def _release_answered(contender: OwnNode, value: Any = None) -> None:
+    refused = _refused(value) if isinstance(value, list) else None  # a release transaction's answers
+    if refused is not None:
+        _release_failed(contender, refused)
 
-    # Both run on kazoo's connection thread, where an exception would end its loop and close the client.
-    def set(self, value: Any = None) -> None:
-        refused = _refused(value) if isinstance(value, list) else None  # a release transaction's answers
-        if refused is not None:
-            self.set_exception(refused)
 
-    def set_exception(self, exc: BaseException) -> None:
-        contender = self.contender
-        try:
-            if isinstance(exc, (ConnectionLoss, OperationTimeoutError)):
-                worker_threads.get().call_soon(GuaranteedDelete(contender).start_later)
-            elif isinstance(exc, Exception):
-                worker_threads.get().call_soon(lambda: delete_failed(contender, exc))
-        except Exception:  # noqa: BLE001 see above
-            log.exception("zklocks: could not hand on the failed delete of %s", contender.node)
+def _release_failed(contender: OwnNode, exc: BaseException) -> None:
+    if isinstance(exc, (ConnectionLoss, OperationTimeoutError)):
+        worker_threads.get().call_soon(GuaranteedDelete(contender).start_later)
+    elif isinstance(exc, Exception):
+        worker_threads.get().call_soon(lambda: delete_failed(contender, exc))
 
 
 def _refused(answers: list) -> Exception | None:

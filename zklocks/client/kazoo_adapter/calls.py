@@ -3,6 +3,8 @@ by position (compat.py checks their fields)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient
@@ -18,15 +20,40 @@ from kazoo.protocol.serialization import (
     Transaction,
 )
 
+log = logging.getLogger("zklocks")
+
 __all__ = ["AsyncResult", "fileobj_to_fd"]  # kazoo's own, for the I/O handler (kazoo.handlers.utils)
 
 _EPHEMERAL_SEQUENTIAL = 1 | 2  # kazoo's create flags
 
 
-def send(client: KazooClient, request: Any, result: Any) -> None:
+def send(client: KazooClient, request: Any, result: AsyncResult | Outcome) -> None:
     """Send a request record through the client's request path (with the session's hooks), as kazoo's own
     Transaction does; the connection thread calls ``result.set`` or ``result.set_exception``."""
     client._call(request, result)
+
+
+class Outcome:
+    """The result of a request :func:`send` sends when nobody waits for its answer: kazoo's connection thread runs
+    ``on_answer(value)`` or ``on_error(exception)`` as it reads the answer, under a guard, since an exception there
+    would end kazoo's loop and close the client. Neither may block or send."""
+
+    __slots__ = ("on_answer", "on_error")
+
+    def __init__(self, on_answer: Callable[[Any], None], on_error: Callable[[BaseException], None]) -> None:
+        self.on_answer, self.on_error = on_answer, on_error
+
+    def set(self, value: Any = None) -> None:
+        try:
+            self.on_answer(value)
+        except Exception:  # noqa: BLE001 see above
+            log.exception("zklocks: an answer could not be handed on from kazoo's connection thread")
+
+    def set_exception(self, exception: BaseException) -> None:
+        try:
+            self.on_error(exception)
+        except Exception:  # noqa: BLE001 see above
+            log.exception("zklocks: a failed request could not be handed on from kazoo's connection thread")
 
 
 def create_contender_async(client: KazooClient, path: str, data: bytes, acl: Any) -> Any:
