@@ -1,5 +1,7 @@
 """zklocks: distributed locks on Apache ZooKeeper for Django and Celery."""
 
+from django.core import checks as _checks
+
 from .client.pools import close_all
 from .exceptions import (
     InvalidLockName,
@@ -49,3 +51,22 @@ __all__ = [
     "SyncLockInEventLoop",
 ]
 __version__ = "0.1.0"
+
+
+@_checks.register("zklocks")
+def _check_installed(app_configs=None, **kwargs):
+    """zklocks.E000. The other checks are registered by the AppConfig, which a project that forgot "zklocks" lacks:
+    this one is registered on import, so it runs whenever something imported zklocks before the checks ran (a model,
+    an admin module, the settings). A view imported only by the URL check is too late; its first use logs it."""
+    from django.apps import apps
+
+    if apps.is_installed("zklocks"):
+        return []
+    return [
+        _checks.Error(
+            '"zklocks" is not in INSTALLED_APPS: its system checks do not run, a database query does not stop a '
+            'holder that lost its lock (on_lost="cancel"), and the admin page is missing.',
+            hint='Add "zklocks" to INSTALLED_APPS.',
+            id="zklocks.E000",
+        )
+    ]

@@ -509,3 +509,13 @@ def test_zklocks_missing_from_installed_apps_is_said_on_first_use(installed):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "['default']"  # it works either way
     assert ('"zklocks" is not in INSTALLED_APPS' in done.stderr) is not installed, done.stderr
+
+
+@pytest.mark.parametrize("installed", [False, True])
+def test_zklocks_missing_from_installed_apps_is_a_system_check_error_once_imported(installed):
+    code = NOT_INSTALLED.format(apps='"zklocks"' if installed else "").replace(
+        "from zklocks import conf\nprint(sorted(conf.get_config()[0]))",
+        "import zklocks\nfrom django.core import checks\nprint([m.id for m in checks.run_checks() if m.is_serious()])",
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert ("zklocks.E000" in done.stdout) is not installed, done.stdout
