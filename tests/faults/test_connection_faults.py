@@ -196,6 +196,23 @@ def test_lock_deadline_during_a_blip_is_an_outage_not_a_timeout(own_zk):
         proxy.stop()
 
 
+def test_waiter_on_a_quiet_healthy_connection_waits_out_its_timeout(zklocks_settings):
+    # kazoo pings every third of the session timeout (4 s here: every 1.1 to 1.3 s). A waiter must not take that
+    # quiet for a silent server (three quarters of CONNECT_TIMEOUT, 0.75 s): the session probes an idle
+    # connection, and the handshake, answered outside the request stream, is no request left unanswered.
+    zklocks_settings(SESSION_TIMEOUT=4.0, CONNECT_TIMEOUT=1.0)
+    holder = HeldInThread(zk_lock("quiet"))
+    try:
+        started = time.monotonic()
+        with pytest.raises(LockTimeout):
+            with zk_lock("quiet", timeout=4.0):
+                pass
+        assert time.monotonic() - started >= 4.0
+        assert not connections["default"].session().unresponsive
+    finally:
+        holder.release()
+
+
 def test_connection_loss_during_create_leaves_no_orphan(own_zk):
     proxy = TcpProxy("127.0.0.1", own_zk.port).start()
     try:

@@ -102,7 +102,7 @@ class Session:
         self.unresponsive = False  # connected, but silent past RESPONSE_LIMIT of CONNECT_TIMEOUT (see _watch)
         self._down_since: float | None = None  # clock.now() when the connection dropped; None while connected
         self._watching = False
-        self._sent: dict[int | None, tuple[float, int, int]] = {}  # xid -> (sent at, opcode, zxid seen then)
+        self._sent: dict[int, tuple[float, int, int]] = {}  # xid -> (sent at, opcode, zxid seen then)
         self._zxid = 0  # the highest zxid this session has seen in an answer
         self._handshake_sent = clock.now()
         self._evidence = self._new_evidence()
@@ -145,7 +145,7 @@ class Session:
 
     # The connection's traffic (kazoo_adapter.hooks.TrafficListener), told from kazoo's connection thread.
 
-    def request_sent(self, xid: int | None, opcode: int) -> None:
+    def request_sent(self, xid: int, opcode: int) -> None:
         self.last_sent = now = clock.now()
         if opcode not in lease.UNTOUCHED:  # those are answered without touching the session
             # A second ping may go out before the first is answered: keep the older send time (conservative).
@@ -168,8 +168,8 @@ class Session:
     def handshake_sent(self) -> None:
         # kazoo reports CONNECTED (and our waiters go on) before its handshake returns, so the new connection's
         # lease is settled in handshake_answered(), as soon as the answer is read.
-        self._handshake_sent = clock.now()
-        self._sent.clear()
+        self.last_sent = self._handshake_sent = clock.now()
+        self._sent.clear()  # a request of the connection before is answered on no other
 
     def handshake_answered(self, timeout_ms: int, resumed: bool, read_only: bool, zxid: int) -> None:
         started = self._handshake_sent

@@ -107,8 +107,8 @@ def wake(client: KazooClient) -> None:
 class TrafficListener(Protocol):
     """What a connection tells its session (session.py), from kazoo's connection thread: record, never block."""
 
-    def request_sent(self, xid: int | None, opcode: int) -> None:
-        """A request (or a ping) goes out now."""
+    def request_sent(self, xid: int, opcode: int) -> None:
+        """A request (or a ping) goes out now; a handshake's Connect is told by handshake_sent() instead."""
 
     def answer_read(self, xid: int, zxid: int, err: int) -> None:
         """An answer's header was read now (a watch event's too: xid -1)."""
@@ -133,7 +133,9 @@ def wrap_connection(client: KazooClient, listener: TrafficListener) -> None:
     kazoo_submit, kazoo_read_header, kazoo_invoke = conn._submit, conn._read_header, conn._invoke
 
     def _submit(request, timeout, xid=None):
-        listener.request_sent(xid, request.type)
+        # A Connect (no xid, no opcode) is answered outside the header stream: handshake_answered() tells of it.
+        if not isinstance(request, Connect):
+            listener.request_sent(xid, request.type)
         return kazoo_submit(request, timeout, xid)
 
     def _read_header(timeout):
