@@ -171,8 +171,9 @@ def test_kazoo_wire_modules_are_imported_by_the_adapter_only():
 class _ConnectionThreadShapes(ast.NodeVisitor):
     """``module:qualname`` of each callable kazoo runs on its connection thread, found by its shape: an object it
     answers (``set`` and ``set_exception``), a request record (``serialize`` and ``deserialize``), a subclass of a
-    kazoo class (a handler), the methods of a listener given to ``wrap_connection``, a function put in place of a
-    method of kazoo's connection, a state listener, a ``logger=``."""
+    kazoo class (a handler), the methods of a listener given to ``wrap_connection``, the handlers given to
+    ``Outcome`` (a ``functools.partial`` counts as its function, a lambda as undeclared), a function put in place
+    of a method of kazoo's connection, a state listener, a ``logger=``."""
 
     def __init__(self, module: str, tree: ast.AST) -> None:
         self.module, self.scope, self.found = module, [], {}
@@ -190,7 +191,26 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
             for alias in node.names
             if alias.name == "on_connection_thread" and alias.asname
         }
+        self.top_level = {n.name for n in getattr(tree, "body", []) if isinstance(n, ast.FunctionDef)}
         self.visit(tree)
+
+    def _function_named(self, name: str) -> str:
+        """The qualname a bare name refers to: a module-level function, else one defined in this scope."""
+        return name if name in self.top_level else ".".join([*self.scope, name])
+
+    def _outcome_handlers(self, node: ast.Call) -> None:
+        for handler in [*node.args, *(k.value for k in node.keywords)]:
+            if (
+                isinstance(handler, ast.Call)
+                and getattr(handler.func, "attr", getattr(handler.func, "id", "")) == "partial"
+            ):
+                handler = handler.args[0] if handler.args else handler
+            if isinstance(handler, ast.Name):
+                self._note(self._function_named(handler.id), node.lineno)
+            elif isinstance(handler, ast.Attribute):
+                self._note(".".join([*self.scope[:-1], handler.attr]), node.lineno)  # self.<method>
+            else:  # a lambda or anything else runs there too, and has no name to declare
+                self._note(f"<{type(handler).__name__.lower()} at line {handler.lineno}>", node.lineno)
 
     def _note(self, qualname: str, line: int) -> None:
         self.found[f"{self.module}:{qualname}"] = line
@@ -231,6 +251,8 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
                 owner = self.scope[:-1] if getattr(listener, "id", "") == "self" else [getattr(listener, "id", "?")]
                 for method in TRAFFIC:
                     self._note(".".join([*owner, method]), node.lineno)
+        if called == "Outcome":  # calls.Outcome(on_answer, on_error): both run on the connection thread
+            self._outcome_handlers(node)
         hooks = node.args if called == "add_listener" else []
         hooks += [k.value.func for k in node.keywords if k.arg == "logger" and isinstance(k.value, ast.Call)]
         hooks += node.args if called in self.mark_names else []
@@ -274,6 +296,23 @@ def outer():
 """
     found = _ConnectionThreadShapes("m.py", ast.parse(source)).found
     assert set(found) == {f"m.py:outer.{name}" for name in ("plain", "aliased", "by_module", "called")}, found
+
+
+def test_the_finder_sees_each_handler_given_to_an_outcome():
+    source = """
+import functools
+from ..client.kazoo_adapter.calls import Outcome
+
+def answered(node, result): pass
+
+class Node:
+    def release(self):
+        def failed(exc): pass
+        send(Outcome(functools.partial(answered, self), failed))
+        send(Outcome(on_answer=self.done, on_error=lambda exc: None))
+"""
+    found = _ConnectionThreadShapes("m.py", ast.parse(source)).found
+    assert set(found) == {"m.py:answered", "m.py:Node.release.failed", "m.py:Node.done", "m.py:<lambda at line 11>"}
 
 
 def test_every_callable_kazoo_runs_on_its_connection_thread_is_declared():

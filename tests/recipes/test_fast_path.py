@@ -11,6 +11,7 @@ from django.test import override_settings
 from tests.support.helpers import ROOT, raw_client, wait_until
 from tests.support.threads import HeldInThread
 from zklocks import lock_path, zk_lock
+from zklocks.client.kazoo_adapter.calls import Outcome, delete_request, send
 from zklocks.testing import ZkServer, mntr
 from zklocks.testing.proxy import TcpProxy
 
@@ -208,3 +209,23 @@ def test_a_contended_release_on_a_cut_link_returns_at_once_and_the_node_goes_aft
     finally:
         client.stop()
         link.stop()
+
+
+def test_an_outcome_handler_that_raises_is_logged_by_name_and_the_connection_goes_on(zk_server, caplog):
+    """calls.Outcome guards kazoo's connection thread: an exception there would end kazoo's loop and the client."""
+    client = raw_client(zk_server.hosts)
+    answered = threading.Event()
+
+    def broken_handler(value):
+        answered.set()
+        raise RuntimeError("handler bug")
+
+    try:
+        path = client.create("/outcome-guard-", b"", sequence=True)
+        send(client, delete_request(path), Outcome(broken_handler, broken_handler))
+        assert answered.wait(5)
+        assert client.exists(path) is None  # the client still answers, on the same session
+        assert client.connected
+        assert any("broken_handler" in r.getMessage() and r.exc_info for r in caplog.records), caplog.text
+    finally:
+        client.stop()

@@ -47,13 +47,13 @@ class Outcome:
         try:
             self.on_answer(value)
         except Exception:  # noqa: BLE001 see above
-            log.exception("zklocks: an answer could not be handed on from kazoo's connection thread")
+            log.exception("zklocks: %r failed on an answer, on kazoo's connection thread", self.on_answer)
 
     def set_exception(self, exception: BaseException) -> None:
         try:
             self.on_error(exception)
         except Exception:  # noqa: BLE001 see above
-            log.exception("zklocks: a failed request could not be handed on from kazoo's connection thread")
+            log.exception("zklocks: %r failed on an error, on kazoo's connection thread", self.on_error)
 
 
 def create_contender_async(client: KazooClient, path: str, data: bytes, acl: Any) -> Any:
