@@ -66,13 +66,16 @@ def read(alias: str | None = None, election: str | None = None) -> dict[str, Any
     for name in sorted(set(claims) | set(known)):
         claim = claims.get(name)
         extra = known.get(name, {})
+        due = extra.get("next_due")
+        if due is not None and claim is not None and due <= claim.sent_at:
+            due = None  # the tick just sent: the leader writes the next one right after its claims (some ms)
         view["entries"].append(
             {
                 "name": name,
                 "last_sent_at": claim.sent_at if claim else None,
                 "last_token": claim.token if claim else None,
                 "last_host": claim.host if claim else None,
-                "next_due": extra.get("next_due"),
+                "next_due": due,
                 "catch_up": extra.get("catch_up"),
                 "in_schedule": name in known,
             }
