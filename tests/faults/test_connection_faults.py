@@ -10,6 +10,7 @@ from tests.support.threads import HeldInThread
 from zklocks import LockLost, LockTimeout, ZkUnavailable, lock_path, signals, zk_lock
 from zklocks.client import clock
 from zklocks.client.pools import close_all, connections
+from zklocks.testing import ZkServer
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.zk
@@ -188,7 +189,7 @@ def test_lock_deadline_during_a_blip_is_an_outage_not_a_timeout(own_zk):
                 with zk_lock("busy", timeout=0.5):
                     pass
             # Within CONNECT_TIMEOUT + 1 s of the fault, the outage matrix's bound (docs/reliability.md), also when
-            # the session is declared lost first and the acquire asks a fresh one (queue.late_until).
+            # the session is declared lost first and the acquire asks a fresh one (queue.fresh_session_bound).
             assert time.monotonic() - started < 5.0 + 1.0
             proxy.heal()
             holder.release()
@@ -211,6 +212,80 @@ def test_waiter_on_a_quiet_healthy_connection_waits_out_its_timeout(zklocks_sett
         assert not connections["default"].session().unresponsive
     finally:
         holder.release()
+
+
+@pytest.fixture(scope="module")
+def long_sessions_zk():
+    """A server of this module's own that grants sessions up to 20 s (tickTime 100 ms)."""
+    server = ZkServer(tick_time=100, extra={"maxSessionTimeout": "20000"})
+    server.start()
+    yield server
+    server.cleanup()
+
+
+@pytest.mark.parametrize("session_timeout, connect_timeout", [(2.0, 2.0), (4.0, 3.0), (6.0, 5.0)])
+def test_an_outage_while_waiting_ends_within_connect_timeout_of_it_whatever_the_session_timeout(
+    long_sessions_zk, session_timeout, connect_timeout
+):
+    # However the outage is noticed (the silence watch, kazoo's dropped connection, the lease running out), the
+    # call ends within CONNECT_TIMEOUT (+ 1 s) of the fault: no wait that notices it starts a CONNECT_TIMEOUT of
+    # its own (before: 4.6, 7.5 and 12.9 s with these settings).
+    server = long_sessions_zk
+    options = dict(SESSION_TIMEOUT=session_timeout, CONNECT_TIMEOUT=connect_timeout, TICK_TIME=0.1)
+    with zk_settings(server.hosts, f"/faults-{session_timeout:g}-{connect_timeout:g}", **options):
+        holder = HeldInThread(zk_lock("outage"))
+        outcome: dict = {}
+
+        def wait():
+            try:
+                with zk_lock("outage", timeout=None):
+                    outcome["held"] = True
+            except BaseException as exc:  # noqa: BLE001 - handed to the assertion
+                outcome["error"] = exc
+            outcome["at"] = time.monotonic()
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        reader = raw_client(server.hosts)
+        try:
+            wait_until(lambda: len(tree(reader, holder.handle.path)) == 2, timeout=5)  # the waiter is queued
+        finally:
+            reader.stop()
+        fault_at = time.monotonic()
+        server.pause()
+        try:
+            waiter.join(connect_timeout + session_timeout + 5)
+        finally:
+            server.resume()
+        close_all(wait=False)
+        holder.release()
+        assert isinstance(outcome.get("error"), ZkUnavailable), outcome
+        assert outcome["at"] - fault_at <= connect_timeout + 1.0, outcome
+
+
+@pytest.mark.parametrize("fault", ["pause", "partition"])
+def test_an_acquire_on_a_session_that_outlived_its_server_ends_within_connect_timeout(long_sessions_zk, fault):
+    # The fault came first, the call second, on a session that looked alive: the session's loss (its lease runs
+    # out at about 2 s) leaves the fresh session only what is left of CONNECT_TIMEOUT (before: 8 s).
+    server = long_sessions_zk
+    proxy = TcpProxy("127.0.0.1", server.port).start()
+    try:
+        with zk_settings(proxy.hosts, f"/faults-late-{fault}", SESSION_TIMEOUT=2.0, CONNECT_TIMEOUT=5.0, TICK_TIME=0.1):
+            with zk_lock("late"):
+                pass
+            server.pause() if fault == "pause" else proxy.partition()
+            started = time.monotonic()
+            try:
+                with pytest.raises(ZkUnavailable, match="exclusive lock 'late'"):
+                    with zk_lock("late", timeout=None):
+                        pass
+            finally:
+                if fault == "pause":
+                    server.resume()
+            assert time.monotonic() - started <= 5.0 + 1.0
+            close_all(wait=False)
+    finally:
+        proxy.stop()
 
 
 def test_connection_loss_during_create_leaves_no_orphan(own_zk):

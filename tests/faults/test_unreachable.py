@@ -156,7 +156,7 @@ def test_middleware_answers_503(tmp_path, retry_after):
 
 def test_a_fresh_session_past_a_deadline_gets_only_what_is_left_of_connect_timeout():
     """An acquire whose session ended past its deadline asks for a fresh one with what is left of CONNECT_TIMEOUT
-    (queue.late_until): the outage still ends the call within CONNECT_TIMEOUT of the fault. A start given up that
+    (queue.fresh_session_bound): the outage still ends the call within CONNECT_TIMEOUT of the fault. A start given up that
     early answers only for itself: a thread of the same slot that waited for it with more time left tries again,
     and is not told "unavailable" by a start that had less time than it."""
     from zklocks.client.pools import connections

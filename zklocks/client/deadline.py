@@ -18,10 +18,11 @@ class Deadline:
     for an answer, with DeadlinePassed (for a check that must end when the lease does).
     """
 
-    __slots__ = ("at", "cancel", "hard")
+    __slots__ = ("at", "cancel", "hard", "started")
 
     def __init__(self, timeout: float | None, cancel: threading.Event | None = None, *, hard: bool = False) -> None:
-        self.at = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        self.started = time.monotonic()  # an outage met by the call is bounded from here at the latest
+        self.at = None if timeout is None else self.started + max(0.0, timeout)
         self.cancel = cancel  # set by an async caller whose task was cancelled
         self.hard = hard
 

@@ -28,6 +28,7 @@ from kazoo.protocol.states import KazooState, KeeperState
 from .. import conf
 from ..exceptions import ZkAuthError, ZkUnavailable
 from . import abandoned, clock, lease, observe, worker_threads
+from .deadline import Deadline
 from .interrupts import new_event, raised_by_signal_handler, unmasked
 from .iohandler import DEFAULT_HANDLER, readable_now
 from .kazoo_adapter import compat as kazoo_compat
@@ -345,16 +346,18 @@ class Session:
     def connected(self) -> bool:
         return self._connected.is_set() and not self.dead
 
-    def wait_connected(self, deadline: float | None) -> None:
+    def wait_connected(self, deadline: Deadline) -> None:
         """Wait for the connection to come back, at most CONNECT_TIMEOUT; ZkUnavailable if it does not.
 
-        A ``deadline`` (time.monotonic) that comes first ends the wait with ZkUnavailable too: an outage is never
-        reported as a lock held elsewhere.
+        The call's ``deadline``, if it comes first, ends the wait with ZkUnavailable too: an outage is never
+        reported as a lock held elsewhere. CONNECT_TIMEOUT counts from the later of the call's start and the fault
+        (the connection's last answer at the earliest), not from this wait: a call that waited behind a holder, or
+        met the fault first in another wait, ends within CONNECT_TIMEOUT of it.
         """
         if self.connected:
             return
-        outage_at = time.monotonic() + self.cfg.connect_timeout
-        limit = outage_at if deadline is None else min(outage_at, deadline)
+        outage_at = self.outage_bound(deadline.started)
+        limit = outage_at if deadline.at is None else min(outage_at, deadline.at)
         while not self.connected:
             if self.dead:
                 return
@@ -366,6 +369,15 @@ class Session:
                     f"lost the connection and could not reconnect within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
                 )
             self._connected.wait(min(remaining, 0.05))
+
+    def outage_bound(self, started: float | None) -> float:
+        """When (time.monotonic) a call that ``started`` then and meets an outage of this session's connection
+        raises ZkUnavailable: CONNECT_TIMEOUT after the later of its start and the fault, which began at the last
+        answer at the earliest."""
+        now = time.monotonic()
+        fault = now - max(0.0, clock.now() - self.last_answer)
+        began = fault if started is None else max(started, fault)
+        return began + self.cfg.connect_timeout
 
     def unavailable(self, detail: str) -> ZkUnavailable:
         """The error for a call that met an outage of this session's connection, with kazoo's causes."""

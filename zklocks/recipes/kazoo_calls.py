@@ -210,6 +210,10 @@ def overdue(session: Session, deadline: Deadline, *, finally_: bool) -> None:
         raise SessionGone()
     if session.unresponsive:
         raise session.unavailable("connected, but the server answers nothing")
+    if outage_over(session, deadline):
+        raise session.unavailable(
+            f"lost the connection and could not reconnect within CONNECT_TIMEOUT={session.cfg.connect_timeout:g}s"
+        )
     if finally_:
         raise translate(KazooTimeoutError(), session.alias, timeout=session.cfg.connect_timeout)
     if not session.connected:
@@ -221,15 +225,26 @@ def silence_check(session: Session) -> float:
     return max(0.05, session.cfg.connect_timeout / 16)
 
 
-def answered(async_result, session: Session, limit: float) -> bool:
-    """Wait at most ``limit`` seconds for the answer; False sooner once the session is marked unresponsive
-    (Session._watch: a server silent since before the request was sent, a pause or a cut link that came while
-    something waited). CONNECT_TIMEOUT then counts from the silence, not from this request."""
+def outage_over(session: Session, deadline: Deadline) -> bool:
+    """The connection is down, and CONNECT_TIMEOUT has passed since the later of the call's start and the fault."""
+    return not session.connected and time.monotonic() >= session.outage_bound(deadline.started)
+
+
+def given_up(session: Session, end: float, deadline: Deadline) -> bool:
+    """An answer awaited until ``end`` is given up: the session ended, it was marked unresponsive (Session._watch:
+    a server silent since before the request was sent, a pause or a cut link that came while something waited),
+    ``end`` came, or the outage outlasted CONNECT_TIMEOUT. CONNECT_TIMEOUT counts from the fault, not from this
+    request."""
+    return session.dead or session.unresponsive or time.monotonic() >= end or outage_over(session, deadline)
+
+
+def answered(async_result, session: Session, limit: float, deadline: Deadline) -> bool:
+    """Wait at most ``limit`` seconds for the answer; False sooner once it is given up (given_up)."""
     end = time.monotonic() + limit
     step = silence_check(session)
     try:
         while not async_result.wait(max(0.0, min(end - time.monotonic(), step))):
-            if session.unresponsive or time.monotonic() >= end:
+            if given_up(session, end, deadline):
                 return False
     except RuntimeError as exc:
         raise unmasked(exc) from None  # a signal handler's exception, hidden by threading's Condition
@@ -243,9 +258,9 @@ def wait_result(async_result, session: Session, deadline: Deadline):
     the caller: nothing here catches it.
     """
     first, rest = answer_limits(session, deadline)
-    if not answered(async_result, session, first):
+    if not answered(async_result, session, first, deadline):
         overdue(session, deadline, finally_=rest <= 0)
-        if not answered(async_result, session, rest):
+        if not answered(async_result, session, rest, deadline):
             overdue(session, deadline, finally_=True)
     return outcome(async_result, session)
 
@@ -274,7 +289,7 @@ def call(session: Session, make: Callable[[], object], deadline: Deadline):
         try:
             return wait_result(make(), session, deadline)
         except (ConnectionLoss, OperationTimeoutError):
-            session.wait_connected(deadline.at)
+            session.wait_connected(deadline)
             if deadline.final():
                 raise DeadlinePassed() from None
             if deadline.expired():

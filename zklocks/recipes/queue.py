@@ -18,7 +18,6 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import Callback, EventType
 
-from ..client import clock
 from ..client.iohandler import on_connection_thread
 from ..client.kazoo_options import outside_writers
 from ..client.session import Session
@@ -282,7 +281,7 @@ class Contender(OwnNode):
 
 def _connected(session: Session, deadline: Deadline) -> Blocking:
     """Wait for the connection to come back (a thread for the loop driver: only during an outage)."""
-    return Blocking(lambda: session.wait_connected(deadline.at), fast=lambda: True if session.connected else None)
+    return Blocking(lambda: session.wait_connected(deadline), fast=lambda: True if session.connected else None)
 
 
 def acquire(
@@ -315,17 +314,17 @@ def acquire_steps(
 ) -> Steps:
     """Enqueue and wait until held; the value is the Contender. LockNotAcquired / LockTimeout / ZkUnavailable
     otherwise. If the session ends while we wait, re-enqueue on a fresh session within our own deadline
-    (``get_session(within=s)`` bounds the wait for it past the deadline, see late_until).
+    (``get_session(within=s)`` bounds the wait for it after an outage or past the deadline, see
+    fresh_session_bound).
     ``peek_session`` returns a ready session without blocking, or None. ``delay``: the lock-delay in seconds
     (lock_delay.py), which this contender honours and, after an unclean loss, starts.
     """
     late_gone = 0  # sessions ended after the deadline (see gone_again)
     last_session: Session | None = None  # the session of the last attempt
     while True:
-        if late_gone and last_session is not None:
-            session = yield Blocking(
-                functools.partial(late_session, get_session, late_until(last_session)), fast=peek_session
-            )
+        until = fresh_session_bound(last_session, late_gone, deadline)
+        if until is not None:
+            session = yield Blocking(functools.partial(late_session, get_session, until), fast=peek_session)
         else:
             session = yield Blocking(get_session, fast=peek_session)
         last_session = session
@@ -446,22 +445,39 @@ def gone_again(late_gone: int, session: Session, deadline: Deadline) -> int:
     return late_gone + 1
 
 
-# What a fresh session asked for past the deadline gets at the least, however late (capped at CONNECT_TIMEOUT): a
-# server that answers gets its attempt though the call's own bound has run out (a paused process, a slow expiry).
+# The losses that mean ZooKeeper did not answer (the lease ran out, no reconnect for a whole session timeout), as
+# opposed to an answer that ended the session (expired) or our own close.
+OUTAGES = frozenset({"suspended", "unreachable"})
+
+
+def fresh_session_bound(ended: Session | None, late_gone: int, deadline: Deadline) -> float | None:
+    """When (time.monotonic) the session that replaces ``ended`` must be there, or None for a whole
+    CONNECT_TIMEOUT: after an outage, or a loss past the call's deadline (gone_again), CONNECT_TIMEOUT counts from
+    the later of the call's start and the fault (Session.outage_bound), so that an outage ends the call within
+    CONNECT_TIMEOUT of it (docs/reliability.md), however it was noticed. A session lost to an outage once that
+    time has passed (its lease ran out after it) ends the call with ZkUnavailable at once."""
+    if ended is None or not ended.dead:
+        return None
+    outage = ended.dead_reason in OUTAGES
+    if not (late_gone or outage):
+        return None
+    until = ended.outage_bound(deadline.started)
+    if outage and until <= time.monotonic():
+        raise ended.unavailable(
+            f"the session was lost ({ended.dead_reason}) after CONNECT_TIMEOUT={ended.cfg.connect_timeout:g}s of "
+            "silence: ZooKeeper answered nothing, or this process was paused"
+        )
+    return until
+
+
+# What a fresh session asked for past the call's deadline gets at the least, however late (capped at
+# CONNECT_TIMEOUT): a server that answers gets its attempt though the call's own bound has run out (a slow expiry).
 LATE_FLOOR = 1.0
 
 
-def late_until(ended: Session) -> float:
-    """When a fresh session, asked for because ``ended`` ended past the call's deadline (gone_again), must be there
-    (on time.monotonic()): CONNECT_TIMEOUT counted from the ended session's last answer, where the fault began at
-    the earliest, so that an outage ends the call within CONNECT_TIMEOUT of the fault (docs/reliability.md)."""
-    silent_for = max(0.0, clock.now() - ended.last_answer)
-    return time.monotonic() - silent_for + ended.cfg.connect_timeout
-
-
 def late_session(get_session: Callable[..., Session], until: float) -> Session:
-    """``get_session`` bounded by ``until`` (late_until), counted when it runs: a thread or the event loop's
-    executor may take it up later than it was asked for."""
+    """``get_session`` bounded by ``until`` (fresh_session_bound), counted when it runs: a thread or the event
+    loop's executor may take it up later than it was asked for."""
     return get_session(within=max(LATE_FLOOR, until - time.monotonic()))
 
 

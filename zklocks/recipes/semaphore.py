@@ -92,8 +92,9 @@ def _acquire(
     late_gone = 0
     last_session: Session | None = None  # the session of the last attempt
     while True:
-        if late_gone and last_session is not None:
-            session = queue.late_session(get_session, queue.late_until(last_session))
+        until = queue.fresh_session_bound(last_session, late_gone, deadline)
+        if until is not None:
+            session = queue.late_session(get_session, until)
         else:
             session = get_session()
         last_session = session
@@ -234,7 +235,7 @@ def _recover_lease(lease: Contender, deadline: Deadline) -> bool:
     """After a connection loss during our lease create: True once our lease node is adopted, False if the
     create was never applied (docs/design.md §3, as the lock queue does)."""
     session, client = lease.session, lease.session.client
-    session.wait_connected(deadline.at)
+    session.wait_connected(deadline)
     # sync first: we may have reconnected to a server that has not applied our create yet.
     call(session, lambda: client.sync_async(lease.parent), deadline)
     children = call(session, lambda: client.get_children_async(lease.parent), deadline)

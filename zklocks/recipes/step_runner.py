@@ -31,6 +31,7 @@ from .kazoo_calls import (
     answer_limits,
     call,
     children_of,
+    given_up,
     outcome,
     overdue,
     silence_check,
@@ -247,18 +248,18 @@ async def _answer(async_result, session: Session, deadline: Deadline) -> Any:
 async def _settled(future: asyncio.Future, session: Session, deadline: Deadline) -> None:
     """``wait_result``'s rule on the loop: the answer, or ZkUnavailable; never a timeout without an answer."""
     first, rest = answer_limits(session, deadline)
-    if not await _answered(future, session, first):
+    if not await _answered(future, session, first, deadline):
         overdue(session, deadline, finally_=rest <= 0)
-        if not await _answered(future, session, rest):
+        if not await _answered(future, session, rest, deadline):
             overdue(session, deadline, finally_=True)
 
 
-async def _answered(future: asyncio.Future, session: Session, limit: float) -> bool:
-    """``kazoo_calls.answered`` on the loop: False sooner once the session is marked unresponsive."""
+async def _answered(future: asyncio.Future, session: Session, limit: float, deadline: Deadline) -> bool:
+    """``kazoo_calls.answered`` on the loop: False sooner once the answer is given up (kazoo_calls.given_up)."""
     end = time.monotonic() + limit
     step = silence_check(session)
     while not await _within(future, max(0.0, min(end - time.monotonic(), step))):
-        if session.unresponsive or time.monotonic() >= end:
+        if given_up(session, end, deadline):
             return False
     return True
 
@@ -272,7 +273,7 @@ async def _request(make: Callable[[], Any], session: Session, deadline: Deadline
             return await _answer(make(), session, deadline)
         except (ConnectionLoss, OperationTimeoutError):
             if not session.connected:
-                await asyncio.get_running_loop().run_in_executor(_blocking_pool(), session.wait_connected, deadline.at)
+                await asyncio.get_running_loop().run_in_executor(_blocking_pool(), session.wait_connected, deadline)
             if deadline.final():
                 raise DeadlinePassed() from None
             if deadline.expired():
