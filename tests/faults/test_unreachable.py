@@ -4,6 +4,7 @@ command prints only its error, and a view that lets ZkUnavailable escape answers
 import contextlib
 import logging
 import re
+import socket
 import sys
 import threading
 import time
@@ -156,9 +157,9 @@ def test_middleware_answers_503(tmp_path, retry_after):
 
 def test_a_fresh_session_past_a_deadline_gets_only_what_is_left_of_connect_timeout():
     """An acquire whose session ended past its deadline asks for a fresh one with what is left of CONNECT_TIMEOUT
-    (queue.fresh_session_bound): the outage still ends the call within CONNECT_TIMEOUT of the fault. A start given up that
-    early answers only for itself: a thread of the same slot that waited for it with more time left tries again,
-    and is not told "unavailable" by a start that had less time than it."""
+    (queue.fresh_session_bound): the outage still ends the call within CONNECT_TIMEOUT of the fault. A start given
+    up that early answers only for itself: a thread of the same slot that waited for it with more time left tries
+    again, and is not told "unavailable" by a start that had less time than it."""
     from zklocks.client.pools import connections
 
     port = free_port()
@@ -189,3 +190,50 @@ def test_a_fresh_session_past_a_deadline_gets_only_what_is_left_of_connect_timeo
             assert ended["late"] < 1.0 and ended["full"] >= 1.8, ended
         finally:
             close_all()
+
+
+@contextlib.contextmanager
+def _hung_server(kind: str, zk_server):
+    """A server first in HOSTS that never lets a session start: one that accepts the connection and answers nothing
+    (a hung JVM), or one whose connect never completes (a full accept queue: the SYN is dropped, as a firewall
+    would)."""
+    if kind == "answers nothing":
+        from zklocks.testing.proxy import TcpProxy
+
+        host, port = zk_server.hosts.split(":")
+        proxy = TcpProxy(host, int(port)).start()
+        proxy.partition(refuse_new=False)
+        try:
+            yield proxy.hosts
+        finally:
+            proxy.stop()
+        return
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    filler = socket.create_connection(("127.0.0.1", port))  # fills the queue: the next connect hangs
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        filler.close()
+        listener.close()
+
+
+@pytest.mark.zk
+@pytest.mark.parametrize("kind", ["answers nothing", "connect hangs"])
+def test_a_hung_server_in_hosts_leaves_time_for_the_next_one(zk_server, zklocks_settings, kind):
+    # kazoo gives a server the session timeout to connect and its share of it to answer the handshake; with a long
+    # SESSION_TIMEOUT one hung server used up the whole CONNECT_TIMEOUT (ZkUnavailable after 5 s), and the healthy
+    # second one was never tried. Each server now gets its share of CONNECT_TIMEOUT.
+    with _hung_server(kind, zk_server) as hung:
+        zklocks_settings(
+            HOSTS=f"{hung},{zk_server.hosts}",
+            SESSION_TIMEOUT=12.0,
+            CONNECT_TIMEOUT=5.0,
+            OPTIONS={"randomize_hosts": False},  # the hung one first
+        )
+        started = time.monotonic()
+        with zk_lock("next-host", timeout=1):
+            pass
+        assert time.monotonic() - started < 5.0

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import kazoo
+from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.connection import ConnectionHandler
 
 from zklocks.client import interrupts
@@ -173,7 +174,7 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
     answers (``set`` and ``set_exception``), a request record (``serialize`` and ``deserialize``), a subclass of a
     kazoo class (a handler), the methods of a listener given to ``wrap_connection``, the handlers given to
     ``Outcome`` (a ``functools.partial`` counts as its function, a lambda as undeclared), a function put in place
-    of a method of kazoo's connection, a state listener, a ``logger=``."""
+    of a method of kazoo's connection or its handler, a state listener, a ``logger=``."""
 
     def __init__(self, module: str, tree: ast.AST) -> None:
         self.module, self.scope, self.found = module, [], {}
@@ -237,16 +238,22 @@ class _ConnectionThreadShapes(ast.NodeVisitor):
     visit_FunctionDef = visit_AsyncFunctionDef = _function
 
     def visit_Assign(self, node: ast.Assign) -> None:
-        replaced = [t for t in node.targets if isinstance(t, ast.Attribute) and hasattr(ConnectionHandler, t.attr)]
+        replaced = [
+            t
+            for t in node.targets
+            if isinstance(t, ast.Attribute)
+            and (hasattr(ConnectionHandler, t.attr) or callable(getattr(SequentialThreadingHandler, t.attr, None)))
+        ]
         if replaced and isinstance(node.value, ast.Name):
-            self._note(".".join([*self.scope, node.value.id]), node.lineno)  # conn._read = <a function here>
+            # conn._read = <a function here>, or conn.handler.create_connection = <one>
+            self._note(".".join([*self.scope, node.value.id]), node.lineno)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
         if called == "wrap_connection":  # the listener's methods: wrap_connection(client, self)
-            listeners = [*node.args[1:], *(k.value for k in node.keywords)]
+            listeners = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "listener")]
             for listener in listeners:
                 owner = self.scope[:-1] if getattr(listener, "id", "") == "self" else [getattr(listener, "id", "?")]
                 for method in TRAFFIC:

@@ -131,7 +131,8 @@ class Session:
             connection_retry=retry,
             **options,
         )
-        wrap_connection(self.client, self)  # the lease's view of the traffic (request_sent() ...)
+        # the lease's view of the traffic (request_sent() ...); each server's share of CONNECT_TIMEOUT
+        wrap_connection(self.client, self, attempt_limit=cfg.connect_timeout)
         raise_through_wakeup(self.client)
         if cfg.read_only:
             refuse_writes(self.client, cfg.alias)

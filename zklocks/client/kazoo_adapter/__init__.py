@@ -164,6 +164,8 @@ CONNECTION_THREAD: tuple[Callback, ...] = (
              "calls kazoo's own, then tells the listener"),
     Callback("client/kazoo_adapter/hooks.py:wrap_connection._invoke", "ConnectionHandler._invoke (the handshake)",
              "calls kazoo's own, telling the listener before and after a handshake"),
+    Callback("client/kazoo_adapter/hooks.py:wrap_connection.create_connection", "ConnectionHandler._connect "
+             "(handler.create_connection)", "caps the timeout, then calls the handler's own"),
     Callback("client/session.py:Session.request_sent", "hooks.wrap_connection (its TrafficListener)",
              "records a time; no I/O of its own"),
     Callback("client/session.py:Session.answer_read", "hooks.wrap_connection (its TrafficListener)",

@@ -125,12 +125,18 @@ class TrafficListener(Protocol):
 TRAFFIC = ("request_sent", "answer_read", "handshake_sent", "handshake_answered")
 
 
-def wrap_connection(client: KazooClient, listener: TrafficListener) -> None:
+def wrap_connection(client: KazooClient, listener: TrafficListener, attempt_limit: float | None = None) -> None:
     """Tell ``listener`` of each request sent, each answer read and each handshake of the client's connection:
     kazoo's connection thread calls these in place of the ConnectionHandler's own methods, through ``self``
-    (compat.py checks that it does), and each calls kazoo's method."""
+    (compat.py checks that it does), and each calls kazoo's method.
+
+    With ``attempt_limit`` (CONNECT_TIMEOUT), each server of the list gets its share of it at most, for the TCP
+    connect and for the handshake's answer: kazoo gives each the session timeout (its share for the handshake), so a
+    hung server would otherwise use up the whole CONNECT_TIMEOUT before the next one is tried.
+    """
     conn = client._connection
     kazoo_submit, kazoo_read_header, kazoo_invoke = conn._submit, conn._read_header, conn._invoke
+    share = None if attempt_limit is None else attempt_limit / max(1, len(client.hosts))
 
     def _submit(request, timeout, xid=None):
         # A Connect (no xid, no opcode) is answered outside the header stream: handshake_answered() tells of it.
@@ -146,6 +152,8 @@ def wrap_connection(client: KazooClient, listener: TrafficListener) -> None:
     def _invoke(timeout, request, xid=None):
         if not isinstance(request, Connect):
             return kazoo_invoke(timeout, request, xid)
+        if share is not None:
+            timeout = min(timeout, share)
         listener.handshake_sent()
         answer = kazoo_invoke(timeout, request, xid)
         result, zxid = answer
@@ -157,6 +165,15 @@ def wrap_connection(client: KazooClient, listener: TrafficListener) -> None:
     conn._submit = _submit
     conn._read_header = _read_header
     conn._invoke = _invoke
+    if share is not None:
+        kazoo_create_connection = conn.handler.create_connection
+
+        def create_connection(*args, **kwargs):
+            if kwargs.get("timeout") is not None:
+                kwargs["timeout"] = min(kwargs["timeout"], share)
+            return kazoo_create_connection(*args, **kwargs)
+
+        conn.handler.create_connection = create_connection  # this session's handler (session.py makes one each)
 
 
 def read_without_select(client: KazooClient) -> None:
