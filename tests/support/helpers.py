@@ -63,7 +63,8 @@ def run_zklocks_check(*args: str) -> tuple[list[str], str | None]:
 
 def zk_settings(hosts: str, namespace: str, **options):
     """``override_settings`` with one alias, 'default', on ``hosts``: short timeouts, no reaper, and the tick of
-    the suite's servers (200 ms at most), unless ``options`` say otherwise."""
+    the suite's servers (200 ms at most), unless ``options`` say otherwise (``TICK_TIME=None``: not set, as in a
+    project that leaves it out)."""
     from django.test import override_settings
 
     cfg = {
@@ -75,7 +76,10 @@ def zk_settings(hosts: str, namespace: str, **options):
         "TICK_TIME": 0.2,
         **options,
     }
-    cfg["TICK_TIME"] = min(cfg["TICK_TIME"], cfg["SESSION_TIMEOUT"] / 2)
+    if cfg["TICK_TIME"] is None:
+        del cfg["TICK_TIME"]
+    else:
+        cfg["TICK_TIME"] = min(cfg["TICK_TIME"], cfg["SESSION_TIMEOUT"] / 2)
     return override_settings(ZKLOCKS={"default": cfg})
 
 
