@@ -48,6 +48,18 @@ def own_zk():
     server.cleanup()
 
 
+@pytest.fixture(scope="module")
+def long_sessions_zk():
+    """A standalone server of the module's own that grants sessions up to 20 s (tickTime 100 ms would cap them at
+    2 s), for faults against a SESSION_TIMEOUT longer than CONNECT_TIMEOUT."""
+    from zklocks.testing import ZkServer
+
+    server = ZkServer(tick_time=100, extra={"maxSessionTimeout": "20000"})
+    server.start()
+    yield server
+    server.cleanup()
+
+
 # -- markers by what a test starts, and the two tiers (CONTRIBUTING.md, "Two tiers") --
 
 # A test gets a marker for each real component it starts beyond the suite's shared server, so that a contributor
@@ -55,6 +67,7 @@ def own_zk():
 _FIXTURE_MARKS = {
     "zk_ensemble": "ensemble",
     "own_zk": "ensemble",
+    "long_sessions_zk": "ensemble",
     "ensemble": "ensemble",
     "ens": "ensemble",
     "cut_off": "ensemble",

@@ -10,7 +10,6 @@ from tests.support.threads import HeldInThread
 from zklocks import LockLost, LockTimeout, ZkUnavailable, lock_path, signals, zk_lock
 from zklocks.client import clock
 from zklocks.client.pools import close_all, connections
-from zklocks.testing import ZkServer
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.zk
@@ -212,15 +211,6 @@ def test_waiter_on_a_quiet_healthy_connection_waits_out_its_timeout(zklocks_sett
         assert not connections["default"].session().unresponsive
     finally:
         holder.release()
-
-
-@pytest.fixture(scope="module")
-def long_sessions_zk():
-    """A server of this module's own that grants sessions up to 20 s (tickTime 100 ms)."""
-    server = ZkServer(tick_time=100, extra={"maxSessionTimeout": "20000"})
-    server.start()
-    yield server
-    server.cleanup()
 
 
 @pytest.mark.parametrize("session_timeout, connect_timeout", [(2.0, 2.0), (4.0, 3.0), (6.0, 5.0)])

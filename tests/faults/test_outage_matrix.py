@@ -68,13 +68,10 @@ def settings(hosts: str, **options):
 
 
 @pytest.fixture(scope="module")
-def server():
-    # tickTime 100 ms caps session timeouts at 2 s by default: allow SESSION_TIMEOUT, so that a lease outlives
-    # CONNECT_TIMEOUT and the cells see the outage, not a loss.
-    zk = ZkServer(tick_time=100, extra={"maxSessionTimeout": "20000"})
-    zk.start()
-    yield zk
-    zk.cleanup()
+def server(long_sessions_zk):
+    # A SESSION_TIMEOUT longer than CONNECT_TIMEOUT, so that a lease outlives it and the cells see the outage, not a
+    # loss.
+    return long_sessions_zk
 
 
 @pytest.fixture
