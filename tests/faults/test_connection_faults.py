@@ -278,6 +278,43 @@ def test_an_acquire_on_a_session_that_outlived_its_server_ends_within_connect_ti
         proxy.stop()
 
 
+def _freeze_process(seconds: float) -> None:
+    """Stop every Python thread of this process (kazoo's too) for ``seconds``, as SIGSTOP, a GC pause or swapping
+    would: a C sleep that keeps the GIL (ctypes.PyDLL). The clocks run on."""
+    import ctypes
+
+    ctypes.PyDLL(None).usleep(int(seconds * 1e6))
+
+
+@pytest.mark.parametrize("waited_before", [0.5, 3.0])
+def test_a_waiter_whose_process_was_paused_past_its_session_re_enqueues_and_holds(own_zk, waited_before):
+    # The session's lease runs out during the pause (a loss this process sees as an outage, since the silence was
+    # its own): the fresh session still gets its attempt, and the healthy server gives the lock to the waiter.
+    with zk_settings(own_zk.hosts, "/faults-paused", SESSION_TIMEOUT=2.0, CONNECT_TIMEOUT=2.0, POOL_SIZE=2):
+        holder = HeldInThread(zk_lock("paused"))
+        outcome: dict = {}
+
+        def wait():
+            try:
+                with zk_lock("paused", timeout=None):
+                    outcome["held"] = True
+            except BaseException as exc:  # noqa: BLE001 - handed to the assertion
+                outcome["error"] = exc
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        reader = raw_client(own_zk.hosts)
+        try:
+            wait_until(lambda: len(tree(reader, holder.handle.path)) == 2, timeout=5)  # the waiter is queued
+        finally:
+            reader.stop()
+        time.sleep(waited_before)
+        _freeze_process(5.0)  # longer than the session timeout: the server expires both sessions
+        waiter.join(15)
+        holder.release()
+        assert outcome.get("held"), outcome
+
+
 def test_connection_loss_during_create_leaves_no_orphan(own_zk):
     proxy = TcpProxy("127.0.0.1", own_zk.port).start()
     try:

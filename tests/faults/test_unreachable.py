@@ -237,3 +237,41 @@ def test_a_hung_server_in_hosts_leaves_time_for_the_next_one(zk_server, zklocks_
         with zk_lock("next-host", timeout=1):
             pass
         assert time.monotonic() - started < 5.0
+
+
+@pytest.mark.zk
+def test_a_slow_but_working_ensemble_still_connects(long_sessions_zk, zklocks_settings):
+    # Five servers in HOSTS share CONNECT_TIMEOUT (1 s each), but each gets ATTEMPT_FLOOR (2 s) at the least: a
+    # handshake answered after 1.2 s (a slow createSession, a WAN) still connects.
+    from zklocks.testing.proxy import TcpProxy
+
+    proxies = [TcpProxy("127.0.0.1", long_sessions_zk.port).start() for _ in range(5)]
+    for proxy in proxies:
+        proxy.latency = 1.2
+    try:
+        zklocks_settings(
+            HOSTS=",".join(p.hosts for p in proxies), SESSION_TIMEOUT=10.0, CONNECT_TIMEOUT=5.0, TICK_TIME=0.1
+        )
+        from zklocks.client.pools import connections
+
+        assert connections["default"].session().connected  # (each request of a lock would take 1.2 s more)
+    finally:
+        close_all(wait=False)
+        for proxy in proxies:
+            proxy.stop()
+
+
+@pytest.mark.zk
+def test_a_handler_instance_given_in_options_is_never_wrapped(zklocks_settings):
+    # It may be shared (by a pool's sessions, by aliases): each session wrapping it again would nest without end.
+    # Only a handler a session makes for itself gets the connect cap.
+    from kazoo.handlers.threading import SequentialThreadingHandler
+
+    from zklocks.client.pools import connections
+
+    handler = SequentialThreadingHandler()
+    zklocks_settings(OPTIONS={"handler": handler})
+    with zk_lock("shared-handler"):
+        pass
+    assert "create_connection" not in vars(handler)
+    assert connections["default"].session().client.handler is handler

@@ -43,6 +43,8 @@ log = logging.getLogger("zklocks")
 # A connected server that answers nothing for this share of CONNECT_TIMEOUT, with a request waiting, is taken
 # for paused or cut off: waiters raise ZkUnavailable (a probe goes every quarter, so the whole stays within it).
 RESPONSE_LIMIT = 0.75
+# A look of the silence watch scheduled for the moment a condition comes true goes this much after it.
+LOOK_SLACK = 0.005
 
 
 def every_step(*steps: Callable[[], object]) -> None:
@@ -122,7 +124,8 @@ class Session:
         self.kazoo_log = KazooLog(secrets=[cred for _, cred in cfg.auth])
         options.setdefault("logger", self.kazoo_log)
         handler = options.get("handler", DEFAULT_HANDLER)  # a class: one per session (kazoo stops it with the client)
-        options["handler"] = handler() if isinstance(handler, type) else handler
+        own_handler = isinstance(handler, type)  # an instance in OPTIONS may be shared: never wrapped
+        options["handler"] = handler() if own_handler else handler
         self.client = KazooClient(
             hosts=cfg.hosts,
             timeout=cfg.session_timeout,
@@ -132,7 +135,7 @@ class Session:
             **options,
         )
         # the lease's view of the traffic (request_sent() ...); each server's share of CONNECT_TIMEOUT
-        wrap_connection(self.client, self, attempt_limit=cfg.connect_timeout)
+        wrap_connection(self.client, self, attempt_limit=cfg.connect_timeout, cap_connect=own_handler)
         raise_through_wakeup(self.client)
         if cfg.read_only:
             refuse_writes(self.client, cfg.alias)
@@ -175,6 +178,8 @@ class Session:
 
     def handshake_answered(self, timeout_ms: int, resumed: bool, read_only: bool, zxid: int) -> None:
         started = self._handshake_sent
+        self.last_answer = clock.now()  # an answer like any (an outage counts from here: outage_bound)
+        self.unresponsive = False
         self._zxid = max(self._zxid, zxid)
         if timeout_ms <= 0:
             return
@@ -633,7 +638,9 @@ class Session:
     # -- outages seen from a session that exists: a silent server, a server that refuses the session --
 
     def _watch(self) -> None:
-        """While something waits on this session: every quarter of CONNECT_TIMEOUT, look for a silent server.
+        """While something waits on this session: look for a silent server every quarter of CONNECT_TIMEOUT, and
+        at the moment a request would be late or the connection idle for that quarter, so that a fault is seen
+        within CONNECT_TIMEOUT of it (before a lease that runs out a little later than that).
 
         A server that is paused or cut off keeps the TCP connection open, so kazoo notices only after two thirds
         of the session timeout. A waiter must hear of it within CONNECT_TIMEOUT: once a request has been
@@ -660,11 +667,15 @@ class Session:
                         self._wake_waiters()
                 elif late:  # excused: look again when the excuse runs out, not a whole period later
                     next_look = min(period, self.cfg.connect_timeout - silent_for)
-                elif oldest is None and now - self.last_sent >= period:
+                elif oldest is not None:  # look again the moment it would be late, not up to a period after
+                    next_look = min(period, max(oldest, now - silent_for) + limit - now + LOOK_SLACK)
+                elif now - self.last_sent >= period:
                     try:
                         self.client.exists_async("/")
                     except Exception:
                         log.debug("zklocks: probe of alias %r not sent", self.alias, exc_info=True)
+                else:  # probe the moment the connection has been idle for a period
+                    next_look = self.last_sent + period - now + LOOK_SLACK
         finally:  # whatever failed above, the watch goes on while something waits
             worker_threads.get().call_later(next_look, self._watch)
 

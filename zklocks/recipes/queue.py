@@ -454,24 +454,16 @@ def fresh_session_bound(ended: Session | None, late_gone: int, deadline: Deadlin
     """When (time.monotonic) the session that replaces ``ended`` must be there, or None for a whole
     CONNECT_TIMEOUT: after an outage, or a loss past the call's deadline (gone_again), CONNECT_TIMEOUT counts from
     the later of the call's start and the fault (Session.outage_bound), so that an outage ends the call within
-    CONNECT_TIMEOUT of it (docs/reliability.md), however it was noticed. A session lost to an outage once that
-    time has passed (its lease ran out after it) ends the call with ZkUnavailable at once."""
-    if ended is None or not ended.dead:
+    CONNECT_TIMEOUT of it (docs/reliability.md), however it was noticed. late_session gives the fresh session
+    LATE_FLOOR at the least: a process that was itself paused past its lease finds a healthy server again."""
+    if ended is None or not ended.dead or not (late_gone or ended.dead_reason in OUTAGES):
         return None
-    outage = ended.dead_reason in OUTAGES
-    if not (late_gone or outage):
-        return None
-    until = ended.outage_bound(deadline.started)
-    if outage and until <= time.monotonic():
-        raise ended.unavailable(
-            f"the session was lost ({ended.dead_reason}) after CONNECT_TIMEOUT={ended.cfg.connect_timeout:g}s of "
-            "silence: ZooKeeper answered nothing, or this process was paused"
-        )
-    return until
+    return ended.outage_bound(deadline.started)
 
 
-# What a fresh session asked for past the call's deadline gets at the least, however late (capped at
-# CONNECT_TIMEOUT): a server that answers gets its attempt though the call's own bound has run out (a slow expiry).
+# What a fresh session asked for after an outage or past the call's deadline gets at the least, however late
+# (capped at CONNECT_TIMEOUT): a server that answers gets its attempt though the call's own bound has run out (this
+# process was paused past its lease, a slow expiry).
 LATE_FLOOR = 1.0
 
 

@@ -125,18 +125,29 @@ class TrafficListener(Protocol):
 TRAFFIC = ("request_sent", "answer_read", "handshake_sent", "handshake_answered")
 
 
-def wrap_connection(client: KazooClient, listener: TrafficListener, attempt_limit: float | None = None) -> None:
+# The least a server of the list gets to connect and answer the handshake, however many servers share the
+# CONNECT_TIMEOUT (capped at it): a slow but working ensemble (a quorum write with a slow fsync, a WAN, a TLS
+# handshake) still connects.
+ATTEMPT_FLOOR = 2.0
+
+
+def wrap_connection(
+    client: KazooClient, listener: TrafficListener, attempt_limit: float | None = None, *, cap_connect: bool = False
+) -> None:
     """Tell ``listener`` of each request sent, each answer read and each handshake of the client's connection:
     kazoo's connection thread calls these in place of the ConnectionHandler's own methods, through ``self``
     (compat.py checks that it does), and each calls kazoo's method.
 
-    With ``attempt_limit`` (CONNECT_TIMEOUT), each server of the list gets its share of it at most, for the TCP
-    connect and for the handshake's answer: kazoo gives each the session timeout (its share for the handshake), so a
-    hung server would otherwise use up the whole CONNECT_TIMEOUT before the next one is tried.
+    With ``attempt_limit`` (CONNECT_TIMEOUT), each server of the list gets its share of it (ATTEMPT_FLOOR at the
+    least) for the handshake's answer and, with ``cap_connect`` (a handler of this client's own, never shared), for
+    the TCP and TLS connect: kazoo gives each the session timeout (its share for the handshake), so a hung server
+    would otherwise use up the whole CONNECT_TIMEOUT before the next one is tried.
     """
     conn = client._connection
     kazoo_submit, kazoo_read_header, kazoo_invoke = conn._submit, conn._read_header, conn._invoke
-    share = None if attempt_limit is None else attempt_limit / max(1, len(client.hosts))
+    share = None
+    if attempt_limit is not None:
+        share = max(attempt_limit / max(1, len(client.hosts)), min(attempt_limit, ATTEMPT_FLOOR))
 
     def _submit(request, timeout, xid=None):
         # A Connect (no xid, no opcode) is answered outside the header stream: handshake_answered() tells of it.
@@ -165,7 +176,7 @@ def wrap_connection(client: KazooClient, listener: TrafficListener, attempt_limi
     conn._submit = _submit
     conn._read_header = _read_header
     conn._invoke = _invoke
-    if share is not None:
+    if share is not None and cap_connect:
         kazoo_create_connection = conn.handler.create_connection
 
         def create_connection(*args, **kwargs):
@@ -173,7 +184,7 @@ def wrap_connection(client: KazooClient, listener: TrafficListener, attempt_limi
                 kwargs["timeout"] = min(kwargs["timeout"], share)
             return kazoo_create_connection(*args, **kwargs)
 
-        conn.handler.create_connection = create_connection  # this session's handler (session.py makes one each)
+        conn.handler.create_connection = create_connection
 
 
 def read_without_select(client: KazooClient) -> None:
