@@ -471,6 +471,13 @@ class LockModel(RuleBasedStateMachine):
             assert self.count.get((actor, name)), f"{actor} acquired {name!r} while ZooKeeper was unreachable"
             self.count[(actor, name)] += 1
             return
+        if got == "LockLost":
+            # A re-entrant acquire of a hold already lost (to an earlier fault, or to this outage once the lease ran
+            # out) says so, as in acquire(): the truth about its own hold, no verdict on contention.
+            assert self.count.get((actor, name)) and self.call(actor, "ensure_held", name) == "LockLost", (
+                f"{actor} acquire({name!r}) gave LockLost without a lost hold of its own"
+            )
+            return
         assert got in UNAVAILABLE, f"{actor} acquire({name!r}, blocking={blocking}) gave {got} while unreachable"
 
     @rule()
