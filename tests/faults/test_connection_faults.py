@@ -213,6 +213,29 @@ def test_waiter_on_a_quiet_healthy_connection_waits_out_its_timeout(zklocks_sett
         holder.release()
 
 
+def _queued_waiter(server, holder: HeldInThread) -> tuple[threading.Thread, dict]:
+    """A thread that waits (``timeout=None``) for the lock ``holder`` holds, once it is queued behind it; the dict
+    gets "held" or "error", and "at" (time.monotonic) when the wait ended."""
+    outcome: dict = {}
+
+    def wait():
+        try:
+            with zk_lock(holder.handle.name, timeout=None):
+                outcome["held"] = True
+        except BaseException as exc:  # noqa: BLE001 - handed to the assertion
+            outcome["error"] = exc
+        outcome["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    reader = raw_client(server.hosts)
+    try:
+        wait_until(lambda: len(tree(reader, holder.handle.path)) == 2, timeout=5)
+    finally:
+        reader.stop()
+    return waiter, outcome
+
+
 @pytest.mark.parametrize("session_timeout, connect_timeout", [(2.0, 2.0), (4.0, 3.0), (6.0, 5.0)])
 def test_an_outage_while_waiting_ends_within_connect_timeout_of_it_whatever_the_session_timeout(
     long_sessions_zk, session_timeout, connect_timeout
@@ -224,23 +247,7 @@ def test_an_outage_while_waiting_ends_within_connect_timeout_of_it_whatever_the_
     options = dict(SESSION_TIMEOUT=session_timeout, CONNECT_TIMEOUT=connect_timeout, TICK_TIME=0.1)
     with zk_settings(server.hosts, f"/faults-{session_timeout:g}-{connect_timeout:g}", **options):
         holder = HeldInThread(zk_lock("outage"))
-        outcome: dict = {}
-
-        def wait():
-            try:
-                with zk_lock("outage", timeout=None):
-                    outcome["held"] = True
-            except BaseException as exc:  # noqa: BLE001 - handed to the assertion
-                outcome["error"] = exc
-            outcome["at"] = time.monotonic()
-
-        waiter = threading.Thread(target=wait, daemon=True)
-        waiter.start()
-        reader = raw_client(server.hosts)
-        try:
-            wait_until(lambda: len(tree(reader, holder.handle.path)) == 2, timeout=5)  # the waiter is queued
-        finally:
-            reader.stop()
+        waiter, outcome = _queued_waiter(server, holder)
         fault_at = time.monotonic()
         server.pause()
         try:
@@ -292,22 +299,7 @@ def test_a_waiter_whose_process_was_paused_past_its_session_re_enqueues_and_hold
     # its own): the fresh session still gets its attempt, and the healthy server gives the lock to the waiter.
     with zk_settings(own_zk.hosts, "/faults-paused", SESSION_TIMEOUT=2.0, CONNECT_TIMEOUT=2.0, POOL_SIZE=2):
         holder = HeldInThread(zk_lock("paused"))
-        outcome: dict = {}
-
-        def wait():
-            try:
-                with zk_lock("paused", timeout=None):
-                    outcome["held"] = True
-            except BaseException as exc:  # noqa: BLE001 - handed to the assertion
-                outcome["error"] = exc
-
-        waiter = threading.Thread(target=wait, daemon=True)
-        waiter.start()
-        reader = raw_client(own_zk.hosts)
-        try:
-            wait_until(lambda: len(tree(reader, holder.handle.path)) == 2, timeout=5)  # the waiter is queued
-        finally:
-            reader.stop()
+        waiter, outcome = _queued_waiter(own_zk, holder)
         time.sleep(waited_before)
         _freeze_process(5.0)  # longer than the session timeout: the server expires both sessions
         waiter.join(15)
