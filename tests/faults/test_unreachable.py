@@ -240,9 +240,26 @@ def test_a_hung_server_in_hosts_leaves_time_for_the_next_one(zk_server, zklocks_
 
 
 @pytest.mark.zk
+def test_two_servers_whose_connect_hangs_leave_time_for_a_third(zk_server, zklocks_settings):
+    # Each connect gets its plain share of CONNECT_TIMEOUT (1 s of 3 here), with no floor: two hung ones first
+    # still leave the third its time (a floor of 2 s each used it all up).
+    with _hung_server("connect hangs", zk_server) as first, _hung_server("connect hangs", zk_server) as second:
+        zklocks_settings(
+            HOSTS=f"{first},{second},{zk_server.hosts}",
+            SESSION_TIMEOUT=12.0,
+            CONNECT_TIMEOUT=3.0,
+            OPTIONS={"randomize_hosts": False},
+        )
+        started = time.monotonic()
+        with zk_lock("third-host", timeout=1):
+            pass
+        assert time.monotonic() - started < 3.0
+
+
+@pytest.mark.zk
 def test_a_slow_but_working_ensemble_still_connects(long_sessions_zk, zklocks_settings):
-    # Five servers in HOSTS share CONNECT_TIMEOUT (1 s each), but each gets ATTEMPT_FLOOR (2 s) at the least: a
-    # handshake answered after 1.2 s (a slow createSession, a WAN) still connects.
+    # Five servers in HOSTS share CONNECT_TIMEOUT (1 s each), but each handshake's answer gets ATTEMPT_FLOOR (2 s)
+    # at the least: a handshake answered after 1.2 s (a slow createSession, a WAN) still connects.
     from zklocks.testing.proxy import TcpProxy
 
     proxies = [TcpProxy("127.0.0.1", long_sessions_zk.port).start() for _ in range(5)]

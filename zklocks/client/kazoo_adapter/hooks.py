@@ -125,9 +125,9 @@ class TrafficListener(Protocol):
 TRAFFIC = ("request_sent", "answer_read", "handshake_sent", "handshake_answered")
 
 
-# The least a server of the list gets to connect and answer the handshake, however many servers share the
-# CONNECT_TIMEOUT (capped at it): a slow but working ensemble (a quorum write with a slow fsync, a WAN, a TLS
-# handshake) still connects.
+# The least a server of the list gets to answer the handshake, however many servers share the CONNECT_TIMEOUT
+# (capped at it, and at kazoo's own limit): a slow but working ensemble (a quorum write with a slow fsync, a WAN)
+# still connects. The TCP connect gets the plain share: a working server accepts at once.
 ATTEMPT_FLOOR = 2.0
 
 
@@ -138,16 +138,17 @@ def wrap_connection(
     kazoo's connection thread calls these in place of the ConnectionHandler's own methods, through ``self``
     (compat.py checks that it does), and each calls kazoo's method.
 
-    With ``attempt_limit`` (CONNECT_TIMEOUT), each server of the list gets its share of it (ATTEMPT_FLOOR at the
-    least) for the handshake's answer and, with ``cap_connect`` (a handler of this client's own, never shared), for
-    the TCP and TLS connect: kazoo gives each the session timeout (its share for the handshake), so a hung server
-    would otherwise use up the whole CONNECT_TIMEOUT before the next one is tried.
+    With ``attempt_limit`` (CONNECT_TIMEOUT), each server of the list gets its share of it for the TCP and TLS
+    connect (with ``cap_connect``: a handler of this client's own, never shared) and, ATTEMPT_FLOOR at the least,
+    for the handshake's answer: kazoo gives each the session timeout to connect (and its share of it for the
+    handshake), so a hung server would otherwise use up the whole CONNECT_TIMEOUT before the next one is tried.
     """
     conn = client._connection
     kazoo_submit, kazoo_read_header, kazoo_invoke = conn._submit, conn._read_header, conn._invoke
-    share = None
+    share = handshake_share = None
     if attempt_limit is not None:
-        share = max(attempt_limit / max(1, len(client.hosts)), min(attempt_limit, ATTEMPT_FLOOR))
+        share = attempt_limit / max(1, len(client.hosts))
+        handshake_share = max(share, min(attempt_limit, ATTEMPT_FLOOR))
 
     def _submit(request, timeout, xid=None):
         # A Connect (no xid, no opcode) is answered outside the header stream: handshake_answered() tells of it.
@@ -163,8 +164,8 @@ def wrap_connection(
     def _invoke(timeout, request, xid=None):
         if not isinstance(request, Connect):
             return kazoo_invoke(timeout, request, xid)
-        if share is not None:
-            timeout = min(timeout, share)
+        if handshake_share is not None:
+            timeout = min(timeout, handshake_share)
         listener.handshake_sent()
         answer = kazoo_invoke(timeout, request, xid)
         result, zxid = answer
