@@ -371,19 +371,22 @@ class Session:
             if remaining <= 0:
                 if limit < outage_at:
                     raise self.unavailable("lost the connection, not back when the call's timeout ran out")
-                raise self.unavailable(
-                    f"lost the connection and could not reconnect within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
-                )
+                raise self.not_reconnected()
             self._connected.wait(min(remaining, 0.05))
 
-    def outage_bound(self, started: float | None) -> float:
+    def outage_bound(self, started: float) -> float:
         """When (time.monotonic) a call that ``started`` then and meets an outage of this session's connection
         raises ZkUnavailable: CONNECT_TIMEOUT after the later of its start and the fault, which began at the last
         answer at the earliest."""
         now = time.monotonic()
         fault = now - max(0.0, clock.now() - self.last_answer)
-        began = fault if started is None else max(started, fault)
-        return began + self.cfg.connect_timeout
+        return max(started, fault) + self.cfg.connect_timeout
+
+    def not_reconnected(self) -> ZkUnavailable:
+        """The error for a call whose outage_bound passed with the connection still down."""
+        return self.unavailable(
+            f"lost the connection and could not reconnect within CONNECT_TIMEOUT={self.cfg.connect_timeout:g}s"
+        )
 
     def unavailable(self, detail: str) -> ZkUnavailable:
         """The error for a call that met an outage of this session's connection, with kazoo's causes."""

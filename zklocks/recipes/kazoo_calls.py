@@ -211,9 +211,7 @@ def overdue(session: Session, deadline: Deadline, *, finally_: bool) -> None:
     if session.unresponsive:
         raise session.unavailable("connected, but the server answers nothing")
     if outage_over(session, deadline):
-        raise session.unavailable(
-            f"lost the connection and could not reconnect within CONNECT_TIMEOUT={session.cfg.connect_timeout:g}s"
-        )
+        raise session.not_reconnected()
     if finally_:
         raise translate(KazooTimeoutError(), session.alias, timeout=session.cfg.connect_timeout)
     if not session.connected:
