@@ -1,5 +1,5 @@
-"""A clean stop that lands on any line: Celery's SIGTERM handler closes the scheduler and raises SystemExit
-wherever the main thread is, in zklocks, Celery, kombu, redis-py, Django or the standard library (inside a
+"""A clean stop that lands anywhere a signal can: Celery's SIGTERM handler closes the scheduler and raises
+SystemExit wherever the main thread is, in zklocks, Celery, kombu, redis-py, Django or the standard library (inside a
 finalizer too, where Python swallows the exception). For lines drawn from the steady state of a leading beat
 (tests/support/beat_stop_anywhere.py, real ZooKeeper and Redis), each stop must end the beat within 20 s and leave
 no candidate node behind."""

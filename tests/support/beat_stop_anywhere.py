@@ -1,13 +1,17 @@
 """``python -m tests.support.beat_stop_anywhere K1,K2,...``: for each K, one Celery beat ``Service`` on
 ``LeaderScheduler`` in this process, with Celery's own SIGTERM handler (``celery.apps.beat.Beat.
-install_sync_handler``). Once it leads and has sent two ticks, a real SIGTERM is sent to this process at the K-th
-line that the main thread runs (any code: zklocks, Celery, kombu, redis-py, Django, the standard library). The
-stop must end the beat's loop and leave no candidate node, for every K.
+install_sync_handler``). Once it leads and has sent two ticks, a real SIGTERM is sent to this process after the
+K-th line that the main thread runs, as it enters the next function (any code: zklocks, Celery, kombu, redis-py,
+Django, the standard library). The stop must end the beat's loop and leave no candidate node, for every K.
 
-Each stop runs in a child forked for it, as a beat that Celery stops ends its process. An exception raised at an
-arbitrary line may leave a lock of the interrupted library held for good: at the closing line of ``with
-self.lock:`` in Celery's signal dispatch, the lock is never released. Only the stop's own process must survive that
-(it must still end); a next beat in the same process would hang on it, which no real deployment does.
+The signal lands where CPython runs a signal handler: the K-th line picks the moment, and the handler runs at
+the entry of the next function called (a frame's start is where CPython checks for pending signals). Raised from a
+line event, the handler's exception could land where no signal ever does: on the closing line of a ``with`` block,
+after its body and before ``__exit__`` (or on a ``finally`` block's first line), which leaves the block's lock held
+for good (Celery's signal dispatch lock; the handle's own lock, then the step-down after the tick hangs on it).
+
+Each stop runs in a child forked for it, as a beat that Celery stops ends its process: whatever the interrupted
+libraries leave behind dies with that process.
 
 Configured as tests/support/beat_app.py is (the environment). Prints one line per stop; a stop that does not end
 within 20 s prints every thread's stack and exits 1; a candidate node left behind exits 3.
@@ -48,11 +52,12 @@ def stop_at(k: int, schedule: str) -> tuple[str, float]:
             return trace
         if event == "line":
             state["lines"] += 1
-            if state["lines"] >= k:
-                state["where"] = f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
-                sys.settrace(None)
-                os.kill(os.getpid(), signal.SIGTERM)
-                return None
+        elif event == "call" and state["lines"] >= k:
+            # The handler runs here, in this trace call: its exception enters the new frame at its start.
+            state["where"] = f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
+            sys.settrace(None)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return None
         return trace
 
     start = time.monotonic()
