@@ -4,12 +4,14 @@ import threading
 import time
 
 import pytest
+from django.test import override_settings
 
 from tests.support.helpers import raw_client, tree, wait_until, zk_settings
 from tests.support.threads import HeldInThread
 from zklocks import LockLost, LockTimeout, ZkUnavailable, lock_path, signals, zk_lock
 from zklocks.client import clock
 from zklocks.client.pools import close_all, connections
+from zklocks.ops import read_model
 from zklocks.testing.proxy import TcpProxy
 
 pytestmark = pytest.mark.zk
@@ -283,6 +285,45 @@ def test_an_acquire_on_a_session_that_outlived_its_server_ends_within_connect_ti
             close_all(wait=False)
     finally:
         proxy.stop()
+
+
+def test_an_outage_during_a_lock_delay_ends_within_connect_timeout_of_it(long_sessions_zk, zk_expire):
+    # The waiter's holder vanished uncleanly, so it waits out a lock-delay far longer than the session; the server
+    # then stops answering. The delay's wait notices the outage as any wait does (before: it slept on until the
+    # lease ran out, 6 s here, and a finite timeout said LockTimeout).
+    server = long_sessions_zk
+    cfg = dict(HOSTS=server.hosts, NAMESPACE="/faults-delay", SESSION_TIMEOUT=6.0, CONNECT_TIMEOUT=2.0)
+    cfg.update(REAP_INTERVAL=0, TICK_TIME=0.1)
+    with override_settings(ZKLOCKS={"default": cfg, "b": dict(cfg)}):
+        holder = zk_lock("delayed", lock_delay=30.0)
+        holder.acquire()
+        outcome: dict = {}
+
+        def wait():
+            try:
+                with zk_lock("delayed", using="b", lock_delay=30.0, timeout=None):
+                    outcome["held"] = True
+            except BaseException as exc:  # noqa: BLE001 - handed to the assertion
+                outcome["error"] = exc
+            outcome["at"] = time.monotonic()
+
+        waiter = threading.Thread(target=wait, daemon=True)
+        waiter.start()
+        wait_until(lambda: (info := read_model.lock_info("default", "delayed")[0]) and info.waiters, timeout=5)
+        zk_expire(server.hosts, connections["default"].session().client)
+        wait_until(lambda: read_model.lock_info("b", "delayed")[0].delay_until is not None, timeout=5)
+        time.sleep(0.5)  # in the delay's wait
+        assert "at" not in outcome, outcome
+        fault_at = time.monotonic()
+        server.pause()
+        try:
+            waiter.join(15)
+        finally:
+            server.resume()
+        close_all(wait=False)
+        holder.release()
+        assert isinstance(outcome.get("error"), ZkUnavailable), outcome
+        assert outcome["at"] - fault_at <= 2.0 + 1.0, outcome
 
 
 def _freeze_process(seconds: float) -> None:

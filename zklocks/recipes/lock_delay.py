@@ -24,7 +24,7 @@ from ..exceptions import LockNotAcquired, ZkAuthError
 from ..lock_delay_option import valid
 from . import layout, node_data
 from .kazoo_calls import SessionGone
-from .step_runner import NewWaker, Request, Sleep, Steps
+from .step_runner import NewWaker, Request, Sleep, Steps, reconnected
 
 log = logging.getLogger("zklocks")
 
@@ -224,7 +224,13 @@ def _wait_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) -
             raise DeadlinePassed()
         remaining = deadline.remaining()
         waker = yield NewWaker()
-        with session.waking(waker):  # a lost session wakes us
+        with session.waking(waker):  # a lost session wakes us, and so does a lost connection
             yield Sleep(waker, left if remaining is None else max(0.0, min(left, remaining)), session.timeout / 3)
         if not session.is_alive():
             raise SessionGone()
+        # An outage is ZkUnavailable within CONNECT_TIMEOUT here too, as in any wait: never a delay waited out on
+        # a silent server, nor a LockTimeout for an outage.
+        if session.unresponsive:
+            raise session.unavailable("no answer from the server while waiting out a lock-delay")
+        if not session.connected:
+            yield reconnected(session, deadline)

@@ -43,7 +43,7 @@ from .layout import SEQUENCE_WARN, Layout, exhausted_message, sequence_trusted, 
 from .node import SENDING, OwnNode, layout_of
 from .queueview import QueueView, view_of
 from .recycle import recycle_steps
-from .step_runner import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps
+from .step_runner import Answer, Blocking, Listing, NewWaker, Pace, Request, Sleep, Steps, reconnected
 
 # How many nodes ahead a waiter finds gone, one after the other, before it reads the queue again instead of
 # walking back one round trip per node (a waiter whose predecessor gave up usually finds the next one there).
@@ -94,7 +94,7 @@ class Contender(OwnNode):
                 yield from self._ensure_parent_steps(deadline)
                 continue
             except (ConnectionLoss, OperationTimeoutError):
-                yield _connected(session, deadline)
+                yield reconnected(session, deadline)
                 try:
                     # sync first: we may have reconnected to a server that has not applied our create yet.
                     yield Request(lambda: client.sync_async(self.parent), session, deadline)
@@ -235,7 +235,7 @@ class Contender(OwnNode):
                 try:
                     _, stat = yield Answer(arm_and_read_acl(), session, deadline)
                 except (ConnectionLoss, OperationTimeoutError):
-                    yield _connected(session, deadline)
+                    yield reconnected(session, deadline)
                     _, stat = yield Request(arm_and_read_acl, session, deadline)
                 if acl_reads:
                     own[0] = yield from _written_only_by_us(acl_reads[-1], session, deadline)
@@ -277,11 +277,6 @@ class Contender(OwnNode):
         if not waker.is_set():  # a session event may come on top of the watch's: one wake-up
             self.wakeups += 1
             waker.set()
-
-
-def _connected(session: Session, deadline: Deadline) -> Blocking:
-    """Wait for the connection to come back (a thread for the loop driver: only during an outage)."""
-    return Blocking(lambda: session.wait_connected(deadline), fast=lambda: True if session.connected else None)
 
 
 def acquire(

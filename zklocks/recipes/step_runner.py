@@ -121,6 +121,12 @@ class Blocking(Step):
         self.fn, self.fast = fn, fast
 
 
+def reconnected(session: Session, deadline: Deadline) -> Blocking:
+    """Wait for the connection to come back (a thread for the loop driver: only during an outage); ZkUnavailable
+    once the call's outage bound passes (Session.wait_connected)."""
+    return Blocking(lambda: session.wait_connected(deadline), fast=lambda: True if session.connected else None)
+
+
 # -- driving by a thread --
 
 
