@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -80,15 +80,20 @@ class _Fenced(_MixinBase):
     def _stamped(self, entry, stamp: dict[str, Any], *, claimed: bool) -> Iterator[None]:
         """Send with ``stamp``. A stop (a signal handler's SystemExit) after our claim and before Celery reported
         the message published (after_task_publish) leaves the claim to the next leader, as an orphan noted before
-        this beat leaves (close()). A stop inside the publish itself may so send the tick twice, never lose it."""
+        this beat leaves (close()): the claim is in doubt from before it went out (claim()) until the publish
+        (_note_published). A stop inside the publish itself may so send the tick twice, never lose it."""
         self._zklocks_stamp = stamp
-        sending = _sending[id(stamp)] = _Sending(stamp)
+        guard = self.zklocks_guard
+        sending = _sending[id(stamp)] = _Sending(stamp, (lambda: guard.sent(entry.name, stamp)) if claimed else None)
         try:
             yield
         except BaseException:
             if claimed and not sending.published:
-                self.zklocks_guard.unsent(entry.name, stamp)
+                guard.unsent(entry.name, stamp)
             raise
+        else:
+            if claimed:
+                guard.sent(entry.name, stamp)  # not published, and Celery logged why (a broker error): as before
         finally:
             _sending.pop(id(stamp), None)
             self._zklocks_stamp = None
@@ -108,12 +113,13 @@ class _Fenced(_MixinBase):
 
 class _Sending:
     """A stamped send under way, and whether Celery reported its message published (after_task_publish): noted at
-    once, before the scheduler's own work after the send (Celery's apply_async syncs its storage in its finally)."""
+    once, before the scheduler's own work after the send (Celery's apply_async syncs its storage in its finally);
+    ``on_published`` ends its claim's doubt there."""
 
-    __slots__ = ("stamp", "published")
+    __slots__ = ("stamp", "published", "on_published")
 
-    def __init__(self, stamp: dict[str, Any]) -> None:
-        self.stamp, self.published = stamp, False
+    def __init__(self, stamp: dict[str, Any], on_published: Callable[[], None] | None) -> None:
+        self.stamp, self.published, self.on_published = stamp, False, on_published
 
 
 _sending: dict[int, _Sending] = {}  # by id() of the stamp in the message's headers
@@ -125,6 +131,8 @@ def _note_published(sender=None, headers=None, **kwargs: Any) -> None:
     sending = _sending.get(id(stamp))
     if sending is not None and sending.stamp is stamp:
         sending.published = True
+        if sending.on_published is not None:
+            sending.on_published()
 
 
 _fenced_classes: dict[type, type] = {}
@@ -154,7 +162,9 @@ class LeaderScheduler(Scheduler):
         self._claims: dict[str, beat_state.Claim] = {}  # entry name -> its last claim (for the versioned write)
         self._inherited: dict[str, beat_state.Claim] = {}  # claims of earlier leaders, read when elected
         self._world = 0  # the election node's ctime, read when elected (beat_state.world_of)
-        self._doubt: dict[str, tuple[float, int | None]] = {}  # our claims of unknown outcome: (sent_at, token)
+        # Our claims that may have committed unsent, (entry, sent_at, token): from before the claim goes out until
+        # Celery reports its message published (or the claim is known not to have committed).
+        self._doubt: set[tuple[str, float, int | None]] = set()
         self._parent: str | None = None  # the election's node, known once elected
         self._orphans_at = 0.0  # monotonic time of the next look for orphans
         self.catch_up_default = catchup.parse(values["CATCH_UP"])
@@ -189,8 +199,10 @@ class LeaderScheduler(Scheduler):
         me = threading.get_ident()
         if me in self._looping:  # nested in our own step
             return step(*args, **kwargs)
-        self._looping.add(me)
         try:
+            # Inside the try: a signal handler runs right after a call returns, and its close() is deferred on the
+            # strength of this add, so the finally must run whenever the add did.
+            self._looping.add(me)
             return step(*args, **kwargs)
         finally:
             self._looping.discard(me)
@@ -374,6 +386,11 @@ class LeaderScheduler(Scheduler):
             version = previous.version if previous is not None else None
             sent_at = time.time()
             deadline = Deadline(hold.session.cfg.connect_timeout)
+            # In doubt before it goes out: a stop (a signal handler's SystemExit) can land anywhere from here to the
+            # publish, before the send's own guard (_Fenced._stamped) is in place too. A doubt that never
+            # committed costs nothing: the leader that reads its note finds no such claim and sends nothing.
+            doubt = (name, sent_at, hold.token)
+            self._doubt.add(doubt)
             try:
                 outcome = beat_state.record_sent(
                     hold.session, self._own_node(hold), hold.contender.parent, name, sent_at, hold.token,
@@ -381,22 +398,20 @@ class LeaderScheduler(Scheduler):
                 )  # fmt: skip
                 if outcome == beat_state.UNKNOWN:
                     outcome = self._resolve(hold, name, sent_at, version)
-            except BaseException as exc:
-                if not isinstance(exc, Exception):  # a stop while the claim was on its way: it may commit unsent
-                    self._doubt[name] = (sent_at, hold.token)
+            except Exception:
+                self._doubt.discard(doubt)  # an error, not a stop: record_sent says UNKNOWN for a lost answer
                 raise
             if outcome == beat_state.COMMITTED:
                 self._sent[name] = sent_at
                 self._claims[name] = beat_state.Claim(name, sent_at, hold.token, 0 if version is None else version + 1)
                 if not self.leader.is_leader:  # the lease ran out while we wrote: the next leader sends it
-                    self._doubt[name] = (sent_at, hold.token)
                     break
                 self._sends += 1
-                return self.stamp(name, hold.token, sent_at, due)
+                return self.stamp(name, hold.token, sent_at, due)  # in doubt until published (_Fenced._stamped)
             if outcome == beat_state.UNKNOWN:
                 logger.warning("beat: the claim of %s has an unknown outcome; it is resolved before any send", name)
-                self._doubt[name] = (sent_at, hold.token)
                 break
+            self._doubt.discard(doubt)  # refused: it did not commit
             if attempt == 1 and self.leader.is_leader:
                 # Our node may still be there and only our idea of the entry's node was stale: read again.
                 try:
@@ -460,7 +475,11 @@ class LeaderScheduler(Scheduler):
 
     def unsent(self, name: str, stamp: dict[str, Any]) -> None:
         """A committed claim whose message never reached the broker: a stop cut the send off (apply_entry)."""
-        self._doubt[name] = (stamp["sent_at"], stamp["token"])
+        self._doubt.add((name, stamp["sent_at"], stamp["token"]))
+
+    def sent(self, name: str, stamp: dict[str, Any]) -> None:
+        """A claim's send is over: published (after_task_publish), or given up by Celery (a broker error it logs)."""
+        self._doubt.discard((name, stamp["sent_at"], stamp["token"]))
 
     def _settle_doubts(self) -> None:
         """Claims of ours left UNKNOWN in an ended leadership: note them as orphans, so that the leader that
@@ -472,7 +491,8 @@ class LeaderScheduler(Scheduler):
         except Exception as exc:  # noqa: BLE001 - tried again before the next election, and about once a second while leading
             logger.warning("beat: could not note %d unsent claim(s) yet: %s", len(self._doubt), exc)
             return
-        for name, (sent_at, token) in list(self._doubt.items()):
+        for doubt in sorted(self._doubt, key=lambda d: d[1]):
+            name, sent_at, token = doubt
             try:
                 beat_state.write_orphan(
                     session, self._parent, name, sent_at, token, Deadline(session.cfg.connect_timeout)
@@ -483,7 +503,7 @@ class LeaderScheduler(Scheduler):
             logger.warning(
                 "beat: the claim of %s (token %s) may have committed unsent; noted for the leader", name, token
             )
-            del self._doubt[name]
+            self._doubt.discard(doubt)
 
     def adopt_orphans(self, inner) -> None:
         """Send each orphaned claim that this leader inherited (it committed and its beat never sent it), once."""

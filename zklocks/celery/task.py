@@ -289,21 +289,24 @@ class SingleExecutionTask(Task):
     def _run_holding(self, lock: ZkLock | ZkSemaphore, opts: LockOptions, name: str, args: tuple, kwargs: dict) -> Any:
         request = self.request
         previous = getattr(request, "zk_lock", None)
-        request.zk_lock = lock
+        previous_task = node_data.current_task.get()
         held = _held_here()
         key = (opts.lock_using, name)
-        held.add(key)
-        # Locks the body takes itself also record this task as their holder (shown by the admin).
-        token = node_data.current_task.set((request.id, self.name))
         owner = current_owner()
         stoppers: list = []
         try:
+            # Inside the try: a soft time limit's exception can land right after any of these calls returns, and
+            # the thread's records must not outlive the task (a stale key would make its retry count as contention).
+            request.zk_lock = lock
+            held.add(key)
+            # Locks the body takes itself also record this task as their holder (shown by the admin).
+            node_data.current_task.set((request.id, self.name))
             result = super().__call__(*args, **kwargs)
         finally:
             # Before anything else: no checkpoint of on_lost="cancel" raises in this clean-up (handles/stopping.py).
             if lock._stops:
                 stoppers = lock._disarm_top(owner)
-            node_data.current_task.reset(token)
+            node_data.current_task.set(previous_task)
             held.discard(key)
             request.zk_lock = previous
         lost = lost_after_body(stoppers)

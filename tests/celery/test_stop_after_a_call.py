@@ -1,0 +1,114 @@
+"""A signal handler's exception right after a call returns, where CPython runs Python signal handlers (a C call
+such as ``set.add`` too): the beat's SIGTERM (Celery's handler closes the scheduler, then raises SystemExit) and a
+task's soft time limit must leave no record behind that outlives the step they cut off. In process, on real
+ZooKeeper; the exception comes from a profile function at the call's return, as the handler's would."""
+
+import logging
+import sys
+import uuid
+
+import pytest
+from celery import Celery
+from celery.exceptions import SoftTimeLimitExceeded
+
+from tests.support.celery_app import rec_skip
+from tests.support.interrupts import traced
+from zklocks import zk_lock
+from zklocks.celery import task as task_module
+from zklocks.celery.beat import LeaderScheduler
+from zklocks.recipes import node_data
+
+pytestmark = pytest.mark.zk
+
+NOTED = "may have committed unsent; noted for the leader"
+
+
+@pytest.fixture
+def app(settings):
+    settings.ZKLOCKS_BEAT = {"ELECTION": f"beat-stop-{uuid.uuid4().hex[:8]}", "SCHEDULER": "celery.beat:Scheduler"}
+    app = Celery("beat-stop", broker="memory://", set_as_current=False)
+    app.conf.beat_schedule = {"nightly": {"task": "beat-stop.nightly", "schedule": 3600.0}}
+    return app
+
+
+def elected(app) -> LeaderScheduler:
+    beat = LeaderScheduler(app)
+    beat.tick()  # the only candidate: elected at once
+    assert beat.leader.is_leader
+    return beat
+
+
+def after_c_call(name: str, code, handler):
+    """A profile function that runs ``handler`` (which raises) when a C function ``name`` returns to ``code``."""
+
+    def profile(frame, event, arg):
+        if event == "c_return" and frame.f_code is code and getattr(arg, "__name__", "") == name:
+            sys.setprofile(None)
+            handler()
+
+    return profile
+
+
+def at_entry(code, handler):
+    """A profile function that runs ``handler`` (which raises) as a frame of ``code`` starts."""
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            sys.setprofile(None)
+            handler()
+
+    return profile
+
+
+def test_a_sigterm_as_the_loop_step_begins_still_closes_the_beat(app):
+    beat = elected(app)
+
+    def celery_sigterm():
+        beat.close()  # Celery's handler: service.sync() closes the scheduler ...
+        raise SystemExit()  # ... then raises, wherever the main thread was
+
+    # Right after _in_loop noted the step (set.add returned): the close is deferred to the step's end.
+    with pytest.raises(SystemExit), traced(after_c_call("add", LeaderScheduler._in_loop.__code__, celery_sigterm),
+                                           install=sys.setprofile):  # fmt: skip
+        beat.tick()
+    beat.close()  # Celery's Service.start syncs once more on its way out
+    assert beat._closed and not beat._looping
+    assert not beat.leader.is_leader
+
+
+def test_a_sigterm_between_a_committed_claim_and_its_send_leaves_the_claim_noted(app, caplog):
+    caplog.set_level(logging.WARNING)
+    beat = elected(app)
+    entry = beat._inner.schedule["nightly"]
+    beat._inner.apply_entry(entry)  # a send that is published leaves nothing in doubt
+    assert not beat._doubt
+
+    def celery_sigterm():
+        beat.close()
+        raise SystemExit()
+
+    # The claim committed in ZooKeeper; the stop lands before the send's own guard is in place.
+    with pytest.raises(SystemExit), traced(at_entry(LeaderScheduler.stamp.__code__, celery_sigterm),
+                                           install=sys.setprofile):  # fmt: skip
+        beat._inner.apply_entry(entry)
+    beat.close()
+    noted = [r.getMessage() for r in caplog.records if NOTED in r.getMessage()]
+    assert len(noted) == 1 and "nightly" in noted[0], noted  # the next leader sends it (test_beat_claims.py)
+    assert not beat.leader.is_leader
+
+
+def test_a_soft_time_limit_as_a_task_begins_leaves_no_record_on_the_thread(zklocks_settings):
+    key = f"soft-{uuid.uuid4().hex[:8]}"
+
+    def soft_time_limit():
+        raise SoftTimeLimitExceeded()
+
+    # Right after the task noted its lock as held by this thread (set.add returned), before its body ran.
+    run_holding = task_module.SingleExecutionTask._run_holding.__code__
+    with traced(after_c_call("add", run_holding, soft_time_limit), install=sys.setprofile):
+        result = rec_skip.apply(args=(key, 0.0))
+    assert isinstance(result.result, SoftTimeLimitExceeded)
+    assert not [held for held in task_module._held_here() if held[1] == f"rec:{key}"]
+    assert node_data.current_task.get() is None  # later locks of this thread name no task as their holder
+    with zk_lock(f"rec:{key}", blocking=False):  # and the lock is free
+        pass
