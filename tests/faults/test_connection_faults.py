@@ -1,5 +1,6 @@
 """Lost-lock truth, expiry, connection loss and outages, each on a real server (and a real TCP proxy)."""
 
+import asyncio
 import threading
 import time
 
@@ -8,7 +9,7 @@ from django.test import override_settings
 
 from tests.support.helpers import raw_client, tree, wait_until, zk_settings
 from tests.support.threads import HeldInThread
-from zklocks import LockLost, LockTimeout, ZkUnavailable, lock_path, signals, zk_lock
+from zklocks import LockLost, LockTimeout, ZkUnavailable, lock_path, signals, zk_lock, zk_semaphore
 from zklocks.client import clock
 from zklocks.client.pools import close_all, connections
 from zklocks.ops import read_model
@@ -324,6 +325,80 @@ def test_an_outage_during_a_lock_delay_ends_within_connect_timeout_of_it(long_se
         holder.release()
         assert isinstance(outcome.get("error"), ZkUnavailable), outcome
         assert outcome["at"] - fault_at <= 2.0 + 1.0, outcome
+
+
+async def _outage_under_async_waiters(proxy, reader_hosts, holder, handle, waiters: int, extra: int = 0) -> dict:
+    """``waiters`` coroutines wait (``timeout=None``) through ``handle()`` behind ``holder``, then ``extra`` more;
+    the link then drops and reconnects are refused. When each ended with ZkUnavailable (time.monotonic), the
+    fault's time ("fault") and the longest the event loop went without running a coroutine ("stall")."""
+    ended: dict = {}
+
+    async def wait(i):
+        try:
+            async with handle():
+                pass
+        except ZkUnavailable:
+            ended[i] = time.monotonic()
+
+    stall = [0.0]
+    stop = asyncio.Event()
+
+    async def heartbeat():
+        last = time.monotonic()
+        while not stop.is_set():
+            await asyncio.sleep(0.02)
+            now = time.monotonic()
+            stall[0] = max(stall[0], now - last)
+            last = now
+
+    tasks = [asyncio.ensure_future(wait(i)) for i in range(waiters)]
+    reader = raw_client(reader_hosts)
+    try:
+        await asyncio.to_thread(wait_until, lambda: len(tree(reader, holder.handle.path)) >= waiters + 1, 30)
+    finally:
+        reader.stop()
+    tasks += [asyncio.ensure_future(wait(f"extra-{i}")) for i in range(extra)]
+    await asyncio.sleep(0.2)
+    beat = asyncio.ensure_future(heartbeat())
+    await asyncio.sleep(0.1)
+    stall[0] = 0.0
+    ended["fault"] = time.monotonic()
+    proxy.partition()
+    proxy.reset()
+    await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    stop.set()
+    await beat
+    ended["stall"] = stall[0]
+    return ended
+
+
+@pytest.mark.parametrize("waiting_on", ["the event loop", "threads"])
+def test_async_waiters_by_the_hundred_end_within_connect_timeout_of_an_outage(long_sessions_zk, waiting_on):
+    # An exclusive lock's async waiters wait on the event loop: 300 of them queue more requests during the outage
+    # than kazoo's wake-up socket holds, and the loop must not block on it (before: frozen until the connection
+    # was back). A semaphore's wait in the 256 acquire threads: one more waits for a thread, and the outage bounds
+    # it from its call, not from when a thread freed by the others took it up (before: a second CONNECT_TIMEOUT).
+    server = long_sessions_zk
+    proxy = TcpProxy("127.0.0.1", server.port).start()
+    options = dict(SESSION_TIMEOUT=8.0, CONNECT_TIMEOUT=2.0, TICK_TIME=0.1)
+    try:
+        with zk_settings(proxy.hosts, f"/faults-async-{waiting_on.split()[-1]}", **options):
+            if waiting_on == "threads":
+                holder = HeldInThread(zk_semaphore("busy", 1))
+                handle, waiters, extra = (lambda: zk_semaphore("busy", 1, timeout=None)), 256, 1
+            else:
+                holder = HeldInThread(zk_lock("busy"))
+                handle, waiters, extra = (lambda: zk_lock("busy", timeout=None)), 300, 0
+            ended = asyncio.run(_outage_under_async_waiters(proxy, server.hosts, holder, handle, waiters, extra))
+            close_all(wait=False)
+            proxy.heal()
+            holder.release()
+    finally:
+        proxy.stop()
+    fault, stall = ended.pop("fault"), ended.pop("stall")
+    assert len(ended) == waiters + extra, len(ended)
+    assert max(ended.values()) - fault <= 2.0 + 1.0, max(ended.values()) - fault
+    assert stall < 1.0, stall
 
 
 def _freeze_process(seconds: float) -> None:

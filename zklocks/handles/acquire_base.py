@@ -21,14 +21,15 @@ class Acquirable:
         blocking: bool | None,
         timeout: float | None,
         cancel: threading.Event | None,
-        at: float | None,
+        call: Deadline | None,
         on_loop: bool = False,
     ) -> tuple[bool, Deadline, bool]:
         """What every acquire does first: refuse a blocking call on an event loop's thread, take the handle's
         defaults, and fix the deadline. Returns (blocking, deadline, once); ``once`` is a single attempt
         (``timeout=0``, as with threading.Lock), which has no deadline of its own: its requests are bounded by
-        CONNECT_TIMEOUT, like ``blocking=False``, and it never waits behind a holder. ``at`` is the absolute
-        deadline of an async call, fixed when it was made (not when a thread took it up).
+        CONNECT_TIMEOUT, like ``blocking=False``, and it never waits behind a holder. ``call`` is the deadline of
+        an async call or of a multi-lock, fixed when it was made (not when a thread took it up): its end, and its
+        start, from which an outage the call meets is bounded.
         """
         if not on_loop:
             refuse_in_event_loop(self)
@@ -37,8 +38,10 @@ class Acquirable:
         timeout = self.timeout if timeout is None else timeout
         once = blocking and timeout == 0
         deadline = Deadline(None if once or not blocking else timeout, cancel)
-        if at is not None and not once:
-            deadline.at = at
+        if call is not None:
+            deadline.started = call.started
+            if not once:
+                deadline.at = call.at
         return blocking, deadline, once
 
     def _acquire(
@@ -46,7 +49,7 @@ class Acquirable:
         blocking: bool | None,
         timeout: float | None,
         cancel: threading.Event | None = None,
-        at: float | None = None,
+        call: Deadline | None = None,
     ) -> None:
         raise NotImplementedError
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from .. import forking
 from ..client import interrupts
+from ..client.deadline import Deadline
 from ..exceptions import LockTimeout, SyncLockInEventLoop
 from ..owners import owner_context
 
@@ -84,10 +85,11 @@ async def acquire_off_loop(handle, blocking: bool | None, timeout: float | None)
     """
     resolved = handle.blocking if blocking is None else blocking
     wait = handle.timeout if timeout is None else timeout
-    at = time.monotonic() + wait if resolved and wait else None
-    ctx = owner_context()
     cancel = threading.Event()
-    job = _executor().submit(ctx.run, handle._acquire, blocking, timeout, cancel, at)
+    call = Deadline(wait if resolved and wait else None, cancel)  # from now, not from when a thread takes it up
+    at = call.at
+    ctx = owner_context()
+    job = _executor().submit(ctx.run, handle._acquire, blocking, timeout, cancel, call)
     future = asyncio.wrap_future(job)
     try:
         if at is None:

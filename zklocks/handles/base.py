@@ -119,9 +119,9 @@ class BaseHandle(Acquirable):
         blocking: bool | None,
         timeout: float | None,
         cancel: threading.Event | None = None,
-        at: float | None = None,
+        call: Deadline | None = None,
     ) -> None:
-        step_runner.run(self._acquire_steps(blocking, timeout, cancel, at))
+        step_runner.run(self._acquire_steps(blocking, timeout, cancel, call))
         if self._arming_here():
             self._arm()
 
@@ -139,11 +139,11 @@ class BaseHandle(Acquirable):
         blocking: bool | None,
         timeout: float | None,
         cancel: threading.Event | None,
-        at: float | None,
+        call: Deadline | None,
         on_loop: bool = False,
     ) -> Steps:
         """The whole acquire, as steps (recipes/step_runner.py): a thread or the event loop drives it."""
-        blocking, deadline, once = self._start(blocking, timeout, cancel, at, on_loop)
+        blocking, deadline, once = self._start(blocking, timeout, cancel, call, on_loop)
         started = time.monotonic()
         if deadline.cancelled():  # an async call cancelled before a thread took it up
             raise LockTimeout(

@@ -10,6 +10,7 @@ from collections.abc import Coroutine
 from typing import Any, Unpack
 
 from .. import owners
+from ..client.deadline import Deadline
 from ..exceptions import LockOwnershipError
 from ..recipes.layout import Kind
 from .acquire_base import Acquirable
@@ -75,9 +76,9 @@ class ZkMultiLock(Acquirable):
         blocking: bool | None,
         timeout: float | None,
         cancel: threading.Event | None = None,
-        at: float | None = None,
+        call: Deadline | None = None,
     ) -> None:
-        blocking, deadline, once = self._start(blocking, timeout, cancel, at)
+        blocking, deadline, once = self._start(blocking, timeout, cancel, call)
         # A member whose acquire returned is given back even if an exception (a signal handler's) comes before
         # the loop has noted it.
         before = self._holds_now()
@@ -86,7 +87,7 @@ class ZkMultiLock(Acquirable):
                 # A member reached past the deadline still asks the server once: only its answer says "held
                 # elsewhere" (LockTimeout); an outage is ZkUnavailable.
                 # timeout=0: one attempt per member; otherwise the members share the overall deadline.
-                lock._acquire(blocking, 0 if once else None, cancel, deadline.at)
+                lock._acquire(blocking, 0 if once else None, cancel, deadline)
         except BaseException:
             self._give_back(before)
             raise

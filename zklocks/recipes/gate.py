@@ -21,6 +21,13 @@ def _in_flight(session: Session) -> int:
     return unanswered(session.client)  # sent and unanswered, or not sent yet
 
 
+def _answering(session: Session) -> bool:
+    """Whether requests are being answered. Otherwise nobody is held back: the requests in flight are answered
+    by nobody (an outage, a lost session), and each caller's own request meets the outage and its bound (an
+    outage is ZkUnavailable within CONNECT_TIMEOUT of it, never a wait at this gate)."""
+    return session.connected and not session.unresponsive
+
+
 class _Gate:
     """The coroutines of one loop held back on one session, in their order of arrival: one task lets them go,
     a few hundred at a time, as the session's requests are answered (and all of them at once on a loop turn,
@@ -36,7 +43,7 @@ class _Gate:
         try:
             while self.waiting:
                 room = IN_FLIGHT - _in_flight(session)
-                if session.dead:
+                if not _answering(session):
                     room = len(self.waiting)
                 if room <= 0:
                     await asyncio.sleep(0.002)
@@ -64,7 +71,7 @@ async def pace(session: Session, deadline: Deadline) -> None:
     gate = gates.get(session)
     if gate is None:
         gate = gates[session] = _Gate()
-    if not gate.waiting and _in_flight(session) <= IN_FLIGHT:
+    if not gate.waiting and (_in_flight(session) <= IN_FLIGHT or not _answering(session)):
         return
     future = loop.create_future()
     gate.waiting.append(future)

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import socket
+import threading
+import weakref
 from typing import Protocol
 
 from kazoo.client import KazooClient
@@ -36,7 +38,7 @@ def raise_through_wakeup(client: KazooClient) -> None:
             if write_sock is None:
                 async_object.set_exception(ConnectionClosedError("Connection has been closed"))
                 return None
-            write_sock.send(b"\0")
+            _wake_byte(client, write_sock)
         except OSError:
             async_object.set_exception(ConnectionClosedError("Connection has been closed"))
         except BaseException:
@@ -99,9 +101,50 @@ def wake(client: KazooClient) -> None:
     write_sock = client._connection._write_sock
     if write_sock is not None:
         try:
-            write_sock.send(b"\0")
+            _wake_byte(client, write_sock)
         except OSError:
             pass
+
+
+_owed_lock = threading.Lock()
+_owed: weakref.WeakKeyDictionary[KazooClient, int] = weakref.WeakKeyDictionary()  # wake bytes not written yet
+
+
+def _wake_byte(client: KazooClient, write_sock: socket.socket) -> None:
+    """Write one wake byte for one queued request (kazoo's connection thread sends a request per byte it reads),
+    without ever blocking the caller, which may be an event loop.
+
+    The connection thread reads the bytes only while connected: during an outage the socket pair fills after a
+    few hundred requests (a byte takes a buffer of its own), and a plain send would then block until the
+    connection is back, or for ever. A byte that does not fit is owed instead, and one thread of the client's
+    writes the owed bytes as the connection thread reads them again (none may be dropped: its request would stay
+    queued until the next one)."""
+    try:
+        write_sock.send(b"\0", socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        with _owed_lock:
+            owed = _owed.get(client, 0)
+            _owed[client] = owed + 1
+        if not owed:
+            threading.Thread(target=_pay_owed_wakes, args=(client,), name="zklocks-wake", daemon=True).start()
+
+
+def _pay_owed_wakes(client: KazooClient) -> None:
+    while True:
+        write_sock = client._connection._write_sock
+        try:
+            if write_sock is None:
+                raise OSError("closed")
+            write_sock.send(b"\0")  # blocks until the connection thread reads again; fails once it is closed
+        except OSError:
+            with _owed_lock:
+                _owed.pop(client, None)  # the connection closed: kazoo fails what is still queued
+            return
+        with _owed_lock:
+            _owed[client] -= 1
+            if not _owed[client]:
+                del _owed[client]
+                return
 
 
 class TrafficListener(Protocol):
