@@ -11,6 +11,7 @@ from .. import forking
 from ..client.deadline import Deadline, DeadlinePassed
 from ..client.kazoo_adapter.calls import unanswered
 from ..client.session import Session
+from .kazoo_calls import outage_over
 
 # Requests a session may have unanswered before the loop driver holds back the next burst (Pace): at a few
 # thousand answers a second, a lease renewal waits well under a second behind them.
@@ -21,42 +22,50 @@ def _in_flight(session: Session) -> int:
     return unanswered(session.client)  # sent and unanswered, or not sent yet
 
 
-def _answering(session: Session) -> bool:
-    """Whether requests are being answered. Otherwise nobody is held back: the requests in flight are answered
-    by nobody (an outage, a lost session), and each caller's own request meets the outage and its bound (an
-    outage is ZkUnavailable within CONNECT_TIMEOUT of it, never a wait at this gate)."""
-    return session.connected and not session.unresponsive
-
-
 class _Gate:
     """The coroutines of one loop held back on one session, in their order of arrival: one task lets them go,
     a few hundred at a time, as the session's requests are answered (and all of them at once on a loop turn,
-    so their listings are shared)."""
+    so their listings are shared). While nothing is answered (an outage), each is held back until its call's
+    outage bound at most, and then gets ZkUnavailable, as it would waiting for an answer: the requests ahead are
+    answered by nobody, and letting everyone go would send them all at once when a short outage ends."""
 
     __slots__ = ("waiting", "running")
 
     def __init__(self) -> None:
-        self.waiting: collections.deque[asyncio.Future] = collections.deque()
+        self.waiting: collections.deque[tuple[asyncio.Future, Deadline]] = collections.deque()
         self.running = False
 
     async def run(self, session: Session) -> None:
         try:
             while self.waiting:
                 room = IN_FLIGHT - _in_flight(session)
-                if not _answering(session):
+                if session.dead:
                     room = len(self.waiting)
+                elif not session.connected or session.unresponsive:
+                    self._fail_past_outage_bound(session)
+                    await asyncio.sleep(0.05)
+                    continue
                 if room <= 0:
                     await asyncio.sleep(0.002)
                     continue
                 for _ in range(max(1, room // 2)):  # a burst is about two requests
-                    while self.waiting and self.waiting[0].done():
-                        self.waiting.popleft()  # cancelled while held back
+                    while self.waiting and self.waiting[0][0].done():
+                        self.waiting.popleft()  # cancelled, or failed, while held back
                     if not self.waiting:
                         break
-                    self.waiting.popleft().set_result(None)
+                    self.waiting.popleft()[0].set_result(None)
                 await asyncio.sleep(0)
         finally:
             self.running = False
+
+    def _fail_past_outage_bound(self, session: Session) -> None:
+        for future, deadline in self.waiting:
+            if future.done():
+                continue
+            if session.unresponsive:
+                future.set_exception(session.unavailable("connected, but the server answers nothing"))
+            elif outage_over(session, deadline):
+                future.set_exception(session.not_reconnected())
 
 
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Session, _Gate]] = weakref.WeakKeyDictionary()
@@ -71,10 +80,10 @@ async def pace(session: Session, deadline: Deadline) -> None:
     gate = gates.get(session)
     if gate is None:
         gate = gates[session] = _Gate()
-    if not gate.waiting and (_in_flight(session) <= IN_FLIGHT or not _answering(session)):
+    if not gate.waiting and _in_flight(session) <= IN_FLIGHT:
         return
     future = loop.create_future()
-    gate.waiting.append(future)
+    gate.waiting.append((future, deadline))
     if not gate.running:
         gate.running = True
         loop.create_task(gate.run(session))
@@ -82,7 +91,9 @@ async def pace(session: Session, deadline: Deadline) -> None:
         async with asyncio.timeout(deadline.remaining()):
             await future
     except TimeoutError:
-        raise DeadlinePassed() from None  # held back past the caller's deadline (the gate skips our future later)
+        raise DeadlinePassed() from None  # held back past the caller's deadline
+    finally:
+        future.cancel()  # nobody awaits it any more: the gate skips it (nothing, once it is done)
 
 
 def reset_after_fork() -> None:
