@@ -223,13 +223,19 @@ def _hung_server(kind: str, zk_server):
 @pytest.mark.zk
 @pytest.mark.parametrize(
     "kinds, connect_timeout",
-    [(["answers nothing"], 5.0), (["connect hangs"], 5.0), (["connect hangs", "connect hangs"], 3.0)],
+    [
+        (["answers nothing"], 5.0),
+        (["answers nothing"], 2.0),
+        (["connect hangs"], 5.0),
+        (["connect hangs", "connect hangs"], 3.0),
+    ],
 )
 def test_hung_servers_in_hosts_leave_time_for_the_next_one(zk_server, zklocks_settings, kinds, connect_timeout):
     # kazoo gives a server the session timeout to connect and its share of it to answer the handshake; with a long
     # SESSION_TIMEOUT one hung server used up the whole CONNECT_TIMEOUT (ZkUnavailable after 5 s), and the healthy
     # one after it was never tried. Each server now gets its share of CONNECT_TIMEOUT to connect (1 s of 3 with
-    # three: no floor there, which two hung ones first would use up), and 2 s at the least for the handshake.
+    # three: no floor there, which two hung ones first would use up), and 2 s at the least for the handshake, half
+    # of CONNECT_TIMEOUT at the most (a server that answers nothing used up the whole of a CONNECT_TIMEOUT of 2 s).
     with contextlib.ExitStack() as stack:
         hung = [stack.enter_context(_hung_server(kind, zk_server)) for kind in kinds]
         zklocks_settings(

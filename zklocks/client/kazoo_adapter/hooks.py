@@ -169,7 +169,8 @@ TRAFFIC = ("request_sent", "answer_read", "handshake_sent", "handshake_answered"
 
 
 # The least a server of the list gets to answer the handshake, however many servers share the CONNECT_TIMEOUT
-# (capped at it, and at kazoo's own limit): a slow but working ensemble (a quorum write with a slow fsync, a WAN)
+# (capped at half of it, so that one server that accepts and answers nothing, a paused JVM, leaves the next one
+# the other half; and at kazoo's own limit): a slow but working ensemble (a quorum write with a slow fsync, a WAN)
 # still connects. The TCP connect gets the plain share: a working server accepts at once.
 ATTEMPT_FLOOR = 2.0
 
@@ -182,16 +183,17 @@ def wrap_connection(
     (compat.py checks that it does), and each calls kazoo's method.
 
     With ``attempt_limit`` (CONNECT_TIMEOUT), each server of the list gets its share of it for the TCP and TLS
-    connect (with ``cap_connect``: a handler of this client's own, never shared) and, ATTEMPT_FLOOR at the least,
-    for the handshake's answer: kazoo gives each the session timeout to connect (and its share of it for the
-    handshake), so a hung server would otherwise use up the whole CONNECT_TIMEOUT before the next one is tried.
+    connect (with ``cap_connect``: a handler of this client's own, never shared) and, ATTEMPT_FLOOR at the least
+    (half of CONNECT_TIMEOUT at the most), for the handshake's answer: kazoo gives each the session timeout to
+    connect (and its share of it for the handshake), so a hung server would otherwise use up the whole
+    CONNECT_TIMEOUT before the next one is tried.
     """
     conn = client._connection
     kazoo_submit, kazoo_read_header, kazoo_invoke = conn._submit, conn._read_header, conn._invoke
     share = handshake_share = None
     if attempt_limit is not None:
         share = attempt_limit / max(1, len(client.hosts))
-        handshake_share = max(share, min(attempt_limit, ATTEMPT_FLOOR))
+        handshake_share = max(share, min(attempt_limit / 2, ATTEMPT_FLOOR))
 
     def _submit(request, timeout, xid=None):
         # A Connect (no xid, no opcode) is answered outside the header stream: handshake_answered() tells of it.
