@@ -491,13 +491,16 @@ class BaseHandle(Acquirable):
                 return
             depth = len(self._mine.get(owner, ()))
             kept = [(d, s) for d, s in stops if d <= depth]
-            for d, s in stops:
-                if d > depth and s in s.hold.stoppers:
-                    s.hold.stoppers.remove(s)
+            # The owner's record first: a signal handler's exception in the loop below then leaves only a disarmed
+            # stopper on its hold (it does nothing if fired), never a stale one that the owner's next with takes
+            # for its own (and raises LockLost for a hold that was never lost).
             if kept:
                 self._stops[owner] = kept
             else:
                 del self._stops[owner]
+            for d, s in stops:
+                if d > depth and s in s.hold.stoppers:
+                    s.hold.stoppers.remove(s)
 
     # -- on_lost: the end of an async with --
 
