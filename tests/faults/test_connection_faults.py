@@ -329,13 +329,14 @@ def test_an_outage_during_a_lock_delay_ends_within_connect_timeout_of_it(long_se
 
 async def _outage_under_async_waiters(proxy, reader_hosts, holder, handle, waiters: int, extra: int = 0) -> dict:
     """``waiters`` coroutines wait (``timeout=None``) through ``handle()`` behind ``holder``, then ``extra`` more;
-    the link then drops and reconnects are refused. When each ended with ZkUnavailable (time.monotonic), the
-    fault's time ("fault") and the longest the event loop went without running a coroutine ("stall")."""
+    the link then drops and reconnects are refused, and 20 more come with a timeout of 0.5 s. When each ended with
+    ZkUnavailable (time.monotonic), the fault's time ("fault") and the longest the event loop went without
+    running a coroutine ("stall")."""
     ended: dict = {}
 
-    async def wait(i):
+    async def wait(i, timeout=None):
         try:
-            async with handle():
+            async with handle(timeout):
                 pass
         except ZkUnavailable:
             ended[i] = time.monotonic()
@@ -365,6 +366,8 @@ async def _outage_under_async_waiters(proxy, reader_hosts, holder, handle, waite
     ended["fault"] = time.monotonic()
     proxy.partition()
     proxy.reset()
+    await asyncio.sleep(0.3)
+    tasks += [asyncio.ensure_future(wait(f"late-{i}", 0.5)) for i in range(20)]  # their timeout comes first
     await asyncio.wait_for(asyncio.gather(*tasks), 30)
     stop.set()
     await beat
@@ -378,6 +381,7 @@ def test_async_waiters_by_the_hundred_end_within_connect_timeout_of_an_outage(lo
     # than kazoo's wake-up socket holds, and the loop must not block on it (before: frozen until the connection
     # was back). A semaphore's wait in the 256 acquire threads: one more waits for a thread, and the outage bounds
     # it from its call, not from when a thread freed by the others took it up (before: a second CONNECT_TIMEOUT).
+    # A call that comes during the outage with a shorter timeout gets ZkUnavailable too (before: LockTimeout).
     server = long_sessions_zk
     proxy = TcpProxy("127.0.0.1", server.port).start()
     options = dict(SESSION_TIMEOUT=8.0, CONNECT_TIMEOUT=2.0, TICK_TIME=0.1)
@@ -385,18 +389,21 @@ def test_async_waiters_by_the_hundred_end_within_connect_timeout_of_an_outage(lo
         with zk_settings(proxy.hosts, f"/faults-async-{waiting_on.split()[-1]}", **options):
             if waiting_on == "threads":
                 holder = HeldInThread(zk_semaphore("busy", 1))
-                handle, waiters, extra = (lambda: zk_semaphore("busy", 1, timeout=None)), 256, 1
+                handle, waiters, extra = (lambda timeout: zk_semaphore("busy", 1, timeout=timeout)), 256, 1
             else:
                 holder = HeldInThread(zk_lock("busy"))
-                handle, waiters, extra = (lambda: zk_lock("busy", timeout=None)), 300, 0
+                handle, waiters, extra = (lambda timeout: zk_lock("busy", timeout=timeout)), 300, 0
             ended = asyncio.run(_outage_under_async_waiters(proxy, server.hosts, holder, handle, waiters, extra))
-            close_all(wait=False)
+            close_all(wait=False)  # during the outage, with more wake bytes queued than the socket pair holds
+            # The close ends, and so does the thread that writes the wake bytes: none blocks on the full pair.
+            stuck = ("zklocks-close", "zklocks-wake")
+            wait_until(lambda: not [t for t in threading.enumerate() if t.name in stuck], timeout=15)
             proxy.heal()
             holder.release()
     finally:
         proxy.stop()
     fault, stall = ended.pop("fault"), ended.pop("stall")
-    assert len(ended) == waiters + extra, len(ended)
+    assert len(ended) == waiters + extra + 20, len(ended)  # no LockTimeout: an outage is never contention
     assert max(ended.values()) - fault <= 2.0 + 1.0, max(ended.values()) - fault
     assert stall < 1.0, stall
 

@@ -491,7 +491,9 @@ class LeaderScheduler(Scheduler):
         except Exception as exc:  # noqa: BLE001 - tried again before the next election, and about once a second while leading
             logger.warning("beat: could not note %d unsent claim(s) yet: %s", len(self._doubt), exc)
             return
-        for doubt in sorted(self._doubt, key=lambda d: d[1]):
+        # Newest first: a note is named by entry and token, and an entry's latest claim is the one the next leader
+        # inherits (a note already there for an older claim of the same token is left, and this one skipped).
+        for doubt in sorted(self._doubt, key=lambda d: d[1], reverse=True):
             name, sent_at, token = doubt
             try:
                 beat_state.write_orphan(

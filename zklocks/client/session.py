@@ -33,7 +33,14 @@ from .interrupts import new_event, raised_by_signal_handler, unmasked
 from .iohandler import DEFAULT_HANDLER, readable_now
 from .kazoo_adapter import compat as kazoo_compat
 from .kazoo_adapter.calls import connection_socket
-from .kazoo_adapter.hooks import raise_through_wakeup, read_without_select, refuse_writes, send_close, wrap_connection
+from .kazoo_adapter.hooks import (
+    bounded_stop,
+    raise_through_wakeup,
+    read_without_select,
+    refuse_writes,
+    send_close,
+    wrap_connection,
+)
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
 from .kazoolog import KazooLog
 
@@ -493,7 +500,7 @@ class Session:
 
         def _stop() -> None:
             try:
-                self.client.stop()
+                bounded_stop(self.client)
                 self.client.close()
             except Exception as exc:  # already stopped, or kazoo gave up waiting for its writer
                 if raised_by_signal_handler(exc):

@@ -91,6 +91,9 @@ async def pace(session: Session, deadline: Deadline) -> None:
         async with asyncio.timeout(deadline.remaining()):
             await future
     except TimeoutError:
+        if session.unresponsive or not (session.connected or session.dead):
+            # An outage is never reported as a lock held elsewhere (kazoo_calls.overdue's rule).
+            raise session.unavailable("the connection was down when the call's timeout ran out") from None
         raise DeadlinePassed() from None  # held back past the caller's deadline
     finally:
         future.cancel()  # nobody awaits it any more: the gate skips it (nothing, once it is done)

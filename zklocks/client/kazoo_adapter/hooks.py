@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import weakref
 from typing import Protocol
 
@@ -13,6 +14,7 @@ from kazoo.exceptions import ConnectionClosedError, KazooException
 from kazoo.protocol.serialization import CloseInstance, Connect
 from kazoo.protocol.states import KeeperState
 
+from ... import forking
 from ..iohandler import HAS_POLL, PollingHandler
 
 
@@ -108,6 +110,7 @@ def wake(client: KazooClient) -> None:
 
 _owed_lock = threading.Lock()
 _owed: weakref.WeakKeyDictionary[KazooClient, int] = weakref.WeakKeyDictionary()  # wake bytes not written yet
+_payer: threading.Thread | None = None  # writes them; started when a byte is owed, ends when none is
 
 
 def _wake_byte(client: KazooClient, write_sock: socket.socket) -> None:
@@ -116,35 +119,65 @@ def _wake_byte(client: KazooClient, write_sock: socket.socket) -> None:
 
     The connection thread reads the bytes only while connected: during an outage the socket pair fills after a
     few hundred requests (a byte takes a buffer of its own), and a plain send would then block until the
-    connection is back, or for ever. A byte that does not fit is owed instead, and one thread of the client's
-    writes the owed bytes as the connection thread reads them again (none may be dropped: its request would stay
-    queued until the next one)."""
+    connection is back, or for ever. A byte that does not fit is owed instead, and one thread writes the owed
+    bytes as the connection threads read them again (none may be dropped: its request would stay queued until
+    the next one)."""
+    global _payer
     try:
         write_sock.send(b"\0", socket.MSG_DONTWAIT)
     except BlockingIOError:
         with _owed_lock:
-            owed = _owed.get(client, 0)
-            _owed[client] = owed + 1
-        if not owed:
-            threading.Thread(target=_pay_owed_wakes, args=(client,), name="zklocks-wake", daemon=True).start()
+            _owed[client] = _owed.get(client, 0) + 1
+            # Started under the lock, and ended under it once nothing is owed: an owed byte always has a payer
+            # (one that failed to start, or never started, is replaced by the next byte owed).
+            if _payer is None or not _payer.is_alive():
+                _payer = threading.Thread(target=_pay_owed_wakes, name="zklocks-wake", daemon=True)
+                _payer.start()
 
 
-def _pay_owed_wakes(client: KazooClient) -> None:
+def _pay_owed_wakes() -> None:
+    global _payer
     while True:
-        write_sock = client._connection._write_sock
-        try:
-            if write_sock is None:
-                raise OSError("closed")
-            write_sock.send(b"\0")  # blocks until the connection thread reads again; fails once it is closed
-        except OSError:
-            with _owed_lock:
-                _owed.pop(client, None)  # the connection closed: kazoo fails what is still queued
-            return
         with _owed_lock:
-            _owed[client] -= 1
-            if not _owed[client]:
+            for client in list(_owed):
+                write_sock = client._connection._write_sock
+                try:
+                    while _owed[client] and write_sock is not None:
+                        write_sock.send(b"\0", socket.MSG_DONTWAIT)
+                        _owed[client] -= 1
+                except BlockingIOError:
+                    continue  # still full: its connection thread reads nothing yet
+                except OSError:
+                    pass  # closed: kazoo fails what is still queued
                 del _owed[client]
+            if not _owed:
+                _payer = None
                 return
+        time.sleep(0.01)
+
+
+def bounded_stop(client: KazooClient) -> None:
+    """kazoo's ``stop()``, whose wake byte for the close request cannot block it for ever: during an outage the
+    socket pair may be full, and the connection thread, stopping on the client's stop flag, never reads it again.
+    The send then gives up after a second and the stop goes on (the connection is closed: no close request is
+    needed any more; the server ends the session when it times out)."""
+    write_sock = client._connection._write_sock
+    if write_sock is not None:
+        write_sock.settimeout(1.0)
+    try:
+        client.stop()
+    except TimeoutError:
+        pass  # kazoo's finally has stopped its threads
+
+
+def _reset_after_fork() -> None:
+    global _owed_lock, _payer
+    _owed_lock = threading.Lock()
+    _owed.clear()
+    _payer = None
+
+
+forking.register(_reset_after_fork)
 
 
 class TrafficListener(Protocol):
