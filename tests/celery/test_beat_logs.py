@@ -2,12 +2,10 @@
 the number of last sends read from ZooKeeper on election is spelled right for one entry too."""
 
 import logging
-import uuid
 
 import pytest
-from celery import Celery
 
-from zklocks.celery.beat import LeaderScheduler
+from tests.support.beat_in_process import elected, memory_app
 
 pytestmark = pytest.mark.zk
 
@@ -16,17 +14,7 @@ STEPPED_DOWN = "beat: stepping down as leader"
 
 @pytest.fixture
 def app(settings):
-    settings.ZKLOCKS_BEAT = {"ELECTION": f"beat-logs-{uuid.uuid4().hex[:8]}", "SCHEDULER": "celery.beat:Scheduler"}
-    app = Celery("beat-logs", broker="memory://", set_as_current=False)
-    app.conf.beat_schedule = {"nightly": {"task": "beat-logs.nightly", "schedule": 3600.0}}
-    return app
-
-
-def elected(app) -> LeaderScheduler:
-    beat = LeaderScheduler(app)
-    beat.tick()  # the only candidate: elected at once
-    assert beat.leader.is_leader
-    return beat
+    return memory_app(settings, "beat-logs")
 
 
 def messages(caplog, start: str) -> list[tuple[int, str]]:

@@ -8,9 +8,9 @@ import sys
 import uuid
 
 import pytest
-from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 
+from tests.support.beat_in_process import elected, memory_app
 from tests.support.celery_app import rec_skip
 from tests.support.interrupts import traced
 from zklocks import zk_lock
@@ -25,17 +25,7 @@ NOTED = "may have committed unsent; noted for the leader"
 
 @pytest.fixture
 def app(settings):
-    settings.ZKLOCKS_BEAT = {"ELECTION": f"beat-stop-{uuid.uuid4().hex[:8]}", "SCHEDULER": "celery.beat:Scheduler"}
-    app = Celery("beat-stop", broker="memory://", set_as_current=False)
-    app.conf.beat_schedule = {"nightly": {"task": "beat-stop.nightly", "schedule": 3600.0}}
-    return app
-
-
-def elected(app) -> LeaderScheduler:
-    beat = LeaderScheduler(app)
-    beat.tick()  # the only candidate: elected at once
-    assert beat.leader.is_leader
-    return beat
+    return memory_app(settings, "beat-stop")
 
 
 def after_c_call(name: str, code, handler):

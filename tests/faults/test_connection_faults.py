@@ -216,14 +216,13 @@ def test_waiter_on_a_quiet_healthy_connection_waits_out_its_timeout(zklocks_sett
         holder.release()
 
 
-def _queued_waiter(server, holder: HeldInThread) -> tuple[threading.Thread, dict]:
-    """A thread that waits (``timeout=None``) for the lock ``holder`` holds, once it is queued behind it; the dict
-    gets "held" or "error", and "at" (time.monotonic) when the wait ended."""
+def _waiting_thread(make_handle) -> tuple[threading.Thread, dict]:
+    """A thread that holds ``make_handle()`` once; the dict gets "held" or "error", and "at" (time.monotonic)."""
     outcome: dict = {}
 
     def wait():
         try:
-            with zk_lock(holder.handle.name, timeout=None):
+            with make_handle():
                 outcome["held"] = True
         except BaseException as exc:  # noqa: BLE001 - handed to the assertion
             outcome["error"] = exc
@@ -231,6 +230,13 @@ def _queued_waiter(server, holder: HeldInThread) -> tuple[threading.Thread, dict
 
     waiter = threading.Thread(target=wait, daemon=True)
     waiter.start()
+    return waiter, outcome
+
+
+def _queued_waiter(server, holder: HeldInThread) -> tuple[threading.Thread, dict]:
+    """A thread that waits (``timeout=None``) for the lock ``holder`` holds, once it is queued behind it; the dict
+    gets "held" or "error", and "at" (time.monotonic) when the wait ended."""
+    waiter, outcome = _waiting_thread(lambda: zk_lock(holder.handle.name, timeout=None))
     reader = raw_client(server.hosts)
     try:
         wait_until(lambda: len(tree(reader, holder.handle.path)) == 2, timeout=5)
@@ -298,18 +304,7 @@ def test_an_outage_during_a_lock_delay_ends_within_connect_timeout_of_it(long_se
     with override_settings(ZKLOCKS={"default": cfg, "b": dict(cfg)}):
         holder = zk_lock("delayed", lock_delay=30.0)
         holder.acquire()
-        outcome: dict = {}
-
-        def wait():
-            try:
-                with zk_lock("delayed", using="b", lock_delay=30.0, timeout=None):
-                    outcome["held"] = True
-            except BaseException as exc:  # noqa: BLE001 - handed to the assertion
-                outcome["error"] = exc
-            outcome["at"] = time.monotonic()
-
-        waiter = threading.Thread(target=wait, daemon=True)
-        waiter.start()
+        waiter, outcome = _waiting_thread(lambda: zk_lock("delayed", using="b", lock_delay=30.0, timeout=None))
         wait_until(lambda: (info := read_model.lock_info("default", "delayed")[0]) and info.waiters, timeout=5)
         zk_expire(server.hosts, connections["default"].session().client)
         wait_until(lambda: read_model.lock_info("b", "delayed")[0].delay_until is not None, timeout=5)
