@@ -73,8 +73,9 @@ PRIVATE: tuple[Private, ...] = (
     Private(_CONN, "_socket", "the short read path reads it; the outage watch looks in it for an unread answer",
             "as for _read, and a query of whether an answer waits unread", (
                 Check(SET_ON_SELF), Check(THROUGH_SELF, "_read", _SHORT), Check(THROUGH_SELF, "_connect", _SHORT))),
-    Private(_CONN, "_write_sock", "the signal-safe send and the close wake the connection thread through it",
-            "a send that lets a signal handler's exception through (kazoo's _call swallows it)", (
+    Private(_CONN, "_write_sock", "the signal-safe send and the close wake the connection thread through it, "
+            "never blocking (a full socket pair during an outage)",
+            "a send that lets a signal handler's exception through (kazoo's _call swallows it) and never blocks", (
                 Check(SET_ON_SELF),)),
     Private(_CLIENT, "_connection", "the hooks on the connection are installed through it",
             "the listeners above", (
