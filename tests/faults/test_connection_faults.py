@@ -322,6 +322,20 @@ def test_an_outage_during_a_lock_delay_ends_within_connect_timeout_of_it(long_se
         assert outcome["at"] - fault_at <= 2.0 + 1.0, outcome
 
 
+def _until_steady(count, least: int, steady: float = 1.0, timeout: float = 60.0) -> int:
+    """Wait until ``count()`` is ``least`` or more and has not grown for ``steady`` seconds; its value."""
+    deadline = time.monotonic() + timeout
+    last, since = count(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        now = count()
+        if now != last:
+            last, since = now, time.monotonic()
+        elif last >= least and time.monotonic() - since >= steady:
+            return last
+    raise AssertionError(f"{last} nodes, not steady at {least} or more within {timeout}s")
+
+
 async def _outage_under_async_waiters(proxy, reader_hosts, holder, handle, waiters: int, extra: int = 0) -> dict:
     """``waiters`` coroutines wait (``timeout=None``) through ``handle()`` behind ``holder``, then ``extra`` more;
     the link then drops and reconnects are refused, and 20 more come with a timeout of 0.5 s. When each ended with
@@ -350,7 +364,12 @@ async def _outage_under_async_waiters(proxy, reader_hosts, holder, handle, waite
     tasks = [asyncio.ensure_future(wait(i)) for i in range(waiters)]
     reader = raw_client(reader_hosts)
     try:
-        await asyncio.to_thread(wait_until, lambda: len(tree(reader, holder.handle.path)) >= waiters + 1, 30)
+        if extra:
+            # Waiting in the acquire threads: as many as there are threads free (an earlier test's call may still
+            # have one), the rest queued for a thread. Queued once the count of nodes stops growing.
+            await asyncio.to_thread(_until_steady, lambda: len(tree(reader, holder.handle.path)), waiters // 2)
+        else:
+            await asyncio.to_thread(wait_until, lambda: len(tree(reader, holder.handle.path)) >= waiters + 1, 30)
     finally:
         reader.stop()
     tasks += [asyncio.ensure_future(wait(f"extra-{i}")) for i in range(extra)]
