@@ -11,7 +11,7 @@ from .. import forking
 from ..client.deadline import Deadline, DeadlinePassed
 from ..client.kazoo_adapter.calls import unanswered
 from ..client.session import Session
-from .kazoo_calls import outage_over
+from .kazoo_calls import outage_error, overdue
 
 # Requests a session may have unanswered before the loop driver holds back the next burst (Pace): at a few
 # thousand answers a second, a lease renewal waits well under a second behind them.
@@ -60,12 +60,8 @@ class _Gate:
 
     def _fail_past_outage_bound(self, session: Session) -> None:
         for future, deadline in self.waiting:
-            if future.done():
-                continue
-            if session.unresponsive:
-                future.set_exception(session.unavailable("connected, but the server answers nothing"))
-            elif outage_over(session, deadline):
-                future.set_exception(session.not_reconnected())
+            if not future.done() and (error := outage_error(session, deadline)) is not None:
+                future.set_exception(error)
 
 
 _gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Session, _Gate]] = weakref.WeakKeyDictionary()
@@ -90,13 +86,14 @@ async def pace(session: Session, deadline: Deadline) -> None:
     try:
         async with asyncio.timeout(deadline.remaining()):
             await future
+        return
     except TimeoutError:
-        if session.unresponsive or not (session.connected or session.dead):
-            # An outage is never reported as a lock held elsewhere (kazoo_calls.overdue's rule).
-            raise session.unavailable("the connection was down when the call's timeout ran out") from None
-        raise DeadlinePassed() from None  # held back past the caller's deadline
+        pass  # held back past the caller's deadline
     finally:
         future.cancel()  # nobody awaits it any more: the gate skips it (nothing, once it is done)
+    if not session.dead:
+        overdue(session, deadline, finally_=False)  # an outage is ZkUnavailable, never a lock held elsewhere
+    raise DeadlinePassed()
 
 
 def reset_after_fork() -> None:

@@ -208,10 +208,9 @@ def overdue(session: Session, deadline: Deadline, *, finally_: bool) -> None:
         raise DeadlinePassed()
     if session.dead:
         raise SessionGone()
-    if session.unresponsive:
-        raise session.unavailable("connected, but the server answers nothing")
-    if outage_over(session, deadline):
-        raise session.not_reconnected()
+    error = outage_error(session, deadline)
+    if error is not None:
+        raise error
     if finally_:
         raise translate(KazooTimeoutError(), session.alias, timeout=session.cfg.connect_timeout)
     if not session.connected:
@@ -221,6 +220,16 @@ def overdue(session: Session, deadline: Deadline, *, finally_: bool) -> None:
 def silence_check(session: Session) -> float:
     """While an answer is awaited: how often to look whether the session was marked unresponsive."""
     return max(0.05, session.cfg.connect_timeout / 16)
+
+
+def outage_error(session: Session, deadline: Deadline) -> ZkUnavailable | None:
+    """What a call waiting on ``session`` raises now for an outage, if anything: the server was marked silent, or
+    the connection is down past the call's outage bound."""
+    if session.unresponsive:
+        return session.unavailable("connected, but the server answers nothing")
+    if outage_over(session, deadline):
+        return session.not_reconnected()
+    return None
 
 
 def outage_over(session: Session, deadline: Deadline) -> bool:
