@@ -84,14 +84,10 @@ class _Fenced(_MixinBase):
         (_note_published). A stop inside the publish itself may so send the tick twice, never lose it."""
         self._zklocks_stamp = stamp
         guard = self.zklocks_guard
-        sending = _sending[id(stamp)] = _Sending(stamp, (lambda: guard.sent(entry.name, stamp)) if claimed else None)
+        if claimed:
+            _sending[id(stamp)] = _Sending(stamp, lambda: guard.sent(entry.name, stamp))
         try:
             yield
-        except BaseException:
-            if claimed and not sending.published:
-                guard.unsent(entry.name, stamp)
-            raise
-        else:
             if claimed:
                 guard.sent(entry.name, stamp)  # not published, and Celery logged why (a broker error): as before
         finally:
@@ -112,14 +108,14 @@ class _Fenced(_MixinBase):
 
 
 class _Sending:
-    """A stamped send under way, and whether Celery reported its message published (after_task_publish): noted at
-    once, before the scheduler's own work after the send (Celery's apply_async syncs its storage in its finally);
-    ``on_published`` ends its claim's doubt there."""
+    """A claimed send under way: ``on_published`` ends its claim's doubt as soon as Celery reports the message
+    published (after_task_publish), before the scheduler's own work after the send (Celery's apply_async syncs its
+    storage in its finally), where a stop would otherwise leave a sent tick noted as unsent."""
 
-    __slots__ = ("stamp", "published", "on_published")
+    __slots__ = ("stamp", "on_published")
 
-    def __init__(self, stamp: dict[str, Any], on_published: Callable[[], None] | None) -> None:
-        self.stamp, self.published, self.on_published = stamp, False, on_published
+    def __init__(self, stamp: dict[str, Any], on_published: Callable[[], None]) -> None:
+        self.stamp, self.on_published = stamp, on_published
 
 
 _sending: dict[int, _Sending] = {}  # by id() of the stamp in the message's headers
@@ -130,9 +126,7 @@ def _note_published(sender=None, headers=None, **kwargs: Any) -> None:
     stamp = (headers or {}).get(HEADER)
     sending = _sending.get(id(stamp))
     if sending is not None and sending.stamp is stamp:
-        sending.published = True
-        if sending.on_published is not None:
-            sending.on_published()
+        sending.on_published()
 
 
 _fenced_classes: dict[type, type] = {}
@@ -472,10 +466,6 @@ class LeaderScheduler(Scheduler):
         except Exception as exc:  # noqa: BLE001 - any failure leaves the claim unknown (noted for the next leader)
             logger.warning("beat: could not resolve the claim of %s: %s", name, exc)
         return beat_state.UNKNOWN
-
-    def unsent(self, name: str, stamp: dict[str, Any]) -> None:
-        """A committed claim whose message never reached the broker: a stop cut the send off (apply_entry)."""
-        self._doubt.add((name, stamp["sent_at"], stamp["token"]))
 
     def sent(self, name: str, stamp: dict[str, Any]) -> None:
         """A claim's send is over: published (after_task_publish), or given up by Celery (a broker error it logs)."""
