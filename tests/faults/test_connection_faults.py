@@ -419,7 +419,10 @@ def test_async_waiters_by_the_hundred_end_within_connect_timeout_of_an_outage(lo
     fault, stall = ended.pop("fault"), ended.pop("stall")
     assert len(ended) == waiters + extra + 20, len(ended)  # no LockTimeout: an outage is never contention
     assert max(ended.values()) - fault <= 2.0 + 1.0, max(ended.values()) - fault
-    assert stall < 1.0, stall
+    # A loop blocked on kazoo's wake socket stalls until the link is back, which this test never allows. In the
+    # threads case the loop shares the GIL with 257 acquire threads that the outage wakes at once (and a submit may
+    # start a pool thread): a quiet run stalls 0.03-0.06 s, one CI run beside another test process stalled 1.07 s.
+    assert stall < (1.0 if waiting_on == "the event loop" else 2.0), stall
 
 
 def _freeze_process(seconds: float) -> None:

@@ -34,7 +34,16 @@ if not settings.configured and "DJANGO_SETTINGS_MODULE" not in os.environ:
             "zklocks",
             *(["django_celery_beat"] if DB else []),
         ],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": DB, "OPTIONS": {"timeout": 20}}}
+        # IMMEDIATE: a transaction takes the write lock as it begins, so a writer waits for another process's
+        # write (the busy timeout). Deferred, a transaction that read first (update_or_create) fails at once if
+        # another process wrote meanwhile: SQLite's "database is locked", which a server database never gives.
+        DATABASES={
+            "default": {
+                "ENGINE": "django.db.backends.sqlite3",
+                "NAME": DB,
+                "OPTIONS": {"timeout": 20, "transaction_mode": "IMMEDIATE"},
+            }
+        }
         if DB
         else {},
         USE_TZ=True,

@@ -15,7 +15,8 @@ DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": os.environ["ZKLOCKS_TEST_TASKS_DB"],
-        "OPTIONS": {"timeout": 30},
+        # IMMEDIATE, as the beats' shared database (tests/support/beat_app.py): workers in several processes write
+        "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
     }
 }
 ZKLOCKS = {
