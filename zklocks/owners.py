@@ -136,21 +136,25 @@ def acting_for_another() -> bool:
 
 def owner_context() -> contextvars.Context:
     """A context for executor threads that carries the calling task as the owner of holds."""
-    token = _owner_var.set(current_owner())
+    before = _owner_var.get()
     try:
+        _owner_var.set(current_owner())
         return contextvars.copy_context()
     finally:
-        _owner_var.reset(token)
+        _owner_var.set(before)
 
 
 @contextmanager
 def acting_as(owner: object) -> Iterator[None]:
     """Run the block as ``owner`` (e.g. a release on commit, run by whichever thread commits)."""
-    token = _owner_var.set(owner)
+    # Set inside the try and restored by value, not by set()'s token: a signal handler's exception can land right
+    # after set() returns, before any token is stored, and the thread's later calls would act as ``owner``.
+    before = _owner_var.get()
     try:
+        _owner_var.set(owner)
         yield
     finally:
-        _owner_var.reset(token)
+        _owner_var.set(before)
 
 
 def reset_after_fork() -> None:

@@ -12,7 +12,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from tests.support.beat_in_process import elected, memory_app
 from tests.support.celery_app import rec_skip
-from tests.support.interrupts import traced
+from tests.support.interrupts import after_c_call, at_entry, traced
 from zklocks import zk_lock
 from zklocks.celery import task as task_module
 from zklocks.celery.beat import LeaderScheduler
@@ -26,28 +26,6 @@ NOTED = "may have committed unsent; noted for the leader"
 @pytest.fixture
 def app(settings):
     return memory_app(settings, "beat-stop")
-
-
-def after_c_call(name: str, code, handler):
-    """A profile function that runs ``handler`` (which raises) when a C function ``name`` returns to ``code``."""
-
-    def profile(frame, event, arg):
-        if event == "c_return" and frame.f_code is code and getattr(arg, "__name__", "") == name:
-            sys.setprofile(None)
-            handler()
-
-    return profile
-
-
-def at_entry(code, handler):
-    """A profile function that runs ``handler`` (which raises) as a frame of ``code`` starts."""
-
-    def profile(frame, event, arg):
-        if event == "call" and frame.f_code is code:
-            sys.setprofile(None)
-            handler()
-
-    return profile
 
 
 def test_a_sigterm_as_the_loop_step_begins_still_closes_the_beat(app):
@@ -100,5 +78,36 @@ def test_a_soft_time_limit_as_a_task_begins_leaves_no_record_on_the_thread(zkloc
     assert isinstance(result.result, SoftTimeLimitExceeded)
     assert not [held for held in task_module._held_here() if held[1] == f"rec:{key}"]
     assert node_data.current_task.get() is None  # later locks of this thread name no task as their holder
+    with zk_lock(f"rec:{key}", blocking=False):  # and the lock is free
+        pass
+
+
+@pytest.mark.parametrize("var", ["current_task", "current_call"])
+def test_a_soft_time_limit_as_a_task_names_its_lock_attempt_leaves_no_record_on_the_thread(zklocks_settings, var):
+    key = f"soft-{uuid.uuid4().hex[:8]}"
+    fired = []
+
+    def soft_time_limit():
+        fired.append(True)
+        raise SoftTimeLimitExceeded()
+
+    # Right after the task named itself for the node it is about to create (ContextVar.set returned).
+    acquire = task_module.SingleExecutionTask._acquire.__code__
+    skip = 0 if var == "current_task" else 1
+
+    def profile(frame, event, arg):
+        nonlocal skip
+        if event == "c_return" and frame.f_code is acquire and getattr(arg, "__name__", "") == "set":
+            if skip:
+                skip -= 1
+                return
+            sys.setprofile(None)
+            soft_time_limit()
+
+    with traced(profile, install=sys.setprofile):
+        result = rec_skip.apply(args=(key, 0.0))
+    assert fired and isinstance(result.result, SoftTimeLimitExceeded)
+    assert node_data.current_task.get() is None  # later locks of this thread name no task as their holder
+    assert node_data.current_call.get() is None
     with zk_lock(f"rec:{key}", blocking=False):  # and the lock is free
         pass

@@ -212,3 +212,24 @@ def test_an_exception_as_the_release_is_handed_to_the_transaction_leaves_nothing
         if any(held_elsewhere(name) for name in names):
             wrong.append((event, code.co_qualname, "left held"))
     assert wrong == []
+
+
+def test_an_exception_as_the_committing_thread_takes_the_owners_part_leaves_it_its_own_owner():
+    """The release of a lock runs as its owner in whichever thread commits (owners.acting_as). An exception (a
+    signal handler's) right after that thread took the owner's part, as ContextVar.set returns, leaves the thread
+    its own owner: its later locks are not the other thread's holds."""
+    import sys
+
+    from tests.support.interrupts import Interrupted, after_c_call, traced
+    from zklocks import owners
+
+    def interrupt():
+        raise Interrupted("injected as ContextVar.set returned")
+
+    mine = owners.current_owner()
+    holder = threading.Thread(target=lambda: None)
+    with traced(after_c_call("set", owners.acting_as.__wrapped__.__code__, interrupt), install=sys.setprofile):
+        with pytest.raises(Interrupted), owners.acting_as(holder):
+            pass
+    assert owners.current_owner() is mine
+    assert not owners.acting_for_another()

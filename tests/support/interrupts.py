@@ -73,3 +73,25 @@ def interrupted_call(call, tracer, *, install=sys.settrace, before=None, after=N
 def interrupted_acquire(handle, tracer, *, before=None, after=None):
     """:func:`interrupted_call` of ``handle.acquire()``."""
     return interrupted_call(handle.acquire, tracer, before=before, after=after)
+
+
+def after_c_call(name: str, code, handler):
+    """A profile function that runs ``handler`` (which raises) when a C function ``name`` returns to ``code``."""
+
+    def profile(frame, event, arg):
+        if event == "c_return" and frame.f_code is code and getattr(arg, "__name__", "") == name:
+            sys.setprofile(None)
+            handler()
+
+    return profile
+
+
+def at_entry(code, handler):
+    """A profile function that runs ``handler`` (which raises) as a frame of ``code`` starts."""
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is code:
+            sys.setprofile(None)
+            handler()
+
+    return profile

@@ -324,12 +324,14 @@ class SingleExecutionTask(Task):
         if opts.on_lost == "terminate":
             lock.terminate = terminator(self, request, lock, name)
         wait = opts.lock_timeout
-        token = node_data.current_task.set((request.id, self.name))
-        call_token = node_data.current_call.set(call)  # in our node's data: who may share this execution
+        previous_task, previous_call = node_data.current_task.get(), node_data.current_call.get()
         got = False
         try:
             try:
                 try:
+                    # Set inside the try, restored by value (a soft time limit can land right after a set()).
+                    node_data.current_task.set((request.id, self.name))
+                    node_data.current_call.set(call)  # in our node's data: who may share this execution
                     got = lock.acquire(blocking=wait > 0, timeout=wait if wait > 0 else None)
                     if not got and self._own_previous_attempt_holds(name, opts, request):
                         # A redelivery (acks_late) or a retry of this very task: the holder is its earlier
@@ -355,8 +357,8 @@ class SingleExecutionTask(Task):
                     )
                     raise
             finally:
-                node_data.current_call.reset(call_token)
-                node_data.current_task.reset(token)
+                node_data.current_call.set(previous_call)
+                node_data.current_task.set(previous_task)
         except BaseException:
             # e.g. the soft time limit (SoftTimeLimitExceeded) arriving right after the grant: give the lock back.
             if got:

@@ -63,23 +63,26 @@ def run_single(task: SingleExecutionTask, using: str, args: tuple, kwargs: dict)
     wait = float(task.option("lock_timeout"))
     got = False
     try:  # one try from the acquire on: an exception (a signal handler's) after it still releases
-        holder = node_data.current_task.set((result_id, task.module_path)) if result_id else None
+        previous_task = node_data.current_task.get()
         try:
+            # Set inside the try, restored by value: a signal handler's exception can land right after a set().
+            if result_id:
+                node_data.current_task.set((result_id, task.module_path))
             got = lock.acquire(blocking=wait > 0, timeout=wait if wait > 0 else None)
         finally:
-            if holder is not None:
-                node_data.current_task.reset(holder)
+            node_data.current_task.set(previous_task)
         call = call_digest(task, call_args, kwargs) if unique else None
         _hand_over_record(task, using, name, result_id, running=got and unique, call=call)
         if not got:
             return _on_locked(task, using, name, result_id, unique, call_args, kwargs)
         if task.takes_context:
             args = (LockedTaskContext(task_result=args[0].task_result, lock=lock), *call_args)
-        token = _current_lock.set(lock)
+        previous_lock = _current_lock.get()
         try:
+            _current_lock.set(lock)
             return Task.call(task, *args, **kwargs)
         finally:
-            _current_lock.reset(token)
+            _current_lock.set(previous_lock)
     finally:
         try:  # an exception while the record goes (a round trip) still releases the lock
             if unique and got:
