@@ -174,22 +174,15 @@ class Contender(OwnNode):
         path = f"{self.parent}/{blocker}"
         exclusive = _exclusive(layout_of(session), blocker)
         # Only the alias's identities may write the blocker: then a write is its holder's own word. Our alias's
-        # ACL says so of our contenders' nodes; the blocker's own ACL, read beside the first read, says so of it
-        # (an interop contender with the credential may have made its node open to anyone).
+        # ACL says so of our contenders' nodes; the blocker's own ACL says so of it (an interop contender with the
+        # credential may have made its node open to anyone).
         guarded = session.writes_guarded
         own = [False]
         armed: list = []  # the read that set the current watch: ZooKeeper answers it before the watch can fire
-        acl_reads: list = []
 
         def arm():
             armed.append(client.get_async(path, watch=on_data))
             return armed[-1]
-
-        def arm_and_read_acl():
-            read = arm()
-            if guarded:
-                acl_reads.append(client.get_acls_async(path))  # pipelined: no round trip of its own
-            return read
 
         @on_connection_thread  # sends nothing and never blocks: the next holder wakes without a thread hop
         def on_data(watched) -> None:
@@ -233,12 +226,12 @@ class Contender(OwnNode):
         with session.waking(waker):
             try:
                 try:
-                    _, stat = yield Answer(arm_and_read_acl(), session, deadline)
+                    _, stat = yield Answer(arm(), session, deadline)
                 except (ConnectionLoss, OperationTimeoutError):
                     yield reconnected(session, deadline)
-                    _, stat = yield Request(arm_and_read_acl, session, deadline)
-                if acl_reads:
-                    own[0] = yield from _written_only_by_us(acl_reads[-1], session, deadline)
+                    _, stat = yield Request(arm, session, deadline)
+                if guarded:
+                    own[0] = yield from _written_only_by_us(path, stat, session, deadline)
             except NoNodeError:
                 return True, False, True  # gone already
             if stat.version > 0 and own[0]:
@@ -486,14 +479,29 @@ def _wait_reading(contender: Contender, children: list[str], deadline: Deadline)
         children = yield Listing(contender.parent, contender.session, deadline)
 
 
-def _written_only_by_us(acl_read, session: Session, deadline: Deadline) -> Steps:
-    """Whether the ACL ``acl_read`` answers with lets only the alias's identities write the node. Unknown (no
-    answer, no right to read it) is False: the waiter then looks, as on an open alias."""
+GUARDED_CREATORS_KEPT = 4096
+
+
+def _written_only_by_us(path: str, stat, session: Session, deadline: Deadline) -> Steps:
+    """Whether the node's ACL lets only the alias's identities write it. Unknown (no answer, no right to read it)
+    is False: the waiter then looks, as on an open alias.
+
+    A node's ACL is its creator's choice, made at the create. A client creates its contenders with one ACL (a
+    zklocks session is one alias's), so once one node of a session is proven, the session's later nodes are taken
+    as proven too: a handoff between two processes reads the ACL once, not at every wait."""
+    creator = stat.ephemeralOwner
+    if creator and creator in session.guarded_creators:
+        return True
     try:
-        acl, _ = yield Answer(acl_read, session, deadline)
+        acl, _ = yield Request(lambda: session.client.get_acls_async(path), session, deadline)
     except (ConnectionLoss, OperationTimeoutError, ZkAuthError):
         return False
-    return not outside_writers(acl, session.cfg)
+    guarded = not outside_writers(acl, session.cfg)
+    if guarded and creator:
+        if len(session.guarded_creators) >= GUARDED_CREATORS_KEPT:
+            session.guarded_creators.clear()  # sessions of processes long gone: read again, once each
+        session.guarded_creators.add(creator)
+    return guarded
 
 
 def _promised(read) -> bool:
