@@ -107,6 +107,14 @@ def test_an_interop_contenders_open_node_proves_nothing(zk_server):
     from zklocks.recipes import node_data
 
     with zk_settings(zk_server.hosts, "/forged-interop", SESSION_TIMEOUT=4.0):
+        # First a handoff between two threads of this process: the waiters' own session is then proven guarded,
+        # which must vouch for no other session's node.
+        first = HeldInThread(zk_lock("interop-warm-up"))
+        second = HeldInThread(zk_lock("interop-warm-up", timeout=20), wait_for_acquire=False)
+        time.sleep(0.3)
+        first.release()
+        assert second.wait(10), second.error
+        second.release()
         holder_lock = zk_lock("interop")
         holder = HeldInThread(holder_lock)
         assert holder.acquired
@@ -148,3 +156,44 @@ def test_an_interop_contenders_open_node_proves_nothing(zk_server):
                 client.stop()
                 client.close()
             close_all()
+
+
+def test_a_waiter_reads_its_predecessors_acl_once_per_creating_session(zk_server):
+    """The guarded alias (the default identity): two threads hand one lock back and forth ten times, each waiting
+    behind the other's node of the same session. The ACL is read at the first wait only; a write by anyone else
+    still hands nothing over (the forged-write test above), and a peer's open node is still read and distrusted
+    (the interop test below)."""
+    from zklocks.testing.proxy import TcpProxy
+
+    get_acl = 6  # ZooKeeper's opcode
+    proxy = TcpProxy("127.0.0.1", zk_server.port).start()
+    reader = raw_client(zk_server.hosts, anonymous=True)  # not through the proxy: not counted
+    try:
+        with zk_settings(proxy.hosts, "/forged-acl-once", SESSION_TIMEOUT=4.0):
+            waits: list[str] = []
+            turn = [threading.Event(), threading.Event()]
+
+            def player(me: int) -> None:
+                for i in range(5):
+                    lock = zk_lock("ping-pong", timeout=20)
+                    turn[me].wait(20)
+                    turn[me].clear()
+                    with lock:
+                        waits.append(f"{me}")
+                        if (me, i) != (1, 4):  # the other one has a turn left: it queues behind this hold
+                            turn[1 - me].set()
+                            wait_until(lambda path=lock.path: len(reader.get_children(path)) == 2, timeout=10)
+
+            threads = [threading.Thread(target=player, args=(i,)) for i in (0, 1)]
+            for t in threads:
+                t.start()
+            turn[0].set()
+            for t in threads:
+                t.join(60)
+            assert waits == ["0", "1"] * 5, waits  # all but the first waited behind the other's node
+            assert proxy.requests[get_acl] == 1, proxy.requests
+    finally:
+        close_all()
+        reader.stop()
+        reader.close()
+        proxy.stop()

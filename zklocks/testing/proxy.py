@@ -15,6 +15,7 @@ proxy.reset()            # close every connection now
 
 from __future__ import annotations
 
+import collections
 import queue
 import select
 import socket
@@ -44,6 +45,7 @@ class TcpProxy:
         self._drop_settle = 0.0
         self.dropped = threading.Event()  # set when an armed drop happened
         self.latency = 0.0  # seconds each client-to-server packet is held back (not combined with drops)
+        self.requests: collections.Counter[int] = collections.Counter()  # by opcode, best effort (see opcodes)
         self._stopped = False
         self._thread = threading.Thread(target=self._accept_loop, name="zklocks-proxy", daemon=True)
 
@@ -157,6 +159,8 @@ class TcpProxy:
                     peers[s].sendall(data)
                     if s is client:
                         requests_seen += 1
+                        if requests_seen > 1:
+                            self.requests.update(opcodes(data))
                         # The first client packet is the session handshake; then each packet starts with
                         # length, xid and the request's opcode (several packets may share one read).
                         if (
