@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.helpers import wait_until
-from zklocks.celery.beat_fence import StaleTick, admit
+from zklocks.celery.beat_fence import StaleTick, admit, sign
 from zklocks.celery.beat_state import world_of
 from zklocks.client.deadline import Deadline
 from zklocks.client.pools import connections
@@ -38,7 +38,7 @@ def world(election: str) -> int:
 
 
 def stamp(token: int, world: int) -> dict:
-    return {"election": "beat", "entry": "report", "token": token, "world": world}
+    return sign({"election": "beat", "entry": "report", "token": token, "world": world})
 
 
 def test_ticks_of_the_leader_after_a_wipe_run_though_their_tokens_are_smaller(zklocks_settings, own_zk):

@@ -59,3 +59,31 @@ def test_a_forged_tick_at_the_workers_start_records_nothing_and_genuine_ticks_go
         assert kz.exists(path) is None
     beat_fence.admit(sign(stamp(election=election, token=7)), "genuine-task")
     assert json.loads(kz.get(path)[0])["token"] == 7
+
+
+@pytest.mark.zk
+@pytest.mark.parametrize(
+    "forged",
+    [
+        {"token": 2**62, "world": 2**62},  # an older record's shape, written by anyone who can write ZooKeeper
+        {"token": 2**62, "stamp": stamp(token=2**62, sig="x" * 27)},
+        "[" * 100_000,  # nested past the parser's recursion limit
+    ],
+    ids=["unsigned", "badly signed", "deep"],
+)
+def test_a_record_forged_in_zookeeper_shuts_out_no_genuine_tick(zklocks_settings, kz, forged):
+    """The record of the newest tick run (beat_fence.admit) counts only if it carries a stamp that a beat of this
+    project signed for that entry: a record written by anyone with write access to ZooKeeper, with a token of
+    2**62, would otherwise make every genuine tick of the entry StaleTick for ever."""
+    from zklocks import conf
+    from zklocks.celery import beat_fence
+
+    zklocks_settings()
+    election = f"beat-recorded-{uuid.uuid4().hex[:8]}"
+    path = beat_fence.executed_path(conf.alias_config().namespace, election, "report")
+    raw = forged.encode() if isinstance(forged, str) else json.dumps(forged).encode()
+    kz.create(path, raw, makepath=True)
+    beat_fence.admit(sign(stamp(election=election, token=7)), "genuine-task")
+    assert json.loads(kz.get(path)[0])["token"] == 7
+    with pytest.raises(beat_fence.StaleTick):  # and the genuine record fences as before
+        beat_fence.admit(sign(stamp(election=election, token=6)), "late-task")

@@ -54,9 +54,11 @@ _SALT = "zklocks.beat-tick"
 _unsigned_told = False
 
 
+_SIGNED = ("election", "entry", "token", "world", "sent_at", "due", "catch_up")
+
+
 def _signed_fields(stamp: dict[str, Any]) -> str:
-    fields = [stamp.get(k) for k in ("election", "entry", "token", "world", "sent_at", "due", "catch_up")]
-    return json.dumps(fields, separators=(",", ":"))
+    return json.dumps([stamp.get(k) for k in _SIGNED], separators=(",", ":"))
 
 
 def sign(stamp: dict[str, Any]) -> dict[str, Any]:
@@ -94,6 +96,25 @@ def _world(record: dict[str, Any]) -> int:
     return world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else 0
 
 
+def _recorded(raw: bytes | None, stamp: dict[str, Any]) -> tuple[int, int] | None:
+    """The token and world of the tick recorded as run for ``stamp``'s entry, if a beat of this project signed
+    that tick. Anyone who can write the node (write access to ZooKeeper, not to the broker) could otherwise record
+    a token of 2**62, and every genuine tick after it would be dropped: such a record is taken as no record."""
+    try:
+        recorded = json.loads(raw or b"{}")
+    except (ValueError, RecursionError):
+        return None
+    ran = recorded.get("stamp") if isinstance(recorded, dict) else None
+    if not isinstance(ran, dict) or not signed(ran):
+        return None
+    token = ran.get("token")
+    if ran.get("election") != stamp["election"] or ran.get("entry") != stamp["entry"]:
+        return None
+    if not isinstance(token, int) or isinstance(token, bool):
+        return None
+    return token, _world(ran)
+
+
 def admit(stamp: dict[str, Any], task_id: str | None = None) -> None:
     """Record ``stamp``'s token as executed for its entry, or raise StaleTick if a newer one was."""
     using = celery_conf.beat_settings()["USING"]
@@ -110,6 +131,8 @@ def admit(stamp: dict[str, Any], task_id: str | None = None) -> None:
             "task_id": task_id,
             "host": socket.gethostname()[:64],
             "at": round(time.time(), 6),
+            # The tick's signed stamp: what a reader trusts (_recorded), not the fields above.
+            "stamp": {**{k: stamp.get(k) for k in _SIGNED}, "sig": stamp.get("sig")},
         },
         separators=(",", ":"),
     ).encode()
@@ -123,13 +146,9 @@ def admit(stamp: dict[str, Any], task_id: str | None = None) -> None:
                 return
             except NodeExistsError:
                 continue  # another worker recorded first: compare with its token
-        try:
-            recorded = json.loads(raw or b"{}")
-        except ValueError:
-            recorded = {}
-        newest = recorded.get("token") if isinstance(recorded, dict) else None
-        if isinstance(newest, int):
-            newest_world = _world(recorded)
+        ran = _recorded(raw, stamp)
+        if ran is not None:
+            newest, newest_world = ran
             if newest_world > world:
                 raise StaleTick(
                     f"token {token} was issued before ZooKeeper's data was replaced (a tick of the data created at "
