@@ -404,3 +404,12 @@ def test_raw_watch_count_is_zero_after_everything_is_released(zk_server):
         assert zk_lock("w1").path not in four_letter(zk_server.port, "wchp")
     finally:
         client.stop()
+
+
+def test_a_semaphore_node_with_deeply_nested_data_is_claimed_not_raised_on(kz):
+    """Anyone's data on the semaphore's node (nested past the JSON parser's recursion limit) is a node without
+    our marker: the first contender claims it, and no RecursionError escapes the acquire."""
+    path = zk_semaphore("deep-data", 2).path
+    kz.create(path, b"[" * 100_000, makepath=True)
+    with zk_semaphore("deep-data", 2):
+        pass

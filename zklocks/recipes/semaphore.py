@@ -28,7 +28,7 @@ def marker_data(max_leases: int) -> bytes:
 def stored_max_leases(raw: bytes | None) -> int | None:
     try:
         data = json.loads(raw or b"")
-    except ValueError:
+    except (ValueError, RecursionError):  # anyone's data: nested deep enough, the parser gives up with RecursionError
         return None
     if isinstance(data, dict) and data.get("kind") == Kind.SEMAPHORE:
         return data.get("max_leases")
