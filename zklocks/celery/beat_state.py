@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import socket
 from typing import Any, NamedTuple, TypeGuard
 
@@ -17,11 +18,13 @@ from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, Opera
 
 from ..client.deadline import Deadline
 from ..client.session import Session
-from ..exceptions import ZkUnavailable
+from ..exceptions import ZkAuthError, ZkUnavailable
 from ..names import MAX_NAME_LENGTH, encode_name
 from ..recipes import node_data
 from ..recipes.kazoo_calls import SessionGone, call, wait_result
 from ..recipes.layout import beat_state_path
+
+log = logging.getLogger("zklocks")
 
 
 def entry_node(entry: str) -> str:
@@ -126,6 +129,9 @@ def read_sent(session: Session, election: str, deadline: Deadline) -> dict[str, 
             raw, stat = wait_result(result, session, deadline)
         except NoNodeError:
             continue
+        except ZkAuthError:
+            _unreadable(state, child)
+            continue
         parsed = _parse(raw, stat.version, node=child)
         if parsed is not None:
             sent[parsed.entry] = parsed
@@ -198,6 +204,12 @@ def write_orphan(session: Session, election: str, entry: str, sent_at: float, to
         pass
 
 
+def _unreadable(parent: str, child: str) -> None:
+    # A node we may not read was not written by this alias (its nodes all give it READ): one such node, put there
+    # by anyone who may create in the namespace, must not stop every beat from leading or adopting.
+    log.warning("zklocks: beat: skipping %s/%s, which this alias may not read (NoAuth)", parent, child[:64])
+
+
 def read_orphans(session: Session, election: str, deadline: Deadline) -> list[tuple[str, Claim]]:
     """The orphan notes: (child name, the claim it names)."""
     client = session.client
@@ -212,6 +224,9 @@ def read_orphans(session: Session, election: str, deadline: Deadline) -> list[tu
         try:
             raw, _ = call(session, functools.partial(client.get_async, path), deadline)
         except NoNodeError:
+            continue
+        except ZkAuthError:
+            _unreadable(where, child)
             continue
         claim = _parse(raw)
         if claim is not None and child == f"{entry_node(claim.entry)}-{claim.token}":
