@@ -339,3 +339,27 @@ def test_bidi_characters_in_foreign_names_are_shown_escaped_on_every_admin_page(
     release = admin_client.get(reverse("admin:zklocks_lock_release", args=(key,))).content.decode()
     assert "forged__lock__" in detail and "\u202e" not in detail
     assert "forged__lock__" in release and "\u202e" not in release.replace('value="\u202eforged', "")
+
+
+def test_nodes_this_alias_may_not_read_are_named_and_hide_no_other_lock(admin_client, kz):
+    """Anyone who may create in the namespace can give a node an ACL that denies this alias READ: a lock node, or
+    a contender in a lock node of ours. The page names them and shows every other lock (before: the whole alias
+    was an error, "ZooKeeper refused to list <namespace>", though the namespace itself could be listed)."""
+    from kazoo.security import make_digest_acl
+
+    foreign = [make_digest_acl("someone", "else", all=True)]
+    alive = hold("still-here", "alive")
+    try:
+        kz.create(lock_node("walled-lock"), b"", acl=foreign, makepath=True)
+        kz.ensure_path(lock_node("walled-holder"))
+        kz.create(f"{lock_node('walled-holder')}/forged__lock__", b"{}", acl=foreign, ephemeral=True, sequence=True)
+        response, took = timed_get(admin_client, LIST)
+        html = response.content.decode()
+        assert response.status_code == 200 and took < FAST, took
+        assert "zk-alias-error" not in html
+        assert 'data-name="still-here"' in html and "alive" in html
+        walled = [line for line in html.splitlines() if "may not read it (NoAuth)" in line]
+        assert any("walled-lock" in line for line in walled), walled
+        assert any("walled-holder" in line for line in walled), walled
+    finally:
+        alive.release()

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from kazoo.exceptions import NoNodeError, UnimplementedError
+from kazoo.exceptions import NoAuthError, NoNodeError, UnimplementedError
 
 from .kazoo_adapter.calls import children_request, data_request, send
 from .kazoo_adapter.wire import STAT_BYTES, MultiRead
@@ -49,18 +49,25 @@ def _send(client, ops: list[tuple[str, str]]):
     return result
 
 
-def fetch(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any], keep: int | None = None) -> list[Any]:
+def fetch(
+    client,
+    ops: list[tuple[str, str]],
+    wait: Callable[[Any], Any],
+    keep: int | None = None,
+    unreadable: Callable[[str], None] | None = None,
+) -> list[Any]:
     """Answer every ``(kind, path)`` read: ``(data, stat)``, a list of children, or None for a missing node.
 
     Batches are sent WINDOW at a time, each bounded as the module says; ``wait(async_result)`` returns a result's
     value or raises. Errors other than NoNode (NoAuth, connection loss) propagate. ``keep``: data longer than
     that many bytes is cut to ``keep + 1`` as it arrives (the reader sees that it was longer, and memory stays
-    bounded whatever the nodes hold).
+    bounded whatever the nodes hold). ``unreadable``: a read refused with NoAuth answers None, and its path is
+    passed to it (one node that anyone made unreadable to us must not hide the others).
     """
     if not ops:
         return []
     if multiread_support.get(client) is False:
-        return _one_by_one(client, ops, wait, keep)
+        return _one_by_one(client, ops, wait, keep, unreadable)
     out: list[Any] = []
     largest = NODE_BYTES  # the largest answer seen so far; before any, as large as a node can be
     count = 0  # reads in the last request
@@ -79,13 +86,13 @@ def fetch(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any], keep: 
         except _UNSUPPORTED:
             if multiread_support.get(client) is None:
                 multiread_support[client] = False
-                return _one_by_one(client, ops, wait, keep)
+                return _one_by_one(client, ops, wait, keep, unreadable)
             raise
         multiread_support[client] = True
         seen = max(_size(a) for a in answers)
         largest = seen if len(out) == 0 else max(largest, seen)  # the first answer replaces the guess
         out.extend(_cut(a, keep) for a in answers)
-    return [_unwrap(answer) for answer in out]
+    return [_unwrap(answer, path, unreadable) for answer, (_, path) in zip(out, ops, strict=True)]
 
 
 def _next_batch(ops: list[tuple[str, str]], start: int, count: int) -> list[tuple[str, str]]:
@@ -115,7 +122,9 @@ def _size(answer: Any) -> int:
     return 16
 
 
-def _one_by_one(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any], keep: int | None) -> list[Any]:
+def _one_by_one(
+    client, ops: list[tuple[str, str]], wait: Callable[[Any], Any], keep: int | None, unreadable
+) -> list[Any]:
     """A server without multiRead: one request per read, SINGLES outstanding, each answer cut as it arrives."""
     out: list[Any] = []
     pending: deque[Any] = deque()
@@ -128,11 +137,16 @@ def _one_by_one(client, ops: list[tuple[str, str]], wait: Callable[[Any], Any], 
             out.append(_cut(wait(pending.popleft()), keep))
         except NoNodeError:
             out.append(None)
+        except NoAuthError as exc:
+            out.append(_unwrap(exc, ops[len(out)][1], unreadable))
     return out
 
 
-def _unwrap(answer: Any) -> Any:
+def _unwrap(answer: Any, path: str, unreadable: Callable[[str], None] | None) -> Any:
     if isinstance(answer, NoNodeError):
+        return None
+    if isinstance(answer, NoAuthError) and unreadable is not None:
+        unreadable(path)
         return None
     if isinstance(answer, Exception):
         raise answer

@@ -217,7 +217,7 @@ def _read_locks(
     """The locks of the lock nodes ``nodes`` below ``ns``, sorted by name."""
     # Round 2: every lock node's data (a semaphore's marker) and children.
     ops: list[tuple[str, str]] = [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))]
-    answers = fetch(client, ops, results.wait, node_data.MAX_PARSE)
+    answers = fetch(client, ops, results.wait, node_data.MAX_PARSE, _refused(skipped))
     found: list[tuple[LockInfo, list, list | None, bool, bool]] = []  # waiters None: split after round 3
     markers: dict[str, list[str]] = {}  # lock path: the task policies' nodes below it
     records: dict[str, tuple[str, float]] = {}  # lock path: an exclusive long hold's (child, acquired_at)
@@ -259,7 +259,7 @@ def _read_locks(
         if sub:
             ops.append((CHILDREN, layout.leases_path(lock.path)))
         ops.extend((DATA, f"{lock.path}/{m}") for m in markers[lock.path])
-    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE))
+    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE, _refused(skipped)))
     later = []  # (list to fill, parent, mode, entries) for round 4
     for lock, held, waiting, mutex, sub in found:
         record = records.get(lock.path)
@@ -296,7 +296,7 @@ def _read_locks(
                 lock.queued_tasks.append(queued)
     # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order); Curator's leases.
     ops = [(DATA, f"{parent}/{child}") for _, parent, _, entries in later for _, _, child in entries]
-    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE))
+    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE, _refused(skipped)))
     for target, _, mode, entries in later:
         for seq, _, child in entries:
             c = _contender(child, mode, int(seq), next(replies))
@@ -341,6 +341,17 @@ def _set_kind(lock: LockInfo, layout: Layout, order: list, held: list) -> None:
     else:
         # The holders' mode is the lock's kind: a queue of readers behind a writer is held exclusively.
         lock.kind = None if not held else Kind.EXCLUSIVE if layout.is_exclusive(held[0][1]) else Kind.SHARED
+
+
+def _refused(skipped: list[str]) -> Callable[[str], None]:
+    """Notes a node this alias may not read (NoAuth), which the reader then passes over as if it were gone: anyone
+    who may create in the namespace can make such a node, and it must not blank the alias."""
+
+    def note(path: str) -> None:
+        if len(skipped) < SKIPPED_LIMIT:
+            skipped.append(f"{shown(path[-SKIPPED_NAME * 2 :])}: this alias may not read it (NoAuth): not shown")
+
+    return note
 
 
 def _readable(parent: str, names: list[str], skipped: list[str]) -> list[str]:
