@@ -177,3 +177,24 @@ def test_a_truncated_audit_says_so_and_fails_check_deploy(zk_server, ns, monkeyp
         assert f"default: note the audit stopped at --limit 2: 3 or more node(s) below {ns} were not checked" in lines
         with pytest.raises(CommandError):
             call_command("zklocks_check", "--alias", "nope", stdout=io.StringIO())
+
+
+def test_a_node_the_alias_may_not_read_is_a_finding_and_the_audit_goes_on(zk_server, ns, owner):
+    """A lock node that denies this alias READ and ADMIN, made by a peer, beside a weakened one: both reported (before:
+    the first one ended the whole audit with "ZooKeeper refused ... (NoAuth)")."""
+    with settings_for(zk_server.hosts, ns, AUTH=[RIGHT]):
+        holder = hold("orders:1", "web-1")
+        try:
+            owner.create(f"{ns}/walled", b"", acl=[make_digest_acl("someone", "else", all=True)])
+            node = read_model.lock_info("default", "orders:1")[0].holder.node
+            path = f"{ns}/orders:1/{node}"
+            owner.set_acls(
+                path, [make_digest_acl("app", "s3cret", all=True), ACL(Permissions.ALL, Id("world", "anyone"))]
+            )
+            lines, failed = run_zklocks_check()
+            walled = [line for line in lines if f"{ns}/walled" in line]
+            assert walled and "(NoAuth)" in walled[0], lines
+            assert any(path in line and "weaker ACL" in line for line in lines), lines
+            assert failed == "zklocks_check: 2 problem(s) found", lines
+        finally:
+            holder.release()

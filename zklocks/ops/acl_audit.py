@@ -195,7 +195,10 @@ def audit(session: Session, limit: int | None = None, deadline: float | None = N
             except NoNodeError:
                 continue  # released meanwhile
             except NoAuthError as exc:
-                raise _auth_error(cfg, exc) from exc
+                if path == cfg.namespace:
+                    raise _auth_error(cfg, exc) from exc
+                _unreadable(result, path, "list its children")  # a node below: one such must not end the audit
+                continue
             for child in children:
                 if depth == 1 and child.startswith(PROBE_PREFIX):
                     continue  # another check's probe
@@ -211,11 +214,23 @@ def audit(session: Session, limit: int | None = None, deadline: float | None = N
                 acl, _ = answer.get(timeout=_remaining(deadline, cfg))
             except NoNodeError:
                 continue
-            except NoAuthError as exc:
-                raise _auth_error(cfg, exc) from exc
+            except NoAuthError:
+                _unreadable(result, path, "read its ACL")
+                continue
             _judge(result, path, acl, expected, cfg, parent=parent)
             level.append(path)
     return result
+
+
+def _unreadable(result: AuditResult, path: str, what: str) -> None:
+    result.checked += 1
+    result.findings.append(
+        Finding(
+            path,
+            "no-access",
+            f"the configured identity may not {what} (NoAuth): made by someone else, or under a lost key",
+        )
+    )
 
 
 def _ancestors(path: str) -> list[str]:
