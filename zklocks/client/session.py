@@ -98,7 +98,8 @@ class Session:
         self.dead_reason: str | None = None
         self.auth_failed = False  # ZooKeeper rejected AUTH (unknown scheme, malformed credential)
         self.busy_hint: set[str] = set()  # lock nodes a try-lock of ours found busy (see queue.acquire)
-        self.guarded_creators: set[int] = set()  # sessions whose contender nodes only the alias may write (queue.py)
+        # (session id, lock node): whose contenders there only the alias may write (queue._written_only_by_us)
+        self.guarded_creators: set[tuple[int, str]] = set()
         self.renewals = 0  # lease renewal rounds sent (sync + an empty write), for tests and benchmarks
         self._lock = threading.Lock()
         self._holds: set[LossListener] = set()

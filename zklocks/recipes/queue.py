@@ -486,18 +486,19 @@ def _written_only_by_us(path: str, stat, session: Session, deadline: Deadline) -
     """Whether the node's ACL lets only the alias's identities write it. Unknown (no answer, no right to read it)
     is False: the waiter then looks, as on an open alias.
 
-    A node's ACL is its creator's choice, made at the create. A client creates its contenders with one ACL (a
-    zklocks session is one alias's), so once one node of a session is proven, the session's later nodes are taken
-    as proven too: a handoff between two processes reads the ACL once, not at every wait."""
-    creator = stat.ephemeralOwner
-    if creator and creator in session.guarded_creators:
+    A node's ACL is its creator's choice, made at the create. A client creates the contenders of one lock with
+    one ACL (a zklocks session is one alias's; a per-path ACL provider, as Curator's, answers by the lock's path),
+    so once one node of a session in a lock node is proven, that session's later nodes there are taken as proven
+    too: a handoff between two processes reads the ACL once, not at every wait."""
+    creator = (stat.ephemeralOwner, path.rsplit("/", 1)[0])
+    if creator[0] and creator in session.guarded_creators:
         return True
     try:
         acl, _ = yield Request(lambda: session.client.get_acls_async(path), session, deadline)
     except (ConnectionLoss, OperationTimeoutError, ZkAuthError):
         return False
     guarded = not outside_writers(acl, session.cfg)
-    if guarded and creator:
+    if guarded and creator[0]:
         if len(session.guarded_creators) >= GUARDED_CREATORS_KEPT:
             session.guarded_creators.clear()  # sessions of processes long gone: read again, once each
         session.guarded_creators.add(creator)
