@@ -570,3 +570,41 @@ def test_watch_read_lost_with_the_link_is_set_again(own_zk):
             deleted_by_another_client_is_heard(own_zk, lock)
     finally:
         proxy.stop()
+
+
+def test_closing_one_alias_during_an_outage_never_stalls_another_alias_s_requests(zk_server):
+    """Two aliases, each behind a link that is cut: requests queue beyond what each socket pair holds, so wake
+    bytes are owed. Closing one alias then must not make the other's requests wait (before: the close put a 1 s
+    timeout on its pair, and the writer of owed bytes waited on that pair holding the lock every sender needs)."""
+    proxies = [TcpProxy("127.0.0.1", zk_server.port).start() for _ in range(2)]
+    aliases = {
+        name: {"HOSTS": proxy.hosts, "NAMESPACE": f"/faults-owed-{name}", "SESSION_TIMEOUT": 10.0,
+               "CONNECT_TIMEOUT": 5.0, "REAP_INTERVAL": 0, "TICK_TIME": 0.2}
+        for name, proxy in zip(("one", "other"), proxies, strict=True)
+    }  # fmt: skip
+    try:
+        with override_settings(ZKLOCKS=aliases):
+            clients = [connections[name].session().client for name in aliases]
+            for proxy in proxies:
+                proxy.partition()
+                proxy.reset()
+            wait_until(lambda: not any(c.connected for c in clients), timeout=5)
+            for client in clients:
+                for _ in range(400):  # more than a socket pair holds
+                    client.get_async("/")
+            closing = threading.Thread(target=lambda: connections["one"].close(wait=True))
+            closing.start()
+            worst, until = 0.0, time.monotonic() + 2.0
+            while closing.is_alive() or time.monotonic() < until:
+                started = time.monotonic()
+                clients[1].get_async("/")
+                worst = max(worst, time.monotonic() - started)
+                time.sleep(0.005)
+            closing.join(10)
+            assert worst < 0.3, worst
+            for proxy in proxies:
+                proxy.heal()
+    finally:
+        close_all(wait=False)
+        for proxy in proxies:
+            proxy.stop()

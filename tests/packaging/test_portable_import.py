@@ -1,5 +1,5 @@
-"""``import zklocks`` where ``select`` has no ``poll`` (as on Windows): sessions use kazoo's own select,
-without the short read path, and still lock."""
+"""``import zklocks`` where ``select`` has no ``poll`` and ``socket`` no ``MSG_DONTWAIT`` (as on Windows): sessions
+use kazoo's own select, without the short read path, and still lock."""
 
 import json
 import os
@@ -15,12 +15,15 @@ pytestmark = pytest.mark.zk
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Windows' select module: select.select only. Removed before anything imports zklocks, kazoo or selectors.
+# Windows' select module: select.select only; and its socket module: no MSG_DONTWAIT. Removed before anything
+# imports zklocks, kazoo or selectors.
 SCRIPT = """
 import select
 for name in dir(select):
     if name in ("poll", "epoll", "devpoll", "kqueue", "kevent") or name.startswith(("POLL", "EPOLL", "KQ_")):
         delattr(select, name)
+import socket  # after: it imports selectors
+delattr(socket, "MSG_DONTWAIT")
 
 import json, sys
 import django

@@ -112,6 +112,13 @@ class PollingHandler(SequentialThreadingHandler):
             log.exception("zklocks: a waiter's watch failed on the connection thread")
         return None
 
+    def create_socket_pair(self) -> tuple[Any, Any]:
+        read_sock, write_sock = super().create_socket_pair()
+        # The wake bytes never block their sender (an event loop, kazoo's stop(): kazoo_adapter/hooks.py), with or
+        # without MSG_DONTWAIT (Windows has none), and with no timeout that makes a send wait instead.
+        write_sock.setblocking(False)
+        return read_sock, write_sock
+
     def select(self, *args: Any, **kwargs: Any):
         if not HAS_POLL:  # no poll(2): kazoo's own select
             return super().select(*args, **kwargs)

@@ -74,7 +74,7 @@ PRIVATE: tuple[Private, ...] = (
             "as for _read, and a query of whether an answer waits unread", (
                 Check(SET_ON_SELF), Check(THROUGH_SELF, "_read", _SHORT), Check(THROUGH_SELF, "_connect", _SHORT))),
     Private(_CONN, "_write_sock", "the signal-safe send and the close wake the connection thread through it, "
-            "never blocking (a full socket pair during an outage)",
+            "never blocking (a full socket pair during an outage; zklocks' handler makes it non-blocking)",
             "a send that lets a signal handler's exception through (kazoo's _call swallows it) and never blocks", (
                 Check(SET_ON_SELF),)),
     Private(_CLIENT, "_connection", "the hooks on the connection are installed through it",

@@ -111,6 +111,8 @@ def wake(client: KazooClient) -> None:
 _owed_lock = threading.Lock()
 _owed: weakref.WeakKeyDictionary[KazooClient, int] = weakref.WeakKeyDictionary()  # wake bytes not written yet
 _payer: threading.Thread | None = None  # writes them; started when a byte is owed, ends when none is
+# Where the OS has it; zklocks' handler also makes the write socket non-blocking (iohandler.create_socket_pair).
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 
 
 def _wake_byte(client: KazooClient, write_sock: socket.socket) -> None:
@@ -124,7 +126,7 @@ def _wake_byte(client: KazooClient, write_sock: socket.socket) -> None:
     the next one)."""
     global _payer
     try:
-        write_sock.send(b"\0", socket.MSG_DONTWAIT)
+        write_sock.send(b"\0", _DONTWAIT)
     except BlockingIOError:
         with _owed_lock:
             _owed[client] = _owed.get(client, 0) + 1
@@ -143,7 +145,7 @@ def _pay_owed_wakes() -> None:
                 write_sock = client._connection._write_sock
                 try:
                     while _owed[client] and write_sock is not None:
-                        write_sock.send(b"\0", socket.MSG_DONTWAIT)
+                        write_sock.send(b"\0", _DONTWAIT)
                         _owed[client] -= 1
                 except BlockingIOError:
                     continue  # still full: its connection thread reads nothing yet
@@ -159,15 +161,23 @@ def _pay_owed_wakes() -> None:
 def bounded_stop(client: KazooClient) -> None:
     """kazoo's ``stop()``, whose wake byte for the close request cannot block it for ever: during an outage the
     socket pair may be full, and the connection thread, stopping on the client's stop flag, never reads it again.
-    The send then gives up after a second and the stop goes on (the connection is closed: no close request is
-    needed any more; the server ends the session when it times out)."""
+
+    A wake byte goes first, owed if the pair is full, so that the close request has one whatever becomes of
+    kazoo's own (a byte too many is harmless). kazoo's own send then fails at once on zklocks' non-blocking pair;
+    on another handler's blocking one it gives up after a second (that timeout would make every later wake byte
+    wait, but nothing is sent after a stop)."""
     write_sock = client._connection._write_sock
     if write_sock is not None:
-        write_sock.settimeout(1.0)
+        try:
+            _wake_byte(client, write_sock)
+        except OSError:
+            pass  # closed already
+        if write_sock.gettimeout() is None:  # blocking: not zklocks' handler
+            write_sock.settimeout(1.0)
     try:
         client.stop()
-    except TimeoutError:
-        pass  # kazoo's finally has stopped its threads
+    except OSError:  # BlockingIOError, TimeoutError: kazoo's finally has stopped its threads
+        pass
 
 
 def _reset_after_fork() -> None:
