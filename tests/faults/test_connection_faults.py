@@ -608,3 +608,48 @@ def test_closing_one_alias_during_an_outage_never_stalls_another_alias_s_request
         close_all(wait=False)
         for proxy in proxies:
             proxy.stop()
+
+
+def test_a_coroutine_held_back_past_its_deadline_by_a_silent_server_gets_zk_unavailable(long_sessions_zk):
+    """The server goes silent with the connection open, and 600 coroutines send a request each: the loop driver
+    holds back those past 500 unanswered. A call that comes then with timeout=0.5 is held back past its deadline
+    before the silence counts as an outage: no answer backs a timeout, so it must end in ZkUnavailable (before:
+    LockTimeout, the lock reported held elsewhere)."""
+    server = long_sessions_zk
+    proxy = TcpProxy("127.0.0.1", server.port).start()
+    outcome: list[str] = []
+    took: list[float] = []
+    try:
+        with zk_settings(proxy.hosts, "/faults-gate-silent", SESSION_TIMEOUT=8.0, CONNECT_TIMEOUT=2.0, TICK_TIME=0.1):
+            holder = HeldInThread(zk_lock("busy"))
+
+            async def crowd_member():
+                try:
+                    async with zk_lock("busy"):
+                        pass
+                except ZkUnavailable:
+                    pass
+
+            async def main():
+                proxy.partition()  # silent: bytes are held, the connection stays open
+                crowd = [asyncio.ensure_future(crowd_member()) for _ in range(600)]
+                await asyncio.sleep(0.2)
+                started = time.monotonic()
+                try:
+                    async with zk_lock("busy", timeout=0.5):
+                        outcome.append("held")
+                except ZkUnavailable:
+                    outcome.append("unavailable")
+                except LockTimeout:
+                    outcome.append("timeout")
+                took.append(time.monotonic() - started)
+                await asyncio.wait_for(asyncio.gather(*crowd), 30)
+
+            asyncio.run(main())
+            close_all(wait=False)
+            proxy.heal()
+            holder.release()
+    finally:
+        proxy.stop()
+    assert outcome == ["unavailable"], outcome
+    assert took[0] <= 0.2 + 2.0 + 1.0, took  # within CONNECT_TIMEOUT of the silence, as any call

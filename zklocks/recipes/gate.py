@@ -8,7 +8,7 @@ import collections
 import weakref
 
 from .. import forking
-from ..client.deadline import Deadline, DeadlinePassed
+from ..client.deadline import Deadline
 from ..client.kazoo_adapter.calls import unanswered
 from ..client.session import Session
 from .kazoo_calls import outage_error, overdue
@@ -93,7 +93,9 @@ async def pace(session: Session, deadline: Deadline) -> None:
         future.cancel()  # nobody awaits it any more: the gate skips it (nothing, once it is done)
     if not session.dead:
         overdue(session, deadline, finally_=False)  # an outage is ZkUnavailable, never a lock held elsewhere
-    raise DeadlinePassed()
+    # Held back past its deadline, with nothing answered to back a timeout: the call sends its request now, once,
+    # as a thread's would have, and ends in the recipe's judgement of the answer (a lock held elsewhere) or in
+    # ZkUnavailable if none comes. Only the calls whose deadline passes go early, spread by their deadlines.
 
 
 def reset_after_fork() -> None:
