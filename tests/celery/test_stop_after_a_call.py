@@ -16,6 +16,7 @@ from tests.support.interrupts import after_c_call, at_entry, traced
 from zklocks import zk_lock
 from zklocks.celery import task as task_module
 from zklocks.celery.beat import LeaderScheduler
+from zklocks.client.pools import connections
 from zklocks.recipes import node_data
 
 pytestmark = pytest.mark.zk
@@ -111,3 +112,48 @@ def test_a_soft_time_limit_as_a_task_names_its_lock_attempt_leaves_no_record_on_
     assert node_data.current_call.get() is None
     with zk_lock(f"rec:{key}", blocking=False):  # and the lock is free
         pass
+
+
+def test_a_claim_left_unknown_by_a_short_outage_is_sent_once_by_the_same_leader(settings, long_sessions_zk):
+    """The leader's claim commits, its answer is lost with the link, and the link stays away longer than
+    CONNECT_TIMEOUT but shorter than the lease: the claim stays unknown while the beat leads on. Once ZooKeeper
+    is back, the same leader notes it and must send it (before: its own adopt_orphans dropped it as "never
+    committed", since a leader inherits only other tokens' claims); and the entry's next due, earlier, must not
+    replace the unresolved claim in ZooKeeper (its outcome could then never be told)."""
+    from celery.signals import after_task_publish
+
+    from tests.support.helpers import wait_until, zk_settings
+    from zklocks.celery.beat import HEADER
+    from zklocks.testing.proxy import TcpProxy
+
+    proxy = TcpProxy("127.0.0.1", long_sessions_zk.port).start()
+    published: list = []
+
+    def on_published(headers=None, **kwargs):
+        published.append(((headers or {}).get(HEADER) or {}).get("sent_at"))
+
+    after_task_publish.connect(on_published, weak=False)
+    try:
+        with zk_settings(proxy.hosts, f"/beat-unknown-{uuid.uuid4().hex[:8]}", SESSION_TIMEOUT=12.0,
+                         CONNECT_TIMEOUT=1.0, TICK_TIME=0.1):  # fmt: skip
+            beat = elected(memory_app(settings, "beat-unknown"))
+            try:
+                entry = beat._inner.schedule["nightly"]
+                proxy.drop_after_next_request((14,), contains=b"nightly", then_partition=True, settle=0.3)
+                beat._inner.apply_entry(entry)  # the claim commits; its answer and the resolving reads are lost
+                assert proxy.dropped.is_set() and len(beat._doubt) == 1 and published == []
+                ((_, sent_at, _),) = beat._doubt
+                proxy.heal()
+                client = connections["default"].session().client
+                wait_until(lambda: client.connected, timeout=10)
+                assert beat.leader.is_leader
+                beat._inner.apply_entry(entry)  # the entry is due again before the next look around
+                assert published == []
+                beat.tick()  # the look around notes the unknown claim, and takes it up
+                assert [round(p, 5) for p in published] == [round(sent_at, 5)], (published, sent_at)
+                assert not beat._doubt
+            finally:
+                beat.close()
+    finally:
+        after_task_publish.disconnect(on_published)
+        proxy.stop()

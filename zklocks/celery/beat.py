@@ -376,6 +376,13 @@ class LeaderScheduler(Scheduler):
             hold = self.leader.leading_hold()
             if hold is None:
                 break
+            if any(d[0] == name and d[2] == hold.token for d in self._doubt):
+                # An earlier claim of this entry by this leadership is still unresolved: a new one would replace
+                # it in the entry's node, and whether it committed (to be sent late) could never be told. The
+                # next loop turn notes and adopts it first (_look_around, before the schedule's tick).
+                logger.warning("beat: not sending %s yet: an earlier claim of it is unresolved", name)
+                self._orphans_at = 0.0
+                return None
             previous = self._claims.get(name)
             version = previous.version if previous is not None else None
             sent_at = time.time()
@@ -404,7 +411,7 @@ class LeaderScheduler(Scheduler):
                 return self.stamp(name, hold.token, sent_at, due)  # in doubt until published (_Fenced._stamped)
             if outcome == beat_state.UNKNOWN:
                 logger.warning("beat: the claim of %s has an unknown outcome; it is resolved before any send", name)
-                break
+                return None
             self._doubt.discard(doubt)  # refused: it did not commit
             if attempt == 1 and self.leader.is_leader:
                 # Our node may still be there and only our idea of the entry's node was stale: read again.
@@ -505,6 +512,10 @@ class LeaderScheduler(Scheduler):
         deadline = Deadline(hold.session.cfg.connect_timeout)
         for child, orphan in beat_state.read_orphans(hold.session, hold.contender.parent, deadline):
             inherited = self._inherited.get(orphan.entry)
+            if orphan.token == hold.token:
+                # Noted by this very leadership: a claim whose answer was lost, unresolved while ZooKeeper was away
+                # (_settle_doubts runs while leading too). Whether it committed, the entry's node says.
+                inherited = beat_state.read_claim(hold.session, hold.contender.parent, orphan.entry, deadline)
             committed = beat_state.same_claim(inherited, orphan.sent_at, orphan.token)
             taken = beat_state.take_orphan(hold.session, self._own_node(hold), hold.contender.parent, child, deadline)
             entry = inner.schedule.get(orphan.entry)
