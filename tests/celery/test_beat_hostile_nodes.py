@@ -42,3 +42,40 @@ def test_a_node_the_alias_may_not_read_stops_no_beat_from_leading(app, settings,
         assert beat.leader.is_leader
     finally:
         beat.close()
+
+
+@pytest.mark.parametrize("signed_with", [None, "another-project-key-" + "k" * 40], ids=["unsigned", "another key"])
+def test_a_shared_schedule_not_signed_by_this_project_is_not_run(app, settings, kz, caplog, signed_with):
+    """The shared beat_schedule names tasks, their arguments and how often they go: one written by anyone who can
+    write the namespace (no SECRET_KEY of this project) is ignored, said so, and the leader's schedule stays; the
+    one a beat of this project publishes is applied."""
+    import json
+
+    from django.test import override_settings
+
+    from zklocks.celery import schedule_share
+
+    caplog.set_level(logging.INFO)
+    beat = elected(app)
+    try:
+        path = f"{beat_state_path(beat._parent)}/{beat_state.SCHEDULE}"
+        forged_schedule = {"forged": {"task": "evil.task", "schedule": 0.001, "args": ["rm -rf"]}}
+        if signed_with is None:
+            body = json.loads(schedule_share.dumps(forged_schedule, "intruder", 1.0))
+            del body["sig"]
+            forged = json.dumps(body).encode()
+        else:
+            with override_settings(SECRET_KEY=signed_with):
+                forged = schedule_share.dumps(forged_schedule, "intruder", 1.0)
+        kz.set(path, forged) if kz.exists(path) else kz.create(path, forged)
+        beat._orphans_at = 0.0
+        beat.tick()
+        assert "forged" not in beat._inner.schedule and "nightly" in beat._inner.schedule
+        assert any("not signed by a beat of this project" in r.getMessage() for r in caplog.records)
+        genuine = {"hourly": {"task": "beat-hostile.hourly", "schedule": 3600.0}}
+        kz.set(path, schedule_share.dumps(genuine, "web-2", 2.0))
+        beat._orphans_at = 0.0
+        beat.tick()
+        assert "hourly" in beat._inner.schedule and "forged" not in beat._inner.schedule
+    finally:
+        beat.close()

@@ -2,6 +2,10 @@
 ``__beat__/__schedule__`` when it starts, and the leader merges it into the schedule it runs, about once a second;
 the last beat started wins. What can be shared, and django-celery-beat's own change tracking: docs/celery.md,
 "Celery beat", its paragraph "Live schedule edits".
+
+The schedule names tasks, their arguments and how often the leader sends them, and anyone who can write the
+namespace could write the node: it is signed with the project's SECRET_KEY (SECRET_KEY_FALLBACKS honoured), and
+the leader applies only a schedule that a beat of this project signed.
 """
 
 from __future__ import annotations
@@ -11,6 +15,31 @@ from datetime import timedelta
 from typing import Any
 
 FORMAT = 1
+_SALT = "zklocks.beat-schedule"
+
+
+def _canonical(body: dict[str, Any]) -> str:
+    return json.dumps(body, separators=(",", ":"), sort_keys=True)
+
+
+def _signature(body: dict[str, Any]) -> str:
+    """ImproperlyConfigured without a SECRET_KEY."""
+    from django.core import signing
+
+    return signing.Signer(salt=_SALT).sign(_canonical(body)).rsplit(":", 1)[1]
+
+
+def _signed(body: dict[str, Any], sig: Any) -> bool:
+    from django.core import signing
+    from django.core.exceptions import ImproperlyConfigured
+
+    if not isinstance(sig, str):
+        return False
+    try:
+        signing.Signer(salt=_SALT).unsign(f"{_canonical(body)}:{sig}")
+    except (signing.BadSignature, ImproperlyConfigured):
+        return False
+    return True
 
 
 def _encode_schedule(value: Any) -> dict[str, Any]:
@@ -68,11 +97,9 @@ def encode(beat_schedule: dict[str, Any]) -> dict[str, Any]:
 
 
 def dumps(beat_schedule: dict[str, Any], host: str, at: float) -> bytes:
-    return json.dumps(
-        {"v": FORMAT, "host": host, "at": round(at, 3), "entries": encode(beat_schedule)},
-        separators=(",", ":"),
-        sort_keys=True,
-    ).encode()
+    """The signed JSON to publish; ValueError if it cannot be shared, ImproperlyConfigured without a SECRET_KEY."""
+    body = {"v": FORMAT, "host": host, "at": round(at, 3), "entries": encode(beat_schedule)}
+    return _canonical({**body, "sig": _signature(body)}).encode()
 
 
 def loads(raw: bytes, app: Any) -> tuple[str, dict[str, dict[str, Any]]]:
@@ -81,6 +108,12 @@ def loads(raw: bytes, app: Any) -> tuple[str, dict[str, dict[str, Any]]]:
         data = json.loads(raw)
         if data.get("v") != FORMAT:
             raise ValueError(f"unknown format {data.get('v')!r}")
+        sig = data.pop("sig", None)
+        if not _signed(data, sig):
+            raise ValueError(
+                "not signed by a beat of this project (another SECRET_KEY, no SECRET_KEY, an older zklocks, or "
+                "written by someone else)"
+            )
         entries = {}
         for name, item in data["entries"].items():
             entries[name] = {
@@ -92,7 +125,7 @@ def loads(raw: bytes, app: Any) -> tuple[str, dict[str, dict[str, Any]]]:
                 "relative": bool(item.get("relative")),
             }
         return str(data.get("host", "?")), entries
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError, RecursionError) as exc:
         raise ValueError(f"unreadable shared schedule: {exc}") from None
 
 
@@ -101,8 +134,11 @@ def same_entries(raw: bytes | None, beat_schedule: dict[str, Any]) -> bool:
     if raw is None:
         return False
     try:
-        return json.loads(raw).get("entries") == json.loads(json.dumps(encode(beat_schedule)))
-    except ValueError:
+        data = json.loads(raw)
+        sig = data.pop("sig", None)
+        # A schedule someone else wrote (unsigned) is published over, whatever its entries.
+        return _signed(data, sig) and data.get("entries") == json.loads(json.dumps(encode(beat_schedule)))
+    except (AttributeError, ValueError, RecursionError):
         return False
 
 
@@ -112,6 +148,8 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
     ZooKeeper could not be reached (the caller tries again at its next stand), True once settled."""
     import time
 
+    from django.core.exceptions import ImproperlyConfigured
+
     from ..client.deadline import Deadline
     from ..client.pools import connections
     from ..exceptions import ZkUnavailable
@@ -120,7 +158,7 @@ def publish_own(using: str, election: str, beat_schedule: dict[str, Any], host: 
 
     try:
         data = dumps(beat_schedule, host, time.time())
-    except ValueError as exc:
+    except (ValueError, ImproperlyConfigured) as exc:
         log.warning("beat: not publishing this beat's beat_schedule (the leader keeps its own): %s", exc)
         return True  # it cannot be shared: asking again would not change that
     try:
