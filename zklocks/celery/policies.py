@@ -15,7 +15,7 @@ from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from ..client.pools import Pool, connections
 from ..exceptions import ZkLocksError
 from ..execution import unique
-from ..execution.unique import bounded_call, server_now
+from ..execution.unique import bounded_call, server_now, within_ttl
 from ..names import join_path
 from ..recipes import layout, node_data
 
@@ -163,7 +163,7 @@ def reserved_for_other(using: str, name: str, task_id: str) -> str | None:
         return None
     data, _, stat = found
     owner, ttl = data.get("task_id"), data.get("ttl")
-    if owner != task_id and isinstance(ttl, (int, float)) and server_now(pool) - stat.mtime / 1000.0 < ttl:
+    if owner != task_id and isinstance(owner, str) and within_ttl(pool, ttl, stat):
         return owner
     if owner != task_id:
         log.info("zklocks: %r: the retry of %r did not start within its reservation; the lock is free", name, owner)

@@ -101,13 +101,24 @@ def marker_data(task_id: str, task_name: str, state: str, ttl: float, call: str 
     return node_data.payload(**extra)
 
 
-def is_live(pool: Pool, name: str, marker: dict, stat) -> bool:
-    if marker.get("state") == "running":
-        return marker.get("task_id") is not None and holder_task_id(pool.cfg.alias, name) == marker["task_id"]
-    ttl = marker.get("ttl")
-    if not isinstance(ttl, (int, float)):
-        return False  # not ours, or damaged: stale
+MAX_TTL = 366 * 86400.0  # the longest a record may say it lives: longer is not ours (or damaged), so stale
+
+
+def within_ttl(pool: Pool, ttl: object, stat) -> bool:
+    """Whether a record written at ``stat.mtime`` that says it lives ``ttl`` seconds is live by ZooKeeper's
+    clock. A ttl that is not a number of seconds up to MAX_TTL (JSON has Infinity; anyone may write a record on
+    an open alias) is stale: such a record must not block its key for ever."""
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= MAX_TTL:
+        return False  # NaN fails the comparison too
     return server_now(pool) - stat.mtime / 1000.0 < ttl
+
+
+def is_live(pool: Pool, name: str, marker: dict, stat) -> bool:
+    if not isinstance(marker.get("task_id"), str):
+        return False  # not ours, or damaged: stale
+    if marker.get("state") == "running":
+        return holder_task_id(pool.cfg.alias, name) == marker["task_id"]
+    return within_ttl(pool, marker.get("ttl"), stat)
 
 
 def claim(using: str, name: str, task_id: str, task_name: str, ttl: float, call: str | None = None) -> str | None:

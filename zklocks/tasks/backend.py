@@ -17,7 +17,7 @@ from .. import conf, signals
 from ..client.pools import connections
 from ..exceptions import ZkConfigError
 from ..execution.holder_task import holder_task_id
-from ..execution.unique import server_now
+from ..execution.unique import within_ttl
 from ..handles.locks import ZkLock
 from . import markers, options, runner
 from .compat import BaseTaskBackend, InvalidTask, TaskResult, TaskResultDoesNotExist, TaskResultStatus
@@ -157,7 +157,7 @@ class SingleExecutionBackend(BaseTaskBackend):
             elif not known or (result is not None and result.status == TaskResultStatus.RUNNING):
                 # Unverifiable, or taken by a worker that has not marked the record yet: the record's age bounds it.
                 ttl = record.get("ttl")
-                live = isinstance(ttl, (int, float)) and server_now(connections[using]) - stat.mtime / 1000.0 < ttl
+                live = within_ttl(connections[using], ttl, stat)
         if not live:
             log.info("zklocks: removing the stale queued record of %r (task %r)", name, task_id)
             markers.remove(using, name, stat.version)
