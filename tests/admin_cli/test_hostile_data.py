@@ -361,5 +361,24 @@ def test_nodes_this_alias_may_not_read_are_named_and_hide_no_other_lock(admin_cl
         walled = [line for line in html.splitlines() if "may not read it (NoAuth)" in line]
         assert any("walled-lock" in line for line in walled), walled
         assert any("walled-holder" in line for line in walled), walled
+        with override_settings(ZKLOCKS_HEALTH={"MAX_HOLD_SECONDS": 3600}):  # locks there go unchecked: it says so
+            result = asyncio.run(ZooKeeperHealthCheck().get_result())
+        assert result.error is not None and "may not read them" in str(result.error), result.error
     finally:
         alive.release()
+
+
+def test_bidi_characters_in_foreign_node_data_are_shown_escaped_in_the_list_and_the_timeline(admin_client, kz):
+    """A holder's and a waiter's node data (host, thread, task, or data that is not ours at all) with U+202E: the
+    list and the detail page's timeline show it as a visible escape, never raw."""
+    forge(
+        kz,
+        "bidi-data",
+        ours(host='"\\u202eweb"', thread='"\\u202et"', task_name='"\\u202etask"', task_id='"\\u202eid"'),
+    )
+    forge(kz, "bidi-data", "\u202enot json".encode())
+    for url in (LIST, detail_url("bidi-data")):
+        page = admin_client.get(url).content.decode()
+        assert 'data-name="bidi-data"' in page or "bidi-data" in page
+        assert "\u202e" not in page, page[page.index("\u202e") - 200 : page.index("\u202e") + 50]
+        assert "\\u202e" in page

@@ -153,6 +153,11 @@ def long_holds(aliases: list[str], max_hold: float) -> list[str]:
         for prefix in (f"zklocks alias {failed.alias!r}: ", f"alias {failed.alias!r}: "):
             error = error.removeprefix(prefix)
         found.append(f"alias {failed.alias!r}: locks not checked against MAX_HOLD_SECONDS={max_hold:g}: {error}")
+    for partial in (a for a in snaps if not a.error and a.refused):
+        found.append(
+            f"alias {partial.alias!r}: {len(partial.refused)} node(s) not checked against MAX_HOLD_SECONDS="
+            f"{max_hold:g}, as this alias may not read them (e.g. {partial.refused[0]})"
+        )
     found += named
     if unnamed:
         found.append(f"and {unnamed} more lock(s) held for longer than MAX_HOLD_SECONDS={max_hold:g}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .render import clean
 from .snapshots import Contender, LockInfo
 
 WIDTH = 640  # pixels of the time axis
@@ -40,10 +41,11 @@ class Picture:
 
 
 def _who(c: Contender) -> str:
+    """The bar's label, from node data (anyone's): shown as the admin shows such text (render.clean)."""
     if c.raw is not None:
-        return c.raw[:30]
+        return clean(c.raw[:30])
     who = f"{c.host or '?'} pid {c.pid or '?'}"
-    return f"{who} · {c.thread}" if c.thread else who
+    return clean(f"{who} · {c.thread}" if c.thread else who)
 
 
 def picture(lock: LockInfo, now: float) -> Picture | None:

@@ -31,7 +31,7 @@ from ..recipes import lock_delay, node_data
 from ..recipes.kazoo_calls import translate
 from ..recipes.layout import KAZOO, LATEST, QUEUED, RETRY, TASK_MARKERS, Kind, Layout, get, sequence_trusted
 from ..recipes.semaphore import stored_max_leases
-from .snapshots import AliasSnapshot, Contender, LockInfo, QueuedTask, Snapshot
+from .snapshots import REFUSED, AliasSnapshot, Contender, LockInfo, QueuedTask, Snapshot
 
 KINDS = (Kind.EXCLUSIVE, Kind.SHARED, Kind.SEMAPHORE, Kind.ELECTION)
 
@@ -349,7 +349,7 @@ def _refused(skipped: list[str]) -> Callable[[str], None]:
 
     def note(path: str) -> None:
         if len(skipped) < SKIPPED_LIMIT:
-            skipped.append(f"{shown(path[-SKIPPED_NAME * 2 :])}: this alias may not read it (NoAuth): not shown")
+            skipped.append(f"{shown(path[-SKIPPED_NAME * 2 :])}: {REFUSED}")
 
     return note
 

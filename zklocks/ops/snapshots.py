@@ -125,6 +125,9 @@ class LockInfo:
         }
 
 
+REFUSED = "this alias may not read it (NoAuth): not shown"  # ends a skipped line for such a node
+
+
 @dataclass
 class AliasSnapshot:
     alias: str
@@ -133,6 +136,11 @@ class AliasSnapshot:
     error: str | None = None
     seconds: float = 0.0  # how long the read took
     skipped: list[str] = field(default_factory=list)  # nodes not read (names too long to be zklocks'), as lines
+
+    @property
+    def refused(self) -> list[str]:
+        """The lines of ``skipped`` for nodes this alias may not read: locks there went unseen."""
+        return [line for line in self.skipped if line.endswith(REFUSED)]
 
 
 @dataclass

@@ -83,8 +83,11 @@ class Command(BaseCommand):
             return 1
         # Every lock, as the admin reads it: a lock node or contender that refuses this identity fails here.
         snap = read_model.read_alias(cfg.alias)
-        if snap.error:
-            self._fail(name, f"could not read every lock: {snap.error} (manage.py zklocks_check --fix-acls, run "
+        problem = snap.error or (
+            f"{len(snap.refused)} node(s) refuse it, e.g. {snap.refused[0]}" if snap.refused else None
+        )
+        if problem:
+            self._fail(name, f"could not read every lock: {problem} (manage.py zklocks_check --fix-acls, run "
                        "with the project's identity, grants the read-only identity READ)")  # fmt: skip
             return 1
         self._ok(name, f"read {cfg.namespace}: {len(children)} lock node(s), {len(snap.locks)} lock(s) read")
