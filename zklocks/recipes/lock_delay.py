@@ -225,7 +225,10 @@ def _wait_steps(contender: Any, blocking: bool, deadline: Deadline, name: str) -
         remaining = deadline.remaining()
         waker = yield NewWaker()
         with session.waking(waker):  # a lost session wakes us, and so does a lost connection
-            yield Sleep(waker, left if remaining is None else max(0.0, min(left, remaining)), session.timeout / 3)
+            # Looked at once the waker is in place: a loss just before would wake nobody, and a coroutine's sleep
+            # has no periodic look of its own (a thread's wakes every third of the lease).
+            if session.is_alive() and session.connected and not session.unresponsive:
+                yield Sleep(waker, left if remaining is None else max(0.0, min(left, remaining)), session.timeout / 3)
         if not session.is_alive():
             raise SessionGone()
         # An outage is ZkUnavailable within CONNECT_TIMEOUT here too, as in any wait: never a delay waited out on
