@@ -88,7 +88,10 @@ async def pace(session: Session, deadline: Deadline) -> None:
             await future
         return
     except TimeoutError:
-        pass  # held back past the caller's deadline
+        # Held back past the caller's deadline. The gate may have failed it at its outage bound in the same loop
+        # turn: that error is the answer (and is retrieved, or asyncio would log it as never retrieved).
+        if future.done() and not future.cancelled() and (failed := future.exception()) is not None:
+            raise failed from None
     finally:
         future.cancel()  # nobody awaits it any more: the gate skips it (nothing, once it is done)
     if not session.dead:
