@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, TypeGuard
 from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
 
 from ..client.deadline import Deadline
+from ..client.multiread import DATA, fetch
 from ..client.session import Session
 from ..exceptions import ZkAuthError, ZkUnavailable
 from ..names import MAX_NAME_LENGTH, encode_name
@@ -204,6 +205,14 @@ def write_orphan(session: Session, election: str, entry: str, sent_at: float, to
         pass
 
 
+def _answer_by(result, deadline: Deadline):
+    """A read's answer (its error raised as kazoo's), or ZkUnavailable once ``deadline`` has passed."""
+    remaining = deadline.remaining()
+    if not result.wait(5.0 if remaining is None else max(0.0, remaining)):
+        raise ZkUnavailable("ZooKeeper did not answer the read of the beat's state in time")
+    return result.get_nowait()
+
+
 def _unreadable(parent: str, child: str) -> None:
     # A node we may not read was not written by this alias (its nodes all give it READ): one such node, put there
     # by anyone who may create in the namespace, must not stop every beat from leading or adopting.
@@ -309,14 +318,18 @@ def read_view(session: Session, election: str, deadline: Deadline) -> tuple[dict
     except NoNodeError:
         return {}, None
     claims: dict[str, Claim] = {}
-    for child in children:
-        if child.startswith("__"):
-            continue
-        try:
-            raw, stat = call(session, functools.partial(client.get_async, f"{state}/{child}"), deadline)
-        except NoNodeError:
-            continue
-        claim = _parse(raw, stat.version, node=child)
+    # Batched and cut as the admin's readers are (client/multiread.py): anyone who may create in the namespace can
+    # put thousands of children of a megabyte each here, and the page must still answer.
+    ours = [child for child in children if not child.startswith("__") and len(child) <= MAX_NAME_LENGTH]
+    answers = fetch(
+        client,
+        [(DATA, f"{state}/{child}") for child in ours],
+        lambda result: _answer_by(result, deadline),
+        keep=MAX_CLAIM,
+        unreadable=lambda path: _unreadable(state, path.rsplit("/", 1)[1]),
+    )
+    for child, answer in zip(ours, answers, strict=True):
+        claim = _parse(answer[0], answer[1].version, node=child) if answer is not None else None
         if claim is not None:
             claims[claim.entry] = claim
     try:
