@@ -160,7 +160,7 @@ def test_an_interop_contenders_open_node_proves_nothing(zk_server):
 
 def test_a_waiter_reads_its_predecessors_acl_once_per_creating_session(zk_server):
     """The guarded alias (the default identity): two threads hand one lock back and forth ten times, each waiting
-    behind the other's node of the same session. The ACL is read at the first wait only; a write by anyone else
+    behind the other's node of the same session. The node's ACL is read at the first wait only; a write by anyone else
     still hands nothing over (the forged-write test above), and a peer's open node is still read and distrusted
     (the interop test below)."""
     from zklocks.testing.proxy import TcpProxy
@@ -191,9 +191,48 @@ def test_a_waiter_reads_its_predecessors_acl_once_per_creating_session(zk_server
             for t in threads:
                 t.join(60)
             assert waits == ["0", "1"] * 5, waits  # all but the first waited behind the other's node
-            assert proxy.requests[get_acl] == 1, proxy.requests
+            # Once for the lock node (who may delete in it), once for the other thread's node: not at each wait.
+            assert proxy.requests[get_acl] == 2, proxy.requests
     finally:
         close_all()
         reader.stop()
         reader.close()
         proxy.stop()
+
+
+def test_a_lock_node_open_to_anyone_under_a_guarded_alias_is_watched_as_an_open_alias(zk_server, caplog):
+    """The default guarded alias, but a lock node made with an open ACL (before an upgrade from an open alias, or by
+    a peer without an ACL): ZooKeeper lets anyone delete in it, so an anonymous client can delete the holder's node
+    and hand the lock to the waiter. The holder must hear of it at once, as on an open alias (before: after a
+    second, when a guarded alias's holder first watches its node), and the acquire says why."""
+    import logging
+
+    from kazoo.security import OPEN_ACL_UNSAFE
+
+    caplog.set_level(logging.WARNING)
+    with zk_settings(zk_server.hosts, "/forged-open-lock-node", SESSION_TIMEOUT=4.0):
+        holder_lock = zk_lock("opened")
+        owner = raw_client(zk_server.hosts, anonymous=True, auth_data=project_auth_data())
+        forger = raw_client(zk_server.hosts, anonymous=True)
+        try:
+            owner.create(holder_lock.path, b"", acl=OPEN_ACL_UNSAFE, makepath=True)
+            holder = HeldInThread(holder_lock)
+            assert holder.acquired
+            assert any("lets others delete in it" in r.getMessage() for r in caplog.records)
+            forged_at = time.monotonic()
+            forger.delete(holder_node(forger, holder_lock))
+            assert wait_until(lambda: not holder_lock.is_held, timeout=0.5)
+            print(f"holder told {time.monotonic() - forged_at:.3f}s after the forged delete")
+            holder.release()
+            assert isinstance(holder.lost, LockLost) and "deleted" in str(holder.lost), holder.lost
+        finally:
+            for client in (owner, forger):
+                client.stop()
+                client.close()
+            close_all()
+
+
+def project_auth_data():
+    from tests.support.helpers import project_auth
+
+    return project_auth()

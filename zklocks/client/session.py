@@ -100,6 +100,7 @@ class Session:
         self.busy_hint: set[str] = set()  # lock nodes a try-lock of ours found busy (see queue.acquire)
         # (session id, lock node): whose contenders there only the alias may write (queue._written_only_by_us)
         self.guarded_creators: set[tuple[int, str]] = set()
+        self.guarded_parents: dict[str, bool] = {}  # lock node: only the alias may delete in it (queue.py)
         self.renewals = 0  # lease renewal rounds sent (sync + an empty write), for tests and benchmarks
         self._lock = threading.Lock()
         self._holds: set[LossListener] = set()

@@ -243,7 +243,7 @@ class LongHolds:
         self._ticking = False
 
     def add(self, hold: Hold, waited: bool) -> None:
-        guarded = hold.session.writes_guarded
+        guarded = hold.contender.guarded
         if not guarded:
             watch_own_node(hold)  # anyone may write or delete our node: hear of it at once
         entry = (time.monotonic(), hold, waited, time.time(), guarded)

@@ -7,6 +7,7 @@ This module knows kazoo and paths, nothing of Django.
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 
@@ -48,6 +49,7 @@ from .step_runner import Answer, Blocking, Listing, NewWaker, Pace, Request, Sle
 # How many nodes ahead a waiter finds gone, one after the other, before it reads the queue again instead of
 # walking back one round trip per node (a waiter whose predecessor gave up usually finds the next one there).
 WALK_BACK = 3
+log = logging.getLogger("zklocks")
 
 
 class Contender(OwnNode):
@@ -57,7 +59,7 @@ class Contender(OwnNode):
     by an event loop (see :func:`acquire` and :func:`acquire_steps`).
     """
 
-    __slots__ = ("marker", "queued_at", "waited", "wakeups", "lock_delay", "vanished")
+    __slots__ = ("marker", "queued_at", "waited", "wakeups", "lock_delay", "vanished", "guarded")
 
     def __init__(self, session: Session, parent: str, marker: str, delay: float = 0.0) -> None:
         super().__init__(session, parent, marker)
@@ -68,6 +70,9 @@ class Contender(OwnNode):
         self.lock_delay = delay  # seconds of lock-delay after an unclean loss (lock_delay.py)
         # The last blocker seen deleted without its release mark; "" once a marked release came after it
         self.vanished: str | None = None
+        # Whether only the alias may delete our node: its own ACL (the alias's) and the lock node's say so
+        # (enqueue_steps reads the latter). Otherwise the hold is watched as on an open alias.
+        self.guarded = session.writes_guarded
 
     # -- enqueue --
 
@@ -79,6 +84,9 @@ class Contender(OwnNode):
             if session.dead:
                 raise SessionGone()
             yield Pace(session, deadline)
+            known = session.guarded_parents.get(self.parent) if session.writes_guarded else False
+            # Pipelined before the create, once per lock node and session: no round trip of its own.
+            parent_acl = client.get_acls_async(self.parent) if known is None else None
             self._pending_create = SENDING  # found by its guid if a signal handler's exception cuts the send short
             created = create_contender(client, self.prefix, data, session.acl)
             self._pending_create = created
@@ -109,6 +117,9 @@ class Contender(OwnNode):
             self._set_node(path, stat.czxid)  # first: an exception in between must still find the node
             self.stamp = (stat.ctime, time.monotonic())  # the server's clock, read by our create (lock_delay.py)
             self._pending_create = None
+            if parent_acl is not None:
+                known = yield from _parent_guarded(parent_acl, self.parent, session, deadline)
+            self.guarded = bool(known)
             if listed is None:
                 listed = yield from self.children_steps(deadline)
             return listed
@@ -122,7 +133,8 @@ class Contender(OwnNode):
                 deadline,
             )
         except NodeExistsError:
-            pass
+            return  # someone else's: its ACL is read with the next create
+        self.session.guarded_parents[self.parent] = self.session.writes_guarded  # made with the alias's ACL
 
     # -- queue position --
 
@@ -387,9 +399,9 @@ def acquire_steps(
                     continue  # woken by the session's state: look at the same node again
                 if held and _exclusive(layout, blocker):
                     break  # an exclusive holder held only once nothing was ahead of it: nothing is now
-                if not session.writes_guarded:
-                    # An open alias: anyone may have written and deleted that node, so only the queue itself
-                    # shows who is ahead now: one listing (the classic recipe's), not a walk node by node.
+                if not contender.guarded:
+                    # An open alias or lock node: anyone may have written and deleted that node, so only the queue
+                    # itself shows who is ahead now: one listing (the classic recipe's), not a walk node by node.
                     children = yield Listing(parent, session, deadline)
                     view, index = contender.place(children)
                     ahead, gone_at_once = view.previous(index), 0
@@ -480,6 +492,28 @@ def _wait_reading(contender: Contender, children: list[str], deadline: Deadline)
 
 
 GUARDED_CREATORS_KEPT = 4096
+
+
+def _parent_guarded(acl_read, parent: str, session: Session, deadline: Deadline) -> Steps:
+    """Whether the lock node lets only the alias's identities delete in it (ZooKeeper checks a delete against the
+    parent's ACL): a lock node made before an upgrade from an open alias, or by a peer without an ACL, lets anyone
+    delete our node, and a hold there is watched as on an open alias. Unknown (no answer) is False, not kept."""
+    try:
+        acl, _ = yield Answer(acl_read, session, deadline)
+    except (ConnectionLoss, OperationTimeoutError, ZkAuthError, NoNodeError):
+        return False
+    guarded = not outside_writers(acl, session.cfg)
+    if len(session.guarded_parents) >= GUARDED_CREATORS_KEPT:
+        session.guarded_parents.clear()
+    session.guarded_parents[parent] = guarded
+    if not guarded:
+        log.warning(
+            "zklocks: lock node %s lets others delete in it (%s): its holds are watched as on an open alias "
+            "(manage.py zklocks_check --fix-acls gives it the alias's ACL)",
+            parent,
+            ", ".join(outside_writers(acl, session.cfg)),
+        )
+    return guarded
 
 
 def _written_only_by_us(path: str, stat, session: Session, deadline: Deadline) -> Steps:
