@@ -79,3 +79,15 @@ def test_a_shared_schedule_not_signed_by_this_project_is_not_run(app, settings, 
         assert "hourly" in beat._inner.schedule and "forged" not in beat._inner.schedule
     finally:
         beat.close()
+
+
+def test_a_schedule_whose_arguments_have_int_keys_verifies_as_the_leader_reads_it():
+    """JSON turns an int dict key into a string, and sorts it as text: the signature covers the schedule as the
+    leader reads it back (before: every such schedule was "not signed by a beat of this project")."""
+    from celery import Celery
+
+    from zklocks.celery import schedule_share
+
+    raw = schedule_share.dumps({"x": {"task": "t", "schedule": 60.0, "kwargs": {"d": {9: 1, 10: 2}}}}, "h", 1.0)
+    host, entries = schedule_share.loads(raw, Celery("int-keys", set_as_current=False))
+    assert host == "h" and entries["x"]["kwargs"] == {"d": {"9": 1, "10": 2}}

@@ -99,6 +99,7 @@ def encode(beat_schedule: dict[str, Any]) -> dict[str, Any]:
 def dumps(beat_schedule: dict[str, Any], host: str, at: float) -> bytes:
     """The signed JSON to publish; ValueError if it cannot be shared, ImproperlyConfigured without a SECRET_KEY."""
     body = {"v": FORMAT, "host": host, "at": round(at, 3), "entries": encode(beat_schedule)}
+    body = json.loads(json.dumps(body))  # signed as the leader reads it: an int dict key becomes a string
     return _canonical({**body, "sig": _signature(body)}).encode()
 
 

@@ -197,7 +197,7 @@ def audit(session: Session, limit: int | None = None, deadline: float | None = N
             except NoAuthError as exc:
                 if path == cfg.namespace:
                     raise _auth_error(cfg, exc) from exc
-                _unreadable(result, path, "list its children")  # a node below: one such must not end the audit
+                _unreadable(result, path, "list its children", counted=True)  # one such must not end the audit
                 continue
             for child in children:
                 if depth == 1 and child.startswith(PROBE_PREFIX):
@@ -222,8 +222,9 @@ def audit(session: Session, limit: int | None = None, deadline: float | None = N
     return result
 
 
-def _unreadable(result: AuditResult, path: str, what: str) -> None:
-    result.checked += 1
+def _unreadable(result: AuditResult, path: str, what: str, counted: bool = False) -> None:
+    if not counted:  # a node whose ACL was judged, but whose children we may not list, is counted already
+        result.checked += 1
     result.findings.append(
         Finding(
             path,

@@ -170,8 +170,8 @@ def bounded_stop(client: KazooClient) -> None:
     if write_sock is not None:
         try:
             _wake_byte(client, write_sock)
-        except OSError:
-            pass  # closed already
+        except (OSError, RuntimeError):
+            pass  # closed already; or no thread may start any more (interpreter shutdown): kazoo's own send tries
         if write_sock.gettimeout() is None:  # blocking: not zklocks' handler
             write_sock.settimeout(1.0)
     try:
