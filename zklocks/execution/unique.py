@@ -101,14 +101,11 @@ def marker_data(task_id: str, task_name: str, state: str, ttl: float, call: str 
     return node_data.payload(**extra)
 
 
-MAX_TTL = 366 * 86400.0  # the longest a record may say it lives: longer is not ours (or damaged), so stale
-
-
 def within_ttl(pool: Pool, ttl: object, stat) -> bool:
     """Whether a record written at ``stat.mtime`` that says it lives ``ttl`` seconds is live by ZooKeeper's
-    clock. A ttl that is not a number of seconds up to MAX_TTL (JSON has Infinity; anyone may write a record on
-    an open alias) is stale: such a record must not block its key for ever."""
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= MAX_TTL:
+    clock. A ttl that is not a positive number of seconds (a bool, NaN, text: not ours, or damaged) is stale; an
+    infinite one is a ``unique_timeout`` of ``inf``, as a project may set it."""
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0:
         return False  # NaN fails the comparison too
     return server_now(pool) - stat.mtime / 1000.0 < ttl
 
