@@ -99,6 +99,7 @@ class Contender(OwnNode):
                 path, stat = yield Answer(created, session, deadline)
             except NoNodeError:
                 self._pending_create = None
+                session.guarded_parents.pop(self.parent, None)  # reaped: whoever makes it again chooses its ACL
                 yield from self._ensure_parent_steps(deadline)
                 continue
             except (ConnectionLoss, OperationTimeoutError):
@@ -113,6 +114,9 @@ class Contender(OwnNode):
                 if mine is None:
                     continue  # the create never reached the server: send it again
                 yield from self._adopt_steps(mine, deadline)
+                if parent_acl is not None:
+                    known = yield from _parent_guarded(parent_acl, self.parent, session, deadline)
+                self.guarded = bool(known)  # unknown (no answer) is not guarded
                 return children
             self._set_node(path, stat.czxid)  # first: an exception in between must still find the node
             self.stamp = (stat.ctime, time.monotonic())  # the server's clock, read by our create (lock_delay.py)
@@ -502,6 +506,11 @@ def _parent_guarded(acl_read, parent: str, session: Session, deadline: Deadline)
         acl, _ = yield Answer(acl_read, session, deadline)
     except (ConnectionLoss, OperationTimeoutError, ZkAuthError, NoNodeError):
         return False
+    return judge_parent(session, parent, acl)
+
+
+def judge_parent(session: Session, parent: str, acl: list) -> bool:
+    """Whether ``acl``, a lock node's, lets only the alias delete in it; kept for the session, warned if not."""
     guarded = not outside_writers(acl, session.cfg)
     if len(session.guarded_parents) >= GUARDED_CREATORS_KEPT:
         session.guarded_parents.clear()

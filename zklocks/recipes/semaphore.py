@@ -18,7 +18,7 @@ from . import queue
 from .kazoo_calls import SessionGone, call, create_contender, wait_result
 from .layout import Kind
 from .node import SENDING, layout_of
-from .queue import Contender
+from .queue import Contender, judge_parent
 
 
 def marker_data(max_leases: int) -> bytes:
@@ -205,6 +205,7 @@ def _create_lease(
                     except (ConnectionLoss, OperationTimeoutError):
                         # The create may or may not have been applied: find our lease by its guid.
                         if _recover_lease(lease, deadline):
+                            lease.guarded = _leases_guarded(session, lease.parent, deadline)
                             return lease
                         lease._pending_create = None
                         continue  # it never reached the server: look at the leases again
@@ -212,6 +213,7 @@ def _create_lease(
                     raise SessionGone() from None  # the semaphore node was reaped under us: start over
                 lease._set_node(node, stat.czxid)
                 lease._pending_create = None
+                lease.guarded = _leases_guarded(session, lease.parent, deadline)
                 return lease
             if not blocking:
                 raise LockNotAcquired(f"{what}: all {max_leases} leases are held", name=name)
@@ -229,6 +231,20 @@ def _create_lease(
                     raise SessionGone()
                 if session.unresponsive:
                     raise session.unavailable("no answer from the server while waiting for a lease")
+
+
+def _leases_guarded(session: Session, parent: str, deadline: Deadline) -> bool:
+    """Whether only the alias may delete the leases (queue.judge_parent): read once per session and node."""
+    if not session.writes_guarded:
+        return False
+    known = session.guarded_parents.get(parent)
+    if known is not None:
+        return known
+    try:
+        acl, _ = call(session, lambda: session.client.get_acls_async(parent), deadline)
+    except (NoNodeError, ZkAuthError, ZkUnavailable):
+        return False
+    return judge_parent(session, parent, acl)
 
 
 def _recover_lease(lease: Contender, deadline: Deadline) -> bool:
