@@ -353,11 +353,14 @@ def test_nodes_this_alias_may_not_read_are_named_and_hide_no_other_lock(admin_cl
         kz.create(lock_node("walled-lock"), b"", acl=foreign, makepath=True)
         kz.ensure_path(lock_node("walled-holder"))
         kz.create(f"{lock_node('walled-holder')}/forged__lock__", b"{}", acl=foreign, ephemeral=True, sequence=True)
+        kz.create(f"{lock_node('walled-holder')}/x__lock__", ours(), ephemeral=True, sequence=True)  # a waiter
         response, took = timed_get(admin_client, LIST)
         html = response.content.decode()
         assert response.status_code == 200 and took < FAST, took
         assert "zk-alias-error" not in html
         assert 'data-name="still-here"' in html and "alive" in html
+        # Not shown with its waiter as the holder, which a force-release would then delete.
+        assert 'data-name="walled-holder"' not in html
         walled = [line for line in html.splitlines() if "may not read it (NoAuth)" in line]
         assert any("walled-lock" in line for line in walled), walled
         assert any("walled-holder" in line for line in walled), walled

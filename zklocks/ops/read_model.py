@@ -216,8 +216,9 @@ def _read_locks(
 ) -> list[LockInfo]:
     """The locks of the lock nodes ``nodes`` below ``ns``, sorted by name."""
     # Round 2: every lock node's data (a semaphore's marker) and children.
+    refused: set[str] = set()  # paths of nodes this alias may not read
     ops: list[tuple[str, str]] = [op for node in nodes for op in ((DATA, f"{ns}/{node}"), (CHILDREN, f"{ns}/{node}"))]
-    answers = fetch(client, ops, results.wait, node_data.MAX_PARSE, _refused(skipped))
+    answers = fetch(client, ops, results.wait, node_data.MAX_PARSE, _refused(skipped, refused))
     found: list[tuple[LockInfo, list, list | None, bool, bool]] = []  # waiters None: split after round 3
     markers: dict[str, list[str]] = {}  # lock path: the task policies' nodes below it
     records: dict[str, tuple[str, float]] = {}  # lock path: an exclusive long hold's (child, acquired_at)
@@ -259,7 +260,7 @@ def _read_locks(
         if sub:
             ops.append((CHILDREN, layout.leases_path(lock.path)))
         ops.extend((DATA, f"{lock.path}/{m}") for m in markers[lock.path])
-    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE, _refused(skipped)))
+    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE, _refused(skipped, refused)))
     later = []  # (list to fill, parent, mode, entries) for round 4
     for lock, held, waiting, mutex, sub in found:
         record = records.get(lock.path)
@@ -296,13 +297,16 @@ def _read_locks(
                 lock.queued_tasks.append(queued)
     # Round 4: who waits in a semaphore's mutex queue (each waits for a lease, in this order); Curator's leases.
     ops = [(DATA, f"{parent}/{child}") for _, parent, _, entries in later for _, _, child in entries]
-    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE, _refused(skipped)))
+    replies = iter(fetch(client, ops, results.wait, node_data.MAX_PARSE, _refused(skipped, refused)))
     for target, _, mode, entries in later:
         for seq, _, child in entries:
             c = _contender(child, mode, int(seq), next(replies))
             if c is not None:
                 target.append(c)
-    out = [entry[0] for entry in found]
+    # A lock with a node we may not read is left out whole (it is named among the skipped): shown without it, the
+    # first readable waiter would pass for its holder, and a force-release would delete that waiter's node.
+    out = [entry[0] for entry in found if not any(p == entry[0].path or p.startswith(entry[0].path + "/")
+                                                  for p in refused)]  # fmt: skip
     out.sort(key=lambda lock: lock.name)
     return out
 
@@ -343,12 +347,14 @@ def _set_kind(lock: LockInfo, layout: Layout, order: list, held: list) -> None:
         lock.kind = None if not held else Kind.EXCLUSIVE if layout.is_exclusive(held[0][1]) else Kind.SHARED
 
 
-def _refused(skipped: list[str]) -> Callable[[str], None]:
-    """Notes a node this alias may not read (NoAuth), which the reader then passes over as if it were gone: anyone
-    who may create in the namespace can make such a node, and it must not blank the alias."""
+def _refused(skipped: list[str], refused: set[str]) -> Callable[[str], None]:
+    """Notes a node this alias may not read (NoAuth) in ``refused``, and a line in ``skipped``: anyone who may
+    create in the namespace can make such a node, and it must not blank the alias. Such lines have a quota of
+    their own: a reader that counts them (zklocks_check, the health check) must see one."""
 
     def note(path: str) -> None:
-        if len(skipped) < SKIPPED_LIMIT:
+        refused.add(path)
+        if sum(1 for line in skipped if line.endswith(REFUSED)) < SKIPPED_LIMIT:
             skipped.append(f"{shown(path[-SKIPPED_NAME * 2 :])}: {REFUSED}")
 
     return note
