@@ -159,6 +159,8 @@ class LeaderScheduler(Scheduler):
         # Our claims that may have committed unsent, (entry, sent_at, token): from before the claim goes out until
         # Celery reports its message published (or the claim is known not to have committed).
         self._doubt: set[tuple[str, float, int | None]] = set()
+        # Doubts of the leadership under way that were noted as orphans and not adopted yet (adopt_orphans).
+        self._noted_own: set[tuple[str, float, int | None]] = set()
         self._parent: str | None = None  # the election's node, known once elected
         self._orphans_at = 0.0  # monotonic time of the next look for orphans
         self.catch_up_default = catchup.parse(values["CATCH_UP"])
@@ -251,6 +253,7 @@ class LeaderScheduler(Scheduler):
             self._world = beat_state.world_of(hold.session, self._parent, Deadline(hold.session.cfg.connect_timeout))
             self._refresh(hold, Deadline(hold.session.cfg.connect_timeout))
             self._inherited = {name: c for name, c in self._claims.items() if c.token != hold.token}
+            self._noted_own = set()
             self._orphans_at = 0.0
             self._backlog = []
             self._schedule_seen = None
@@ -376,7 +379,7 @@ class LeaderScheduler(Scheduler):
             hold = self.leader.leading_hold()
             if hold is None:
                 break
-            if any(d[0] == name and d[2] == hold.token for d in self._doubt):
+            if any(d[0] == name and d[2] == hold.token for d in self._doubt | self._noted_own):
                 # An earlier claim of this entry by this leadership is still unresolved: a new one would replace
                 # it in the entry's node, and whether it committed (to be sent late) could never be told. The
                 # next loop turn notes and adopts it first (_look_around, before the schedule's tick).
@@ -503,6 +506,9 @@ class LeaderScheduler(Scheduler):
                 "beat: the claim of %s (token %s) may have committed unsent; noted for the leader", name, token
             )
             self._doubt.discard(doubt)
+            hold = self.leader.leading_hold()
+            if hold is not None and hold.token == token:
+                self._noted_own.add(doubt)  # this leader adopts it: no new claim of the entry until then
 
     def adopt_orphans(self, inner) -> None:
         """Send each orphaned claim that this leader inherited (it committed and its beat never sent it), once."""
@@ -518,6 +524,7 @@ class LeaderScheduler(Scheduler):
                 inherited = beat_state.read_claim(hold.session, hold.contender.parent, orphan.entry, deadline)
             committed = beat_state.same_claim(inherited, orphan.sent_at, orphan.token)
             taken = beat_state.take_orphan(hold.session, self._own_node(hold), hold.contender.parent, child, deadline)
+            self._noted_own = {d for d in self._noted_own if (d[0], d[2]) != (orphan.entry, orphan.token)}
             entry = inner.schedule.get(orphan.entry)
             if taken == beat_state.COMMITTED and not committed:
                 logger.info("beat: the noted claim of %s (token %s) never committed: nothing to send", orphan.entry,
