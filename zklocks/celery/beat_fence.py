@@ -16,7 +16,6 @@ import socket
 import time
 from typing import Any
 
-from django.core import signing
 from django.core.exceptions import ImproperlyConfigured
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
@@ -26,6 +25,7 @@ from ..names import join_path
 from ..recipes.kazoo_calls import call
 from ..recipes.layout import beat_state_path
 from . import conf as celery_conf
+from . import signatures
 from .beat_state import entry_node
 
 log = logging.getLogger("zklocks")
@@ -66,7 +66,7 @@ def sign(stamp: dict[str, Any]) -> dict[str, Any]:
     stamp goes unsigned (a send is never held back for it), and fencing workers drop it, saying why."""
     global _unsigned_told
     try:
-        stamp["sig"] = signing.Signer(salt=_SALT).sign(_signed_fields(stamp)).rsplit(":", 1)[1]
+        stamp["sig"] = signatures.signature(_signed_fields(stamp), _SALT)
     except ImproperlyConfigured:
         if not _unsigned_told:
             _unsigned_told = True
@@ -76,14 +76,7 @@ def sign(stamp: dict[str, Any]) -> dict[str, Any]:
 
 def signed(stamp: dict[str, Any]) -> bool:
     """Whether ``stamp`` was signed by a beat of this project (same SECRET_KEY, or one of its fallbacks)."""
-    sig = stamp.get("sig")
-    if not isinstance(sig, str):
-        return False
-    try:
-        signing.Signer(salt=_SALT).unsign(f"{_signed_fields(stamp)}:{sig}")
-    except (signing.BadSignature, ImproperlyConfigured):  # forged, or no SECRET_KEY here to check it with
-        return False
-    return True
+    return signatures.verified(_signed_fields(stamp), stamp.get("sig"), _SALT)
 
 
 def executed_path(namespace: str, election: str, entry: str) -> str:

@@ -14,6 +14,8 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from . import signatures
+
 FORMAT = 1
 _SALT = "zklocks.beat-schedule"
 
@@ -22,24 +24,8 @@ def _canonical(body: dict[str, Any]) -> str:
     return json.dumps(body, separators=(",", ":"), sort_keys=True)
 
 
-def _signature(body: dict[str, Any]) -> str:
-    """ImproperlyConfigured without a SECRET_KEY."""
-    from django.core import signing
-
-    return signing.Signer(salt=_SALT).sign(_canonical(body)).rsplit(":", 1)[1]
-
-
 def _signed(body: dict[str, Any], sig: Any) -> bool:
-    from django.core import signing
-    from django.core.exceptions import ImproperlyConfigured
-
-    if not isinstance(sig, str):
-        return False
-    try:
-        signing.Signer(salt=_SALT).unsign(f"{_canonical(body)}:{sig}")
-    except (signing.BadSignature, ImproperlyConfigured):
-        return False
-    return True
+    return signatures.verified(_canonical(body), sig, _SALT)
 
 
 def _encode_schedule(value: Any) -> dict[str, Any]:
@@ -100,7 +86,7 @@ def dumps(beat_schedule: dict[str, Any], host: str, at: float) -> bytes:
     """The signed JSON to publish; ValueError if it cannot be shared, ImproperlyConfigured without a SECRET_KEY."""
     body = {"v": FORMAT, "host": host, "at": round(at, 3), "entries": encode(beat_schedule)}
     body = json.loads(json.dumps(body))  # signed as the leader reads it: an int dict key becomes a string
-    return _canonical({**body, "sig": _signature(body)}).encode()
+    return _canonical({**body, "sig": signatures.signature(_canonical(body), _SALT)}).encode()
 
 
 def loads(raw: bytes, app: Any) -> tuple[str, dict[str, dict[str, Any]]]:
