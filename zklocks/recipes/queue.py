@@ -84,7 +84,7 @@ class Contender(OwnNode):
             if session.dead:
                 raise SessionGone()
             yield Pace(session, deadline)
-            known = session.guarded_parents.get(self.parent) if session.writes_guarded else False
+            known = known_parent_guard(session, self.parent)
             # Pipelined before the create, once per lock node and session: no round trip of its own.
             parent_acl = client.get_acls_async(self.parent) if known is None else None
             self._pending_create = SENDING  # found by its guid if a signal handler's exception cuts the send short
@@ -114,16 +114,12 @@ class Contender(OwnNode):
                 if mine is None:
                     continue  # the create never reached the server: send it again
                 yield from self._adopt_steps(mine, deadline)
-                if parent_acl is not None:
-                    known = yield from _parent_guarded(parent_acl, self.parent, session, deadline)
-                self.guarded = bool(known)  # unknown (no answer) is not guarded
+                self.guarded = yield from _parent_guarded(known, parent_acl, self.parent, session, deadline)
                 return children
             self._set_node(path, stat.czxid)  # first: an exception in between must still find the node
             self.stamp = (stat.ctime, time.monotonic())  # the server's clock, read by our create (lock_delay.py)
             self._pending_create = None
-            if parent_acl is not None:
-                known = yield from _parent_guarded(parent_acl, self.parent, session, deadline)
-            self.guarded = bool(known)
+            self.guarded = yield from _parent_guarded(known, parent_acl, self.parent, session, deadline)
             if listed is None:
                 listed = yield from self.children_steps(deadline)
             return listed
@@ -498,10 +494,19 @@ def _wait_reading(contender: Contender, children: list[str], deadline: Deadline)
 GUARDED_CREATORS_KEPT = 4096
 
 
-def _parent_guarded(acl_read, parent: str, session: Session, deadline: Deadline) -> Steps:
+def known_parent_guard(session: Session, parent: str) -> bool | None:
+    """Whether only the alias may delete in ``parent``, as far as this session knows: False on an alias that is
+    not guarded, None if its ACL was not read yet (judge_parent keeps what it reads)."""
+    return session.guarded_parents.get(parent) if session.writes_guarded else False
+
+
+def _parent_guarded(known: bool | None, acl_read, parent: str, session: Session, deadline: Deadline) -> Steps:
     """Whether the lock node lets only the alias's identities delete in it (ZooKeeper checks a delete against the
     parent's ACL): a lock node made before an upgrade from an open alias, or by a peer without an ACL, lets anyone
-    delete our node, and a hold there is watched as on an open alias. Unknown (no answer) is False, not kept."""
+    delete our node, and a hold there is watched as on an open alias. ``known``, or else the answer of
+    ``acl_read``; unknown (no answer) is False, not kept."""
+    if known is not None:
+        return known
     try:
         acl, _ = yield Answer(acl_read, session, deadline)
     except (ConnectionLoss, OperationTimeoutError, ZkAuthError, NoNodeError):
@@ -511,18 +516,18 @@ def _parent_guarded(acl_read, parent: str, session: Session, deadline: Deadline)
 
 def judge_parent(session: Session, parent: str, acl: list) -> bool:
     """Whether ``acl``, a lock node's, lets only the alias delete in it; kept for the session, warned if not."""
-    guarded = not outside_writers(acl, session.cfg)
+    others = outside_writers(acl, session.cfg)
     if len(session.guarded_parents) >= GUARDED_CREATORS_KEPT:
         session.guarded_parents.clear()
-    session.guarded_parents[parent] = guarded
-    if not guarded:
+    session.guarded_parents[parent] = not others
+    if others:
         log.warning(
             "zklocks: lock node %s lets others delete in it (%s): its holds are watched as on an open alias "
             "(manage.py zklocks_check --fix-acls gives it the alias's ACL)",
             parent,
-            ", ".join(outside_writers(acl, session.cfg)),
+            ", ".join(others),
         )
-    return guarded
+    return not others
 
 
 def _written_only_by_us(path: str, stat, session: Session, deadline: Deadline) -> Steps:

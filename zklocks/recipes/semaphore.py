@@ -235,9 +235,7 @@ def _create_lease(
 
 def _leases_guarded(session: Session, parent: str, deadline: Deadline) -> bool:
     """Whether only the alias may delete the leases (queue.judge_parent): read once per session and node."""
-    if not session.writes_guarded:
-        return False
-    known = session.guarded_parents.get(parent)
+    known = queue.known_parent_guard(session, parent)
     if known is not None:
         return known
     try:
