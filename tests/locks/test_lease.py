@@ -4,6 +4,7 @@ The partitions that the rule exists for (a follower cut off from its leader, a l
 followers) are injected for real in tests/faults/test_server_partitions.py.
 """
 
+import itertools
 import threading
 import time
 
@@ -86,16 +87,41 @@ def test_a_reconnect_revalidates_at_the_leader_and_the_next_write_completes_the_
 def test_thinning_only_ever_finds_older_requests():
     ev = evidence()
     ev.answered(0.0, 0.010, PING, 0)
-    ev.answered(0.002, 0.012, GET, 0)  # thinned: within the grain of the previous answer
-    ev.answered(1.015, 1.02, SYNC, 0)
+    ev.answered(0.002, 0.012, GET, 0)
+    ev.answered(0.004, 0.014, GET, 0)  # thinned: within the grain of the first, it replaces the one before it
+    ev.answered(1.013, 1.02, SYNC, 0)  # GAP after the thinned GET's answer, not after the kept one's
     assert ev.answered(1.03, 1.04, CREATE, 0) == 0.0
+
+
+def test_the_newest_answer_is_kept_within_the_grain():
+    ev = evidence()
+    ev.answered(0.0, 0.01, PING, 0)
+    ev.answered(0.6, 0.61, GET, 0)
+    ev.answered(1.1, 1.11, CREATE, 0)
+    ev.answered(1.6, 1.612, DELETE, 0)
+    # A sync answered 3 ms after the delete: the newest S2, which the GET's answer is GAP older than.
+    ev.answered(1.611, 1.615, SYNC, 0)
+    assert ev.answered(1.62, 1.63, CREATE, 0) == 0.6
+
+
+def test_a_sync_is_worth_sending_only_for_a_request_newer_than_the_proven_one():
+    ev = evidence()
+    ev.answered(0.0, 0.01, PING, 0)  # Q1
+    assert ev.refresh_gain(0.5) is None  # nothing answered GAP ago: a sync now proves nothing
+    assert ev.refresh_gain(1.5) == 0.0  # a sync now, then a write: the lease from 0.0
+    ev.answered(0.8, 0.81, GET, 0)  # a newer request, GAP old from 1.81 on
+    ev.answered(1.1, 1.11, CREATE, 0)  # S2
+    assert ev.answered(1.12, 1.13, DELETE, 0) == 0.0  # S3: proven from 0.0
+    # Proven already, and a write alone would prove it again (the delete relays): a sync would add nothing.
+    assert ev.refresh_gain(1.5) is None
+    assert ev.refresh_gain(1.9) == 0.8  # the GET is old enough now: a sync would prove it
 
 
 def test_old_answers_are_dropped_beyond_the_horizon():
     ev = lease.Evidence(GAP, horizon=5.0)
     for t in range(0, 1000):
         ev.answered(t * 0.1, t * 0.1 + 0.01, GET, 0)
-    assert len(ev._any.answered) < 200
+    assert len(ev._any.entries) < 200
 
 
 def test_the_credited_timeout_is_the_shortest_negotiated_on_any_connection():
@@ -168,6 +194,37 @@ def test_short_holds_pay_nothing_and_an_idle_session_proves_its_lease_with_one_s
         finally:
             session.client.sync_async = orig
         assert syncs == ["/"]
+
+
+def test_a_session_used_in_bursts_sends_no_sync_that_proves_nothing_new(own_zk):
+    """Bursts of short holds with idle spells between them, the relay gap half the session timeout (no TICK_TIME):
+    a burst begins with the lease low, and a sync sent then proves no later start than the last one did until a
+    newer request is old enough to count. Each sync must move the lease: none is sent for what is proven."""
+    with use(own_zk.hosts, TICK_TIME=None, SESSION_TIMEOUT=4.0):
+        with zk_lock("bursts"):
+            session = connections["default"].session()
+        starts: list[float] = []  # the proven lease start as each sync is sent
+        orig = session.client.sync_async
+        session.client.sync_async = lambda path: starts.append(session.lease_start) or orig(path)
+        per_burst, due_seen = [], 0
+        try:
+            for _ in range(6):
+                before, cycles = len(starts), 0
+                due_seen += session.lease_remaining() <= 2 * session.renew_ahead()
+                ends = time.monotonic() + 0.1 * session.timeout
+                while time.monotonic() < ends:
+                    with zk_lock("bursts") as lock:
+                        assert lock.is_held
+                    cycles += 1
+                per_burst.append((len(starts) - before, cycles))
+                time.sleep(0.3 * session.timeout)
+        finally:
+            session.client.sync_async = orig
+        print(f"(syncs, cycles) per burst: {per_burst}")
+        assert due_seen >= 2  # bursts began with the lease low, where a sync may be due
+        assert starts, "no burst needed a sync: the test did not reach its case"
+        assert all(a < b for a, b in itertools.pairwise(starts)), "a sync was sent for a lease start proven already"
+        assert session.renewals == 0
 
 
 def test_a_waiter_keeps_its_lease_while_it_waits(own_zk):

@@ -12,6 +12,7 @@ This module is pure bookkeeping: times in, a proven lease start out. It knows no
 from __future__ import annotations
 
 from bisect import bisect_right
+from operator import itemgetter
 
 # ZooKeeper opcodes (zookeeper.jute / ZooDefs.OpCode).
 SYNC = 9
@@ -36,9 +37,11 @@ UNTOUCHED = frozenset({100, 101, 102, 105})
 # Anything else (connection loss, session expired or moved, marshalling errors) proves nothing.
 COMMITTED_ERRORS = frozenset({0, -101, -102, -103, -108, -110, -111, -114})
 
-# Answers closer together than this are thinned to the older one: a lookup then finds an older request,
-# which only ever shortens the lease.
+# Answers closer together than this are thinned: of a run of answers within it, the first and the newest are kept
+# (the newest always, so that a sync answered just after a write still relays). A lookup between them then finds an
+# older request, which only ever shortens the lease.
 _GRAIN = 0.005
+_ANSWERED = itemgetter(0)
 
 
 def loss_margin(timeout: float) -> float:
@@ -65,30 +68,34 @@ def relay_gap(timeout: float, tick_time: float | None) -> float:
 
 
 class _Answers:
-    """(answer time, send time) of answered requests, in answer order (answers come back in send order)."""
+    """(answer time, send time) of answered requests, in answer order (answers come back in send order).
 
-    __slots__ = ("answered", "sent")
+    One list of pairs, changed only by kazoo's connection thread with single list operations, so that a caller's
+    thread may read it (Evidence.refresh_gain) and never see an answer time beside another request's send time."""
+
+    __slots__ = ("entries",)
 
     def __init__(self) -> None:
-        self.answered: list[float] = []
-        self.sent: list[float] = []
+        self.entries: list[tuple[float, float]] = []
 
     def add(self, sent: float, answered: float) -> None:
-        if self.answered and answered - self.answered[-1] < _GRAIN:
-            return  # keep the older one (see _GRAIN)
-        self.answered.append(answered)
-        self.sent.append(sent)
+        entries = self.entries
+        if len(entries) >= 2 and answered - entries[-2][0] < _GRAIN:
+            entries[-1] = (answered, sent)  # the newest of a run within the grain replaces the one before it
+            return
+        entries.append((answered, sent))
 
     def latest_sent(self, answered_by: float) -> float | None:
         """Send time of the newest request answered no later than ``answered_by``."""
-        i = bisect_right(self.answered, answered_by) - 1
-        return self.sent[i] if i >= 0 else None
+        entries = self.entries
+        i = bisect_right(entries, answered_by, key=_ANSWERED) - 1
+        return entries[i][1] if i >= 0 else None
 
     def trim(self, before: float) -> None:
-        i = bisect_right(self.answered, before)
-        if i > 64 or (i and i == len(self.answered)):
-            del self.answered[:i]
-            del self.sent[:i]
+        entries = self.entries
+        i = bisect_right(entries, before, key=_ANSWERED)
+        if i > 64 or (i and i == len(entries)):
+            del entries[:i]
 
 
 class Evidence:
@@ -120,6 +127,17 @@ class Evidence:
         self._any.trim(answered - self.horizon)
         self._relayed.trim(answered - self.horizon)
         return proven
+
+    def refresh_gain(self, now: float) -> float | None:
+        """The lease start that a sync sent at ``now`` (S2), then a write (S3), would prove, where that is later
+        than what a write sent at ``now`` proves without it; None where the sync would prove nothing more (the
+        newest request answered ``relay_gap`` before now was proven already, or is what a write alone proves).
+        Read from the caller's thread: the lists may grow meanwhile, which only ever makes this later."""
+        with_sync = self._any.latest_sent(now - self.relay_gap)
+        if with_sync is None:
+            return None
+        alone = self._proof_for_write(now)
+        return None if alone is not None and alone >= with_sync else with_sync
 
     def _proof_for_write(self, write_sent: float) -> float | None:
         """S3 sent at ``write_sent`` was committed: the newest Q1 that an earlier S2 carried to the leader."""

@@ -643,10 +643,15 @@ class Session:
             done()
 
     def lease_refresh_due(self) -> bool:
-        """Before a new acquire: whether the lease is about to run out, so that the acquire first sends the S2 of
-        a proof (one sync; its create completes the proof). A session that served holds a moment ago never needs
-        it, so the uncontended fast path keeps its request count."""
-        return self.lease_remaining() <= 2 * self.renew_ahead()
+        """Before a new acquire: whether the lease is about to run out and a sync sent now would prove a later
+        start, so that the acquire first sends the S2 of a proof (one sync; its create completes the proof). A
+        session that served holds a moment ago never needs it, so the uncontended fast path keeps its request
+        count; nor does one whose newest request old enough to count (relay_gap) is proven already: a session used
+        in bursts would otherwise pay a round trip at every acquire of a burst, for nothing."""
+        if self.lease_remaining() > 2 * self.renew_ahead():
+            return False
+        gain = self._evidence.refresh_gain(clock.now())
+        return gain is not None and gain > self.lease_start
 
     # -- outages seen from a session that exists: a silent server, a server that refuses the session --
 
