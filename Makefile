@@ -180,7 +180,7 @@ bench: system-deps bench-deps venv
 	timeout 600 $(BIN)/python -m benchmarks.async_waiters
 
 bench-view: system-deps bench-deps venv
-	timeout 900 $(BIN)/python -m benchmarks.view_load --seconds 6 --rounds 3
+	timeout 1500 $(BIN)/python -m benchmarks.view_load --seconds 6 --rounds 5
 	timeout 600 $(BIN)/python -m benchmarks.view_load --seconds 6 --rounds 3 --servers sync --open
 
 compare: system-deps compare-deps venv compare-venv

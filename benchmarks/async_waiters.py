@@ -31,9 +31,13 @@ def _threads() -> int:
 
 
 def _watches(port: int) -> int:
+    return int(_mntr(port, "zk_watch_count"))
+
+
+def _mntr(port: int, key: str) -> int:
     from zklocks.testing.server import mntr
 
-    return int(mntr(port)["zk_watch_count"])
+    return int(mntr(port)[key])
 
 
 async def _crowd(port: int, waiters: int, locks: int, tag: str, trace: bool) -> dict:
@@ -73,11 +77,14 @@ async def _crowd(port: int, waiters: int, locks: int, tag: str, trace: bool) -> 
     if trace:
         memory = tracemalloc.get_traced_memory()[0] / waiters
         tracemalloc.stop()
+    packets = await asyncio.to_thread(_mntr, port, "zk_packets_received")
     started = time.monotonic()
     for holder in holders:
         await holder.release_async()
     await asyncio.gather(*tasks)
     drained = time.monotonic() - started
+    # Requests the server received during the drain: the holders' releases and every waiter's own.
+    packets = await asyncio.to_thread(_mntr, port, "zk_packets_received") - packets
     return {
         "waiters": waiters,
         "locks": locks,
@@ -85,6 +92,7 @@ async def _crowd(port: int, waiters: int, locks: int, tag: str, trace: bool) -> 
         "extra_threads": extra_threads,
         "bytes_per_waiter": None if memory is None else round(memory),
         "handoffs_per_s": round(waiters / drained),
+        "requests_per_handoff": round(packets / waiters, 2),
         "in_queue_order": all(v == sorted(v) for v in order.values()),
     }
 
@@ -135,11 +143,15 @@ def main(argv: list[str] | None = None) -> int:
 
         close_all()
         zk.cleanup()
-    print("| waiters | locks | enqueued and watching (s) | threads added | handoffs/s | in queue order |")
-    print("| ---: | ---: | ---: | ---: | ---: | --- |")
+    print(
+        "| waiters | locks | enqueued and watching (s) | threads added | handoffs/s | requests/handoff "
+        "| in queue order |"
+    )
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
         print(
             f"| {r['waiters']} | {r['locks']} | {r['enqueue_s']} | {r['extra_threads']} | {r['handoffs_per_s']} "
+            f"| {r['requests_per_handoff']} "
             f"| {'yes' if r['in_queue_order'] else 'NO'} |"
         )
     print(f"\nPython memory per waiting coroutine (tracemalloc, 1 lock): {memory / 1024:.1f} KiB")
