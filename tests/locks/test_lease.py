@@ -117,6 +117,28 @@ def test_a_sync_is_worth_sending_only_for_a_request_newer_than_the_proven_one():
     assert ev.refresh_gain(1.9) == 0.8  # the GET is old enough now: a sync would prove it
 
 
+class _IndexedByTheConnectionThreadOnly(list):
+    """A list of the evidence that only kazoo's connection thread may index: from another thread, a trim or a
+    replacement could move the entries between a bisect and its index (an IndexError out of an acquire)."""
+
+    def __getitem__(self, key):
+        if not isinstance(key, slice):
+            raise AssertionError("the caller's thread indexed the connection thread's list")
+        return super().__getitem__(key)
+
+
+def test_a_callers_thread_reads_the_evidence_through_copies():
+    ev = evidence()
+    ev.answered(0.0, 0.01, PING, 0)
+    ev.answered(0.8, 0.81, GET, 0)
+    ev.answered(1.1, 1.11, CREATE, 0)
+    ev.answered(1.12, 1.13, DELETE, 0)
+    expected = (ev.refresh_gain(1.5), ev.refresh_gain(1.9))
+    for answers in (ev._any, ev._relayed):
+        answers.entries = _IndexedByTheConnectionThreadOnly(answers.entries)
+    assert (ev.refresh_gain(1.5), ev.refresh_gain(1.9)) == expected == (None, 0.8)
+
+
 def test_old_answers_are_dropped_beyond_the_horizon():
     ev = lease.Evidence(GAP, horizon=5.0)
     for t in range(0, 1000):

@@ -38,8 +38,8 @@ UNTOUCHED = frozenset({100, 101, 102, 105})
 COMMITTED_ERRORS = frozenset({0, -101, -102, -103, -108, -110, -111, -114})
 
 # Answers closer together than this are thinned: of a run of answers within it, the first and the newest are kept
-# (the newest always, so that a sync answered just after a write still relays). A lookup between them then finds an
-# older request, which only ever shortens the lease.
+# (the newest always, so that a sync answered just after a write still relays). A lookup between them, or one that
+# found a kept answer since replaced by a newer one, then finds an older request: that only ever shortens the lease.
 _GRAIN = 0.005
 _ANSWERED = itemgetter(0)
 
@@ -70,13 +70,17 @@ def relay_gap(timeout: float, tick_time: float | None) -> float:
 class _Answers:
     """(answer time, send time) of answered requests, in answer order (answers come back in send order).
 
-    One list of pairs, changed only by kazoo's connection thread with single list operations, so that a caller's
-    thread may read it (Evidence.refresh_gain) and never see an answer time beside another request's send time."""
+    One list of pairs, changed only by kazoo's connection thread with single list operations. Another thread reads
+    a copy (Evidence.refresh_gain): between a bisect and its index, a trim or a replacement could move the entries
+    under it."""
 
     __slots__ = ("entries",)
 
-    def __init__(self) -> None:
-        self.entries: list[tuple[float, float]] = []
+    def __init__(self, entries: list[tuple[float, float]] | None = None) -> None:
+        self.entries: list[tuple[float, float]] = [] if entries is None else entries
+
+    def copy(self) -> _Answers:
+        return _Answers(self.entries[:])  # one C-level slice: atomic under the GIL
 
     def add(self, sent: float, answered: float) -> None:
         entries = self.entries
@@ -132,11 +136,13 @@ class Evidence:
         """The lease start that a sync sent at ``now`` (S2), then a write (S3), would prove, where that is later
         than what a write sent at ``now`` proves without it; None where the sync would prove nothing more (the
         newest request answered ``relay_gap`` before now was proven already, or is what a write alone proves).
-        Read from the caller's thread: the lists may grow meanwhile, which only ever makes this later."""
-        with_sync = self._any.latest_sent(now - self.relay_gap)
+        Called from the caller's thread, so it reads copies of the lists that kazoo's connection thread changes."""
+        view = Evidence(self.relay_gap, self.horizon)
+        view._any, view._relayed, view._touched = self._any.copy(), self._relayed.copy(), self._touched[:]
+        with_sync = view._any.latest_sent(now - self.relay_gap)
         if with_sync is None:
             return None
-        alone = self._proof_for_write(now)
+        alone = view._proof_for_write(now)
         return None if alone is not None and alone >= with_sync else with_sync
 
     def _proof_for_write(self, write_sent: float) -> float | None:

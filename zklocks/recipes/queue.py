@@ -345,7 +345,8 @@ def acquire_steps(
             session.busy_hint.discard(parent)
         if session.lease_refresh_due():
             # A session idle for long must prove its lease again (lease.py): the create completes the proof.
-            # Its answer also tells an outage from contention before we queue.
+            # Where it is sent, its answer also tells an outage from contention before we queue; where it is not
+            # (it would prove nothing new), the create's own connection loss does.
             try:
                 yield Request(functools.partial(session.client.sync_async, "/"), session, deadline)
             except SessionGone:
