@@ -129,10 +129,8 @@ class _IndexedByTheConnectionThreadOnly(list):
 
 def test_a_callers_thread_reads_the_evidence_through_copies():
     ev = evidence()
-    ev.answered(0.0, 0.01, PING, 0)
-    ev.answered(0.8, 0.81, GET, 0)
-    ev.answered(1.1, 1.11, CREATE, 0)
-    ev.answered(1.12, 1.13, DELETE, 0)
+    for sent, answered, opcode in ((0.0, 0.01, PING), (0.8, 0.81, GET), (1.1, 1.11, CREATE), (1.12, 1.13, DELETE)):
+        ev.answered(sent, answered, opcode, 0)
     expected = (ev.refresh_gain(1.5), ev.refresh_gain(1.9))
     for answers in (ev._any, ev._relayed):
         answers.entries = _IndexedByTheConnectionThreadOnly(answers.entries)
