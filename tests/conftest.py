@@ -48,6 +48,17 @@ def own_zk():
     server.cleanup()
 
 
+@pytest.fixture
+def own_long_zk():
+    """own_zk, granting sessions up to 20 s."""
+    from zklocks.testing import ZkServer
+
+    server = ZkServer(tick_time=100, extra={"maxSessionTimeout": "20000"})
+    server.start()
+    yield server
+    server.cleanup()
+
+
 @pytest.fixture(scope="module")
 def long_sessions_zk():
     """A standalone server of the module's own that grants sessions up to 20 s (tickTime 100 ms would cap them at
@@ -67,6 +78,7 @@ def long_sessions_zk():
 _FIXTURE_MARKS = {
     "zk_ensemble": "ensemble",
     "own_zk": "ensemble",
+    "own_long_zk": "ensemble",
     "long_sessions_zk": "ensemble",
     "ensemble": "ensemble",
     "ens": "ensemble",
