@@ -137,13 +137,18 @@ class Evidence:
         than what a write sent at ``now`` proves without it; None where the sync would prove nothing more (the
         newest request answered ``relay_gap`` before now was proven already, or is what a write alone proves).
         Called from the caller's thread, so it reads copies of the lists that kazoo's connection thread changes."""
-        view = Evidence(self.relay_gap, self.horizon)
-        view._any, view._relayed, view._touched = self._any.copy(), self._relayed.copy(), self._touched[:]
+        view = self.snapshot()
         with_sync = view._any.latest_sent(now - self.relay_gap)
         if with_sync is None:
             return None
         alone = view._proof_for_write(now)
         return None if alone is not None and alone >= with_sync else with_sync
+
+    def snapshot(self) -> Evidence:
+        """A copy to read from another thread than kazoo's connection thread, the only one that changes this."""
+        view = Evidence(self.relay_gap, self.horizon)
+        view._any, view._relayed, view._touched = self._any.copy(), self._relayed.copy(), self._touched[:]
+        return view
 
     def _proof_for_write(self, write_sent: float) -> float | None:
         """S3 sent at ``write_sent`` was committed: the newest Q1 that an earlier S2 carried to the leader."""
