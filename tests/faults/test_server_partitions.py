@@ -29,7 +29,7 @@ from django.test import override_settings
 from tests.support.helpers import raw_client, wait_until
 from tests.support.threads import HeldInThread
 from zklocks import zk_lock
-from zklocks.client.pools import close_all
+from zklocks.client.pools import close_all, connections
 from zklocks.exceptions import ZkLocksError, ZkUnavailable
 from zklocks.handles.locks import lock_path
 from zklocks.testing import ZkEnsemble
@@ -496,3 +496,39 @@ def _outcome(call) -> BaseException | bool:
         return call()
     except Exception as exc:  # noqa: BLE001 - the test reads it
         return exc
+
+
+def test_an_acquire_that_skips_its_refresh_sync_on_a_follower_just_cut_off_never_holds(ens, aliases):
+    """A session used in bursts begins a burst with its lease low and no refresh sync, where a sync would prove no
+    later start than the session has (lease_refresh_due). If its follower has just lost the leader, which it will
+    not notice for syncLimit ticks, the create is the acquire's only proof: it cannot commit, so the acquire must
+    end without holding (ZkUnavailable, as any acquire the servers cannot answer), while a contender on the
+    majority holds the same lock at once."""
+    leader, (f, other) = leader_and_followers(ens)
+    name = f"burst-{uuid.uuid4().hex[:8]}"
+    lock = zk_lock(name, using=aliases[f], timeout=2 * SESSION)
+    with lock:
+        session = connections[aliases[f]].session()
+    # Bursts of holds, each followed by an idle spell until the lease is low: the case is a low lease for which
+    # no sync is due (the bursts test in tests/locks/test_lease.py shows how often a burst begins that way).
+    give_up = time.monotonic() + 12 * SESSION
+    while True:
+        burst_ends = time.monotonic() + 0.05 * session.timeout
+        while time.monotonic() < burst_ends:
+            with lock:
+                pass
+        wait_until(lambda: session.lease_remaining() <= 2 * session.renew_ahead(), timeout=2 * SESSION)
+        if not session.lease_expired() and not session.lease_refresh_due():
+            break
+        assert time.monotonic() < give_up, "no burst began with a low lease and no sync due: the case was not reached"
+
+    ens.cut(f, leader)
+    cut = time.monotonic()
+    outcome = _outcome(lock.acquire)
+    ended = time.monotonic()
+    other_lock = zk_lock(name, using=aliases[other], timeout=SESSION)
+    assert other_lock.acquire(), "the majority could not hold a lock that the cut-off follower's acquire never held"
+    other_lock.release()
+    print(f"cut-off acquire: {outcome!r} after {ended - cut:.2f} s")
+    assert outcome is not True and not lock.is_held
+    assert isinstance(outcome, ZkUnavailable), f"acquire on a follower cut off from the leader: {outcome!r}"
