@@ -208,7 +208,7 @@ def test_bytes_read_ahead_for_one_connection_are_never_read_for_the_next(connect
     peer.sendall(b"\x00\x00\x00\x01xstale")
     wait_until(lambda: readable_now(old), timeout=2)
     assert conn._read(5, 1.0) == b"\x00\x00\x00\x01x"
-    assert any(unread.waiting(old) for unread in conn.handler.unreads)
+    assert conn.handler.unread.waiting(old)
     new, new_peer = socket.socketpair()
     try:
         new.setblocking(False)
@@ -219,40 +219,6 @@ def test_bytes_read_ahead_for_one_connection_are_never_read_for_the_next(connect
     finally:
         new.close()
         new_peer.close()
-
-
-def test_connections_sharing_one_handler_each_keep_their_own_bytes_read_ahead():
-    """A handler instance given in OPTIONS serves every session of the alias: a read on one connection must neither
-    drop nor take the bytes another read ahead."""
-    from kazoo.client import KazooClient
-
-    from zklocks.client.kazoo_adapter.hooks import read_without_select
-
-    handler = PollingHandler()
-    ends = []
-
-    def connection():
-        client = KazooClient(hosts="127.0.0.1:1", handler=handler)
-        ours, peer = socket.socketpair()
-        ours.setblocking(False)
-        ends.extend((ours, peer))
-        client._connection._socket = ours
-        read_without_select(client)
-        return client._connection, peer
-
-    try:
-        a, a_peer = connection()
-        b, b_peer = connection()
-        a_peer.sendall(b"\x00\x00\x00\x03AAA\x00\x00\x00\x03aaa")  # two answers for A at once
-        b_peer.sendall(b"\x00\x00\x00\x03BBB")
-        wait_until(lambda: readable_now(a._socket) and readable_now(b._socket), timeout=2)
-        assert (a._read(4, 1.0), a._read(3, 1.0)) == (b"\x00\x00\x00\x03", b"AAA")
-        assert (b._read(4, 1.0), b._read(3, 1.0)) == (b"\x00\x00\x00\x03", b"BBB")
-        assert handler.select([a._socket, b._socket], [], [], 0.05)[0] == [a._socket]
-        assert (a._read(4, 0.3), a._read(3, 0.3)) == (b"\x00\x00\x00\x03", b"aaa")
-    finally:
-        for end in ends:
-            end.close()
 
 
 def test_an_answer_that_arrives_in_parts_is_waited_for(connection):

@@ -11,7 +11,6 @@ import logging
 import math
 import select as _select
 import threading
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -91,27 +90,20 @@ def readable_now(sock: Any) -> bool:
 
 
 class Unread:
-    """Bytes the short read path (kazoo_adapter/hooks.py) took from one connection's socket ahead of the answer
-    being read: one ``recv`` brings a watch's event and the answer behind it at once. One per connection, changed
-    only by its kazoo connection thread; the bytes are bound to the socket they came from, so that a new connection
-    never reads an old one's. ``reading``: a ``recv`` is under way, whose bytes are in no buffer for a moment."""
+    """Bytes the short read path (kazoo_adapter/hooks.py) took from a socket ahead of the answer being read: one
+    ``recv`` brings a watch's event and the answer behind it at once. Only kazoo's connection thread changes it.
+    The bytes are bound to the socket they came from, so that a new connection never reads an old one's."""
 
-    __slots__ = ("sock", "data", "pos", "reading", "__weakref__")
+    __slots__ = ("sock", "data", "pos")
 
     def __init__(self) -> None:
         self.sock: Any = None
         self.data = b""
         self.pos = 0  # data[pos:] is unread: each read takes its slice, never copying the rest
-        self.reading = False
 
     def waiting(self, sock: Any) -> bool:
-        """Whether bytes of ``sock`` wait here."""
+        """Whether bytes of ``sock`` wait here. From another thread, a glance that may be a read behind."""
         return self.sock is sock and self.pos < len(self.data)
-
-    def arrived(self, sock: Any) -> bool:
-        """From another thread: whether an answer of ``sock`` (open) has arrived and is not parsed yet, here or in
-        the ``recv`` under way. A glance that may err only towards yes for a moment."""
-        return (self.reading or self.waiting(sock)) and sock.fileno() != -1
 
     def take(self, sock: Any, length: int) -> bytes | None:
         """``length`` bytes of ``sock`` if that many wait here, else None (what waits stays)."""
@@ -138,14 +130,7 @@ class PollingHandler(SequentialThreadingHandler):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # The read-ahead of each connection on this handler: an instance given in OPTIONS serves several.
-        self.unreads: weakref.WeakSet[Unread] = weakref.WeakSet()
-
-    def read_ahead(self) -> Unread:
-        """A new connection's read-ahead, which this handler's select looks at (kept alive by its connection)."""
-        unread = Unread()
-        self.unreads.add(unread)
-        return unread
+        self.unread = Unread()
 
     # Results and Events that a signal handler's exception, landing in the main thread's wait, cannot leave locked
     # for kazoo's threads (interrupts.py).
@@ -176,12 +161,12 @@ class PollingHandler(SequentialThreadingHandler):
         if not HAS_POLL:  # no poll(2): kazoo's own select
             return super().select(*args, **kwargs)
         rlist = args[0] if args else kwargs.get("rlist", ())
-        held = [f for f in rlist if any(unread.waiting(f) for unread in list(self.unreads))] if self.unreads else ()
-        if held:
+        unread = self.unread
+        if unread.sock is not None and any(unread.waiting(f) for f in rlist):
             # Bytes already read wait for kazoo: the socket counts as ready, and the others are looked at without
             # waiting, so that requests to send still go out between answers (kazoo's loop, PR#633).
             readable, writable, extra = poll_select(*_without_timeout(args, kwargs))
-            return readable + [f for f in held if f not in readable], writable, extra
+            return readable + [f for f in rlist if unread.waiting(f) and f not in readable], writable, extra
         return poll_select(*args, **kwargs)
 
 

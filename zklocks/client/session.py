@@ -149,7 +149,7 @@ class Session:
         raise_through_wakeup(self.client)
         if cfg.read_only:
             refuse_writes(self.client, cfg.alias)
-        self._read_ahead = read_without_select(self.client)  # with zklocks' handler only
+        read_without_select(self.client)  # with zklocks' handler only
         self.client.add_listener(self._on_state)
 
     # -- lease evidence (runs on kazoo's connection thread: record only, never block) --
@@ -706,13 +706,10 @@ class Session:
         sock = connection_socket(self.client)
         if sock is None:
             return False
-        # The kernel's buffer first, then what the short read path took from it ahead (iohandler.Unread): bytes
-        # leave the kernel into the Unread, never back. Not an SSL object's own (pending()), which is kazoo's
-        # thread's, and may be changing as this reads it.
-        if readable_now(sock):
-            return True
-        unread = self._read_ahead
-        return unread is not None and unread.arrived(sock)
+        # The kernel's buffer, and what the short read path took from it ahead (iohandler.Unread); not an SSL
+        # object's own (pending()), which is kazoo's thread's, and may be changing as this reads it.
+        unread = getattr(self.client.handler, "unread", None)
+        return (unread is not None and unread.waiting(sock)) or readable_now(sock)
 
     def _drop_if_still_down(self, down_since: float) -> None:
         """Disconnected for a whole session timeout: the session is over on every server that still knows it, and

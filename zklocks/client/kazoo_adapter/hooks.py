@@ -15,7 +15,7 @@ from kazoo.protocol.serialization import CloseInstance, Connect
 from kazoo.protocol.states import KeeperState
 
 from ... import forking
-from ..iohandler import HAS_POLL, PollingHandler, Unread
+from ..iohandler import HAS_POLL, PollingHandler
 
 
 def raise_through_wakeup(client: KazooClient) -> None:
@@ -281,20 +281,20 @@ def wrap_connection(
 READ_AHEAD = 65536
 
 
-def read_without_select(client: KazooClient) -> Unread | None:
+def read_without_select(client: KazooClient) -> None:
     """Wrap the ``_read`` of the client's ConnectionHandler, if it runs on a PollingHandler (iohandler.py): the reads
     of an answer try the (non-blocking) socket first, and one ``recv`` takes what is there, up to READ_AHEAD bytes.
-    The rest waits in the connection's Unread (returned) for the next reads, and the handler's select counts the
-    socket as ready meanwhile: a watch's event and the answer behind it cost one ``recv`` instead of four.
+    The rest waits in the handler's ``unread`` for the next reads, and the handler's select counts the socket as
+    ready meanwhile: a watch's event and the answer behind it cost one ``recv`` instead of four.
 
     Only plain sockets take the short path. A read that finds no data or a closed peer goes through kazoo's own
     read, which waits or reports the dropped connection; a socket error is reported as kazoo's read reports it.
     """
     conn = client._connection
     if not HAS_POLL or not isinstance(conn.handler, PollingHandler):
-        return None  # another handler's sockets (gevent, eventlet) are not ours; no short path without poll(2)
+        return  # another handler's sockets (gevent, eventlet) are not ours to read; no short path without poll(2)
     kazoo_read = conn._read
-    unread = conn.handler.read_ahead()
+    unread = conn.handler.unread
 
     def _read(length: int, timeout: float) -> bytes:
         sock = conn._socket
@@ -303,21 +303,16 @@ def read_without_select(client: KazooClient) -> Unread | None:
         chunk = unread.take(sock, length)
         if chunk is not None:
             return chunk
-        unread.reading = True  # from here to keep(), the bytes are in no buffer (Session._answer_unread)
-        try:
-            have = unread.drain(sock)
-            with conn._socket_error_handling():  # a socket error is a dropped connection, in kazoo's words
-                try:
-                    have += sock.recv(max(READ_AHEAD, length - len(have)))  # kazoo's sockets are non-blocking
-                except BlockingIOError:
-                    pass
-            if len(have) >= length:
-                unread.keep(sock, have)
-                return unread.take(sock, length) or b""
-        finally:
-            unread.reading = False
+        have = unread.drain(sock)
+        with conn._socket_error_handling():  # a socket error is a dropped connection, in kazoo's words
+            try:
+                have += sock.recv(max(READ_AHEAD, length - len(have)))  # kazoo's sockets are non-blocking
+            except BlockingIOError:
+                pass
+        if len(have) >= length:
+            unread.keep(sock, have)
+            return unread.take(sock, length) or b""
         # Short: kazoo's read waits for the rest, or reports a closed peer (recv gave b""); nothing waits here.
         return have + kazoo_read(length - len(have), timeout)
 
     conn._read = _read
-    return unread
