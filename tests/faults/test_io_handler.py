@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.helpers import wait_until, zk_settings
 from zklocks import zk_lock
-from zklocks.client.iohandler import PollingHandler, poll_select, readable_now
+from zklocks.client.iohandler import PollingHandler, poll_select
 from zklocks.client.pools import close_all, connections
 
 
@@ -182,43 +182,6 @@ def test_an_answer_already_there_is_read_whole(connection):
     peer.sendall(b"\x00\x00\x00\x05hello")
     assert conn._read(4, 1.0) == b"\x00\x00\x00\x05"
     assert conn._read(5, 1.0) == b"hello"
-
-
-def test_answers_that_arrive_together_are_read_with_one_recv_and_the_socket_stays_ready(connection):
-    """A watch's event and the answer behind it arrive together: the first read takes both from the socket, the
-    second is served from memory, and while bytes wait there the handler's select counts the socket as ready
-    (kazoo's loop selects before each answer: without that the second would wait for the next packet)."""
-    conn, peer = connection
-    sock = conn._socket
-    peer.sendall(b"\x00\x00\x00\x05event\x00\x00\x00\x06answer")
-    wait_until(lambda: readable_now(sock), timeout=2)
-    handler = conn.handler
-    assert conn._read(4, 1.0) == b"\x00\x00\x00\x05"
-    assert not readable_now(sock), "the first read took every byte from the kernel"
-    assert handler.select([sock], [], [], 5.0)[0] == [sock], "bytes wait in memory: the socket is ready at once"
-    assert conn._read(5, 1.0) == b"event"
-    assert conn._read(4, 1.0) == b"\x00\x00\x00\x06"
-    assert conn._read(6, 1.0) == b"answer"
-    assert handler.select([sock], [], [], 0.05)[0] == [], "nothing waits any more"
-
-
-def test_bytes_read_ahead_for_one_connection_are_never_read_for_the_next(connection):
-    conn, peer = connection
-    old = conn._socket
-    peer.sendall(b"\x00\x00\x00\x01xstale")
-    wait_until(lambda: readable_now(old), timeout=2)
-    assert conn._read(5, 1.0) == b"\x00\x00\x00\x01x"
-    assert conn.handler.unread.waiting(old)
-    new, new_peer = socket.socketpair()
-    try:
-        new.setblocking(False)
-        conn._socket = new  # a reconnect
-        assert conn.handler.select([new], [], [], 0.05)[0] == []
-        new_peer.sendall(b"fresh")
-        assert conn._read(5, 1.0) == b"fresh"
-    finally:
-        new.close()
-        new_peer.close()
 
 
 def test_an_answer_that_arrives_in_parts_is_waited_for(connection):

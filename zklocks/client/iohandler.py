@@ -89,48 +89,10 @@ def readable_now(sock: Any) -> bool:
         return False
 
 
-class Unread:
-    """Bytes the short read path (kazoo_adapter/hooks.py) took from a socket ahead of the answer being read: one
-    ``recv`` brings a watch's event and the answer behind it at once. Only kazoo's connection thread changes it.
-    The bytes are bound to the socket they came from, so that a new connection never reads an old one's."""
-
-    __slots__ = ("sock", "data", "pos")
-
-    def __init__(self) -> None:
-        self.sock: Any = None
-        self.data = b""
-        self.pos = 0  # data[pos:] is unread: each read takes its slice, never copying the rest
-
-    def waiting(self, sock: Any) -> bool:
-        """Whether bytes of ``sock`` wait here. From another thread, a glance that may be a read behind."""
-        return self.sock is sock and self.pos < len(self.data)
-
-    def take(self, sock: Any, length: int) -> bytes | None:
-        """``length`` bytes of ``sock`` if that many wait here, else None (what waits stays)."""
-        end = self.pos + length
-        if self.sock is not sock or end > len(self.data):
-            return None
-        chunk, self.pos = self.data[self.pos : end], end
-        return chunk
-
-    def drain(self, sock: Any) -> bytes:
-        """All that waits here for ``sock``, emptied; a former socket's bytes are dropped."""
-        rest = self.data[self.pos :] if self.sock is sock else b""
-        self.sock, self.data, self.pos = sock, b"", 0
-        return rest
-
-    def keep(self, sock: Any, data: bytes) -> None:
-        self.sock, self.data, self.pos = sock, data, 0
-
-
 class PollingHandler(SequentialThreadingHandler):
     """The handler every zklocks session uses unless ``OPTIONS`` names another, where ``select.poll`` exists."""
 
     name = "zklocks_polling_threading_handler"
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.unread = Unread()
 
     # Results and Events that a signal handler's exception, landing in the main thread's wait, cannot leave locked
     # for kazoo's threads (interrupts.py).
@@ -160,19 +122,7 @@ class PollingHandler(SequentialThreadingHandler):
     def select(self, *args: Any, **kwargs: Any):
         if not HAS_POLL:  # no poll(2): kazoo's own select
             return super().select(*args, **kwargs)
-        rlist = args[0] if args else kwargs.get("rlist", ())
-        unread = self.unread
-        if unread.sock is not None and any(unread.waiting(f) for f in rlist):
-            # Bytes already read wait for kazoo: the socket counts as ready, and the others are looked at without
-            # waiting, so that requests to send still go out between answers (kazoo's loop, PR#633).
-            readable, writable, extra = poll_select(*_without_timeout(args, kwargs))
-            return readable + [f for f in rlist if unread.waiting(f) and f not in readable], writable, extra
         return poll_select(*args, **kwargs)
-
-
-def _without_timeout(args: tuple, kwargs: dict) -> tuple:
-    rlist, wlist, xlist = (list(args) + [kwargs.get(k, []) for k in ("rlist", "wlist", "xlist")[len(args) :]])[:3]
-    return rlist, wlist, xlist, 0
 
 
 # What sessions use unless OPTIONS names a handler.

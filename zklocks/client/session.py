@@ -706,10 +706,8 @@ class Session:
         sock = connection_socket(self.client)
         if sock is None:
             return False
-        # The kernel's buffer, and what the short read path took from it ahead (iohandler.Unread); not an SSL
-        # object's own (pending()), which is kazoo's thread's, and may be changing as this reads it.
-        unread = getattr(self.client.handler, "unread", None)
-        return (unread is not None and unread.waiting(sock)) or readable_now(sock)
+        # Only the kernel's buffer: an SSL object's own (pending()) is kazoo's thread's, which may be reading it.
+        return readable_now(sock)
 
     def _drop_if_still_down(self, down_since: float) -> None:
         """Disconnected for a whole session timeout: the session is over on every server that still knows it, and

@@ -63,7 +63,7 @@ PRIVATE: tuple[Private, ...] = (
                 Check(SIGNATURE, "(self, timeout, request, xid=None)"),
                 Check(THROUGH_SELF, "_connect", "a new connection's lease would never be settled", 2))),
     Private(_CONN, "_read", "the short read path replaces it (hooks.read_without_select)",
-            "a read that does not select first when the socket has data, and takes what is there at once", (
+            "a read that does not select first when the socket has data", (
                 Check(SIGNATURE, "(self, length, timeout)"),
                 Check(THROUGH_SELF, "_read_header", "the short read path would be skipped"))),
     Private(_CONN, "_socket_error_handling", "the short read path reports socket errors as kazoo does",
@@ -188,15 +188,13 @@ CONNECTION_THREAD: tuple[Callback, ...] = (
     Callback("client/kazoolog.py:KazooLog", "kazoo's logging calls (logger=)",
              "notes why an attempt failed and logs with the secrets masked"),
     Callback("client/iohandler.py:PollingHandler", "ConnectionHandler (select, async_result, event_object, "
-             "dispatch_callback)", "poll(2) with kazoo's select contract (a socket with bytes read ahead is "
-             "ready); a marked watch's exception is logged"),
+             "dispatch_callback)", "poll(2) with kazoo's select contract; a marked watch's exception is logged"),
     Callback("recipes/queue.py:Contender.wait_steps.on_data", "ConnectionHandler._read_watch_event and "
              "KazooClient._reset_watchers (PollingHandler.dispatch_callback)",
              "sets flags and wakes its waiter (LoopWaker.set, SafeEvent.set); sends nothing: a re-arm goes to "
              "kazoo's callback thread"),
     Callback("client/kazoo_adapter/hooks.py:read_without_select._read", "ConnectionHandler._read_header (every "
-             "answer)", "reads as kazoo's _read does, its socket errors reported as kazoo reports them; bytes read "
-             "ahead wait in the handler's Unread, whose select counts the socket as ready"),
+             "answer)", "reads as kazoo's _read does, its socket errors reported as kazoo reports them"),
     Callback("client/interrupts.py:SafeCondition", "AsyncResult.set, inside every answer", "takes its lock in C"),
     Callback("client/interrupts.py:SafeEvent", "ConnectionHandler (its connection_closed and ping_outstanding "
              "events, from the handler's event_object)", "sets its flag under a SafeCondition"),

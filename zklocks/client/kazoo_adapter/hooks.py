@@ -276,16 +276,9 @@ def wrap_connection(
         conn.handler.create_connection = create_connection
 
 
-# One recv's worth: a burst of answers is parsed from memory, and a large answer (a listing of thousands of
-# contenders) still comes in a few calls.
-READ_AHEAD = 65536
-
-
 def read_without_select(client: KazooClient) -> None:
     """Wrap the ``_read`` of the client's ConnectionHandler, if it runs on a PollingHandler (iohandler.py): the reads
-    of an answer try the (non-blocking) socket first, and one ``recv`` takes what is there, up to READ_AHEAD bytes.
-    The rest waits in the handler's ``unread`` for the next reads, and the handler's select counts the socket as
-    ready meanwhile: a watch's event and the answer behind it cost one ``recv`` instead of four.
+    of an answer try the (non-blocking) socket first.
 
     Only plain sockets take the short path. A read that finds no data or a closed peer goes through kazoo's own
     read, which waits or reports the dropped connection; a socket error is reported as kazoo's read reports it.
@@ -294,25 +287,20 @@ def read_without_select(client: KazooClient) -> None:
     if not HAS_POLL or not isinstance(conn.handler, PollingHandler):
         return  # another handler's sockets (gevent, eventlet) are not ours to read; no short path without poll(2)
     kazoo_read = conn._read
-    unread = conn.handler.unread
 
     def _read(length: int, timeout: float) -> bytes:
         sock = conn._socket
         if length <= 0 or type(sock) is not socket.socket:  # TLS has its own framing; a bad length is kazoo's
             return kazoo_read(length, timeout)
-        chunk = unread.take(sock, length)
-        if chunk is not None:
-            return chunk
-        have = unread.drain(sock)
         with conn._socket_error_handling():  # a socket error is a dropped connection, in kazoo's words
             try:
-                have += sock.recv(max(READ_AHEAD, length - len(have)))  # kazoo's sockets are non-blocking
+                chunk = sock.recv(length)  # kazoo's sockets are non-blocking
             except BlockingIOError:
-                pass
-        if len(have) >= length:
-            unread.keep(sock, have)
-            return unread.take(sock, length) or b""
-        # Short: kazoo's read waits for the rest, or reports a closed peer (recv gave b""); nothing waits here.
-        return have + kazoo_read(length - len(have), timeout)
+                return kazoo_read(length, timeout)
+        if len(chunk) == length:
+            return chunk
+        if not chunk:
+            return kazoo_read(length, timeout)  # closed by the peer: kazoo's read reports it
+        return chunk + kazoo_read(length - len(chunk), timeout)
 
     conn._read = _read
