@@ -37,38 +37,39 @@ def busy_orders():
     stop_all(holder, waiters)
 
 
+# A 100 ms tick caps sessions at 2 s (20 ticks); these servers grant up to 20 s.
+LONG_SESSIONS = {"maxSessionTimeout": "20000"}
+
+
+def _standalone(extra=None):
+    """A standalone server of its own for the fixture that yields from this, stopped with it."""
+    from zklocks.testing import ZkServer
+
+    server = ZkServer(tick_time=100, extra=extra)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
 @pytest.fixture
 def own_zk():
     """A standalone server of the test's own, for faults that would disturb the shared one."""
-    from zklocks.testing import ZkServer
-
-    server = ZkServer(tick_time=100)
-    server.start()
-    yield server
-    server.cleanup()
+    yield from _standalone()
 
 
 @pytest.fixture
 def own_long_zk():
     """own_zk, granting sessions up to 20 s."""
-    from zklocks.testing import ZkServer
-
-    server = ZkServer(tick_time=100, extra={"maxSessionTimeout": "20000"})
-    server.start()
-    yield server
-    server.cleanup()
+    yield from _standalone(LONG_SESSIONS)
 
 
 @pytest.fixture(scope="module")
 def long_sessions_zk():
-    """A standalone server of the module's own that grants sessions up to 20 s (tickTime 100 ms would cap them at
-    2 s), for faults against a SESSION_TIMEOUT longer than CONNECT_TIMEOUT."""
-    from zklocks.testing import ZkServer
-
-    server = ZkServer(tick_time=100, extra={"maxSessionTimeout": "20000"})
-    server.start()
-    yield server
-    server.cleanup()
+    """A standalone server of the module's own that grants sessions up to 20 s, for faults against a
+    SESSION_TIMEOUT longer than CONNECT_TIMEOUT."""
+    yield from _standalone(LONG_SESSIONS)
 
 
 # -- markers by what a test starts, and the two tiers (CONTRIBUTING.md, "Two tiers") --
