@@ -362,6 +362,12 @@ class Session:
     def connected(self) -> bool:
         return self._connected.is_set() and not self.dead
 
+    @property
+    def session_id(self) -> int:
+        """The server's id of this session (the ``ephemeralOwner`` of its nodes); 0 before it first connected."""
+        client_id = self._client_id
+        return client_id[0] if client_id else 0
+
     def wait_connected(self, deadline: Deadline) -> None:
         """Wait for the connection to come back, at most CONNECT_TIMEOUT; ZkUnavailable if it does not.
 

@@ -538,8 +538,14 @@ def _written_only_by_us(path: str, stat, session: Session, deadline: Deadline) -
     A node's ACL is its creator's choice, made at the create. A client creates the contenders of one lock with
     one ACL (a zklocks session is one alias's; a per-path ACL provider, as Curator's, answers by the lock's path),
     so once one node of a session in a lock node is proven, that session's later nodes there are taken as proven
-    too: a handoff between two processes reads the ACL once, not at every wait."""
-    creator = (stat.ephemeralOwner, path.rsplit("/", 1)[0])
+    too: a handoff between two processes reads the ACL once, not at every wait. A node of our own session needs
+    no read: our session creates with the alias's ACL (its client's default ACL too), and the caller checked that
+    this ACL is guarded. Nor can a read race the release of a thread beside us: it may find the node gone, and a
+    creator unproven then is read again at the next wait."""
+    owner = stat.ephemeralOwner
+    if owner and owner == session.session_id:
+        return True
+    creator = (owner, path.rsplit("/", 1)[0])
     if creator[0] and creator in session.guarded_creators:
         return True
     try:
