@@ -268,6 +268,8 @@ def test_a_deleted_node_is_noticed_by_ensure_held_and_by_the_long_hold_watch(zk_
         second = HeldInThread(zk_lock("waited-hold", timeout=5))
         assert second.acquired
         path = first.handle.path
+        # The first handed the lock over in this process as it sent its delete, which ZooKeeper may still apply.
+        wait_until(lambda: len(client.get_children(path)) == 1, timeout=3)
         (child,) = client.get_children(path)
         wait_until(lambda: b"acquired_at" in client.get(path)[0], timeout=3)
         record = json.loads(client.get(path)[0])

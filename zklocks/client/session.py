@@ -43,6 +43,7 @@ from .kazoo_adapter.hooks import (
 )
 from .kazoo_options import build_acl, tls_defaults, writes_guarded
 from .kazoolog import KazooLog
+from .successors import Successors
 
 log = logging.getLogger("zklocks")
 
@@ -101,6 +102,7 @@ class Session:
         # (session id, lock node): whose contenders there only the alias may write (queue._written_only_by_us)
         self.guarded_creators: set[tuple[int, str]] = set()
         self.guarded_parents: dict[str, bool] = {}  # lock node: only the alias may delete in it (queue.py)
+        self.successors = Successors()  # our waiters behind our own nodes: handed the lock in the process
         self.renewals = 0  # lease renewal rounds sent (sync + an empty write), for tests and benchmarks
         self._lock = threading.Lock()
         self._holds: set[LossListener] = set()
@@ -316,6 +318,7 @@ class Session:
         self._holds = set()
         self._lock = threading.Lock()
         self._waiters = set()
+        self.successors.clear()
 
     def add_hold(self, hold: LossListener) -> bool:
         """Register a granted hold; False if the session cannot vouch for it (the caller enqueues again)."""
@@ -361,6 +364,13 @@ class Session:
     @property
     def connected(self) -> bool:
         return self._connected.is_set() and not self.dead
+
+    def hand_over(self, node: str) -> None:
+        """Our hold through ``node`` ended cleanly and its delete was sent: our own waiters behind it hold now
+        (successors.py), while this session can vouch for the hold: connected, on a lease not expired. Otherwise
+        they hold on the watch's event, as a waiter of another session does."""
+        if self.connected and not self.unresponsive and not self.lease_expired():
+            self.successors.released(node)
 
     @property
     def session_id(self) -> int:

@@ -106,17 +106,21 @@ class OwnNode:
 
     # -- leaving --
 
-    def delete(self, deadline: Deadline, *, held: bool = False) -> None:
+    def delete(self, deadline: Deadline, *, held: bool = False, sent: Callable[[str], None] | None = None) -> None:
         """Delete our node and wait for the answer; hand it to the background on any trouble.
 
         ``held``: we held an exclusive lock through this node, and say so in the delete (see _send_delete).
+        ``sent(node)`` is called once the delete is sent (Session.hand_over), before its answer.
         """
         node = self.node
         if node is None or self.session.dead:
             self.abandon()
             return
         try:
-            wait_result(self._send_delete(node, held), self.session, deadline)
+            result = self._send_delete(node, held)
+            if sent is not None:
+                sent(node)
+            wait_result(result, self.session, deadline)
             self._left = True
         except (NoNodeError, SessionGone):
             self._left = True
@@ -130,11 +134,11 @@ class OwnNode:
             self.abandon()
             raise
 
-    def delete_nowait(self, *, held: bool = False) -> None:
+    def delete_nowait(self, *, held: bool = False, sent: Callable[[str], None] | None = None) -> None:
         """Send the delete and return: later requests of this session see it applied (FIFO per session).
 
         A connection loss before the answer hands the node to GuaranteedDelete; an ended session took the
-        node with it.
+        node with it. ``sent(node)`` is called once the delete is sent.
         """
         node = self.node
         if node is None or self.session.dead:
@@ -144,11 +148,13 @@ class OwnNode:
         if client.chroot:  # kazoo's requests strip it from their answers
             self._send_delete(node, held).rawlink(self._on_deleted)
             self._left = True
-            return
-        # _send_delete's request, answered to an outcome that the connection thread settles itself.
-        outcome = Outcome(functools.partial(_release_answered, self), functools.partial(_release_failed, self))
-        send(client, _delete_request(node, held, self.parent if self.guards else None), outcome)
-        self._left = True  # after the send: an exception inside it leaves abandon() to make sure
+        else:
+            # _send_delete's request, answered to an outcome that the connection thread settles itself.
+            outcome = Outcome(functools.partial(_release_answered, self), functools.partial(_release_failed, self))
+            send(client, _delete_request(node, held, self.parent if self.guards else None), outcome)
+            self._left = True  # after the send: an exception inside it leaves abandon() to make sure
+        if sent is not None:
+            sent(node)
 
     def _send_delete(self, node: str, held: bool):
         """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it: the release

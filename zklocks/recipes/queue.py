@@ -191,6 +191,7 @@ class Contender(OwnNode):
         guarded = session.writes_guarded
         own = [False]
         armed: list = []  # the read that set the current watch: ZooKeeper answers it before the watch can fire
+        handed: list[bool] = []  # our own session released its hold through the blocker (successors.py)
 
         def arm():
             armed.append(client.get_async(path, watch=on_data))
@@ -198,6 +199,8 @@ class Contender(OwnNode):
 
         @on_connection_thread  # sends nothing and never blocks: the next holder wakes without a thread hop
         def on_data(watched) -> None:
+            if handed:
+                return  # told already, by the release itself
             if watched.type == EventType.CHANGED:
                 self.vanished = ""  # written before it went: a release (lock_delay.py)
                 if not own[0]:
@@ -215,6 +218,15 @@ class Contender(OwnNode):
             elif watched.type == EventType.DELETED:
                 deleted.append(True)
                 self.vanished = blocker  # gone without its release mark: expired, force-released, or gave up
+            self._woken(waker)
+
+        def on_handed() -> None:
+            # Only an exclusive holder's clean release calls this: it held, so nothing is ahead of it, and it is
+            # gone for every later request of our session.
+            handed.append(True)
+            self.vanished = ""
+            held.append(True)
+            deleted.append(True)
             self._woken(waker)
 
         def rearm_on_callback_thread() -> None:
@@ -248,18 +260,25 @@ class Contender(OwnNode):
                 return True, False, True  # gone already
             if stat.version > 0 and own[0]:
                 held.append(True)
-            # A thread wakes at least every third of the lease, so that a silent loss of the session is
-            # noticed even if nothing wakes it; the session's keeper wakes every waiter at a loss.
-            check = session.timeout / 3 if deadline.cancel is None else 0.05
-            while not waker.is_set():
-                if deadline.expired():
-                    yield from self._confirm_busy_steps(path, deadline)
-                    raise DeadlinePassed()
-                yield Sleep(waker, deadline.remaining(), check)
-                if not session.is_alive():
-                    raise SessionGone()
-                if session.unresponsive:
-                    raise session.unavailable("no answer from the server while waiting for the lock")
+            # A node of our own session: its holder's release may hand us the lock before ZooKeeper tells us.
+            mine = exclusive and stat.ephemeralOwner == session.session_id
+            stop_watching = session.successors.watch(path, on_handed) if mine else None
+            try:
+                # A thread wakes at least every third of the lease, so that a silent loss of the session is
+                # noticed even if nothing wakes it; the session's keeper wakes every waiter at a loss.
+                check = session.timeout / 3 if deadline.cancel is None else 0.05
+                while not waker.is_set():
+                    if deadline.expired():
+                        yield from self._confirm_busy_steps(path, deadline)
+                        raise DeadlinePassed()
+                    yield Sleep(waker, deadline.remaining(), check)
+                    if not session.is_alive():
+                        raise SessionGone()
+                    if session.unresponsive:
+                        raise session.unavailable("no answer from the server while waiting for the lock")
+            finally:
+                if stop_watching is not None:
+                    stop_watching()
             if not session.is_alive():
                 raise SessionGone()
             if session.unresponsive:

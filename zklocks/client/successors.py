@@ -1,0 +1,48 @@
+"""The waiters of one session that watch a node of the same session: a release hands the lock to them in the
+process, as soon as its delete is sent, instead of after ZooKeeper has committed it and sent the watch's event
+(docs/design.md §5, "A handoff within one session").
+
+It is sound because ZooKeeper answers one session's requests in order: every request the next holder sends comes
+after the release's delete, and sees it applied. To any other session the lock was held by this session throughout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class Successors:
+    """node path -> the wake-ups of this session's waiters that watch it, each called once."""
+
+    __slots__ = ("_by_node", "_lock")
+
+    def __init__(self) -> None:
+        self._by_node: dict[str, list[Callable[[], None]]] = {}
+        self._lock = threading.Lock()
+
+    def watch(self, node: str, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call ``wake`` when this session releases its hold through ``node``; the value stops that."""
+        with self._lock:
+            self._by_node.setdefault(node, []).append(wake)
+
+        def stop() -> None:
+            with self._lock:
+                wakes = self._by_node.get(node)
+                if wakes is not None and wake in wakes:
+                    wakes.remove(wake)
+                    if not wakes:
+                        del self._by_node[node]
+
+        return stop
+
+    def released(self, node: str) -> None:
+        """This session's hold through ``node`` ended cleanly and its delete was sent: wake who watched it."""
+        with self._lock:
+            wakes = self._by_node.pop(node, ())
+        for wake in wakes:
+            wake()
+
+    def clear(self) -> None:
+        self._by_node = {}
+        self._lock = threading.Lock()
