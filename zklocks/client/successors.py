@@ -19,7 +19,8 @@ class Successors:
 
     def __init__(self) -> None:
         self._by_node: dict[str, list[Callable[[], None]]] = {}
-        self._lock = threading.Lock()
+        # Re-entrant: a release may run in a finalizer (a dying generator's) on a thread already inside.
+        self._lock = threading.RLock()
 
     def watch(self, node: str, wake: Callable[[], None]) -> Callable[[], None]:
         """Call ``wake`` when this session releases its hold through ``node``; the value stops that."""
@@ -36,6 +37,9 @@ class Successors:
 
         return stop
 
+    def __len__(self) -> int:
+        return len(self._by_node)
+
     def released(self, node: str) -> None:
         """This session's hold through ``node`` ended cleanly and its delete was sent: wake who watched it."""
         with self._lock:
@@ -45,4 +49,4 @@ class Successors:
 
     def clear(self) -> None:
         self._by_node = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()

@@ -91,9 +91,11 @@ class BaseHandle(Acquirable):
         held = contender.waited and lay.marks_release(contender.marker)
         if getattr(contender, "lock_delay", 0) > 0 and lay.holders_write:
             held = True  # under a lock-delay every release is marked: an unmarked delete is a loss (lock_delay.py)
-        # A clean release hands the lock to a waiter of our own session behind it at once (client/successors.py);
-        # a lost hold's node goes without: its waiters hear of it from ZooKeeper, as anyone else's do.
-        sent = None if hold.lost else contender.session.hand_over
+        # A clean release hands the lock to a waiter of our own session behind it at once (client/successors.py).
+        # Not a lost hold's: its waiters hear of it from ZooKeeper, as anyone else's do. Nor one whose release
+        # clears a lock-delay guard in the lock node: sent again after a connection loss, that clearing could
+        # land after the next holder wrote its own guard.
+        sent = None if hold.lost or getattr(contender, "guards", False) else contender.session.hand_over
         if wait:
             contender.delete(Deadline(hold.session.cfg.connect_timeout), held=held, sent=sent)
         else:

@@ -110,17 +110,16 @@ class OwnNode:
         """Delete our node and wait for the answer; hand it to the background on any trouble.
 
         ``held``: we held an exclusive lock through this node, and say so in the delete (see _send_delete).
-        ``sent(node)`` is called once the delete is sent (Session.hand_over), before its answer.
+        ``sent(node)`` is called once the delete is answered (Session.hand_over).
         """
         node = self.node
         if node is None or self.session.dead:
             self.abandon()
             return
         try:
-            result = self._send_delete(node, held)
+            wait_result(self._send_delete(node, held), self.session, deadline)
             if sent is not None:
                 sent(node)
-            wait_result(result, self.session, deadline)
             self._left = True
         except (NoNodeError, SessionGone):
             self._left = True
@@ -138,7 +137,8 @@ class OwnNode:
         """Send the delete and return: later requests of this session see it applied (FIFO per session).
 
         A connection loss before the answer hands the node to GuaranteedDelete; an ended session took the
-        node with it. ``sent(node)`` is called once the delete is sent.
+        node with it. ``sent(node)`` is called once the delete is sent (Session.hand_over): a delete refused after
+        that (NoAuth: someone narrowed the lock node's ACL) ends the session, and the hold handed over with it.
         """
         node = self.node
         if node is None or self.session.dead:

@@ -222,12 +222,13 @@ class Contender(OwnNode):
 
         def on_handed() -> None:
             # Only an exclusive holder's clean release calls this: it held, so nothing is ahead of it, and it is
-            # gone for every later request of our session.
-            handed.append(True)
+            # gone for every later request of our session. ``handed`` comes last: a signal handler's exception
+            # raised before it leaves ZooKeeper's event to wake us, and none can leave us asleep.
             self.vanished = ""
             held.append(True)
             deleted.append(True)
             self._woken(waker)
+            handed.append(True)
 
         def rearm_on_callback_thread() -> None:
             # A request's send may wait until kazoo's connection thread drains its wake-up pipe, so it is never sent
@@ -262,8 +263,10 @@ class Contender(OwnNode):
                 held.append(True)
             # A node of our own session: its holder's release may hand us the lock before ZooKeeper tells us.
             mine = exclusive and stat.ephemeralOwner == session.session_id
-            stop_watching = session.successors.watch(path, on_handed) if mine else None
+            stop_watching = None
             try:
+                if mine:
+                    stop_watching = session.successors.watch(path, on_handed)
                 # A thread wakes at least every third of the lease, so that a silent loss of the session is
                 # noticed even if nothing wakes it; the session's keeper wakes every waiter at a loss.
                 check = session.timeout / 3 if deadline.cancel is None else 0.05
