@@ -103,9 +103,7 @@ def test_a_signal_handlers_exception_in_the_handover_leaves_the_waiter_to_zookee
     holder = zk_lock("interrupted-handover")
     holder.acquire()
     waiter = queued_behind(holder, reader)
-    on_handed = next(
-        c for c in Contender.wait_steps.__code__.co_consts if getattr(c, "co_name", "") == "on_handed"
-    )
+    on_handed = next(c for c in Contender.wait_steps.__code__.co_consts if getattr(c, "co_name", "") == "on_handed")
     tracer, seen = raise_at(Contender._woken.__code__, caller=on_handed)
     with traced(tracer), pytest.raises(Interrupted):
         holder.release()
