@@ -7,10 +7,12 @@ waiter is enqueued and watching (the server's own watch count says so), the hold
 each waiter releasing as soon as it holds. Memory is Python's own (tracemalloc) per waiting coroutine, kazoo's
 watch bookkeeping included, in a separate pass (tracing slows the process down).
 
-The floor of the one-lock row: handoffs on one lock form a chain in which each release is a write that ZooKeeper
-commits before it tells the next waiter, so they cannot come faster than one client's writes sent one after the
-other on the same server. That rate is measured in the same run, after the crowds; a first crowd of 2,000, not
-reported, warms the server for the rows too.
+The reference of the one-lock row: one client's writes sent one after the other on the same server, measured in
+the same run, after the crowds (a first crowd of 2,000, not reported, warms the server for the rows too). It is
+what a chain of handoffs would cost if each waited for ZooKeeper to commit the release before the next holder
+held. Waiters of one process share its session, so a release hands the lock to the next of them as its delete is
+sent (docs/design.md, "A handoff within one session"), and the drain can run faster than it: every release is
+still sent, one request per handoff.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nPython memory per waiting coroutine (tracemalloc, 1 lock): {memory / 1024:.1f} KiB")
     one = rows[0]["handoffs_per_s"]
     print(
-        f"Floor of the one-lock row, one client's serial writes on the same server: {floor} writes/s; "
+        f"Reference of the one-lock row, one client's serial writes on the same server: {floor} writes/s; "
         f"{args.waiters} waiters on one lock: {one} handoffs/s, {one / floor:.2f} of it"
     )
     return 0
