@@ -250,12 +250,13 @@ def test_snapshot_never_shows_a_contender_past_the_limit_as_holder(near_limit):
     try:
         with zk_lock("kz", timeout=5) as lock:
             mine = lock._hold().contender.name
-            # Pipelined creates: ZooKeeper names some of them -2147483648, ... which sort before everyone.
-            pending = [
-                client.create_async(f"{join_path(NS, 'kz')}/{i:032x}__lock__", b"", ephemeral=True, sequence=True)
-                for i in range(12)
-            ]
-            made = [p.get(10).rsplit("/", 1)[1] for p in pending]
+            # Creates the server prepares before the first is applied: ZooKeeper names some of them -2147483648, ...,
+            # which sort before everyone. One transaction makes sure of it (pipelined creates did only when the
+            # server had not applied the first by the time the next came in).
+            transaction = client.transaction()
+            for i in range(12):
+                transaction.create(f"{join_path(NS, 'kz')}/{i:032x}__lock__", b"", ephemeral=True, sequence=True)
+            made = [p.rsplit("/", 1)[1] for p in transaction.commit()]
             assert any(suffix(c) < 0 for c in made) and any(suffix(c) == SEQUENCE_LIMIT for c in made)
             (info,) = [i for i in read_namespace(client, NS) if i.name == "kz"]
             assert [h.node for h in info.holders] == [mine]
