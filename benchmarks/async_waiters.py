@@ -36,6 +36,15 @@ def _watches(port: int) -> int:
     return int(_mntr(port, "zk_watch_count"))
 
 
+def _queued(paths: list[str]) -> int:
+    """Contenders the server still has under ``paths``, read after every request this process sent before."""
+    from zklocks.client.pools import connections
+
+    return max(
+        sum(len(session.client.get_children(path)) for path in paths) for session in connections["default"].sessions()
+    )
+
+
 def _mntr(port: int, key: str) -> int:
     from zklocks.testing.server import mntr
 
@@ -84,7 +93,13 @@ async def _crowd(port: int, waiters: int, locks: int, tag: str, trace: bool) -> 
     for holder in holders:
         await holder.release_async()
     await asyncio.gather(*tasks)
+    # The drain ends when the server has applied every release, not when the last holder sent its own (a release
+    # hands the lock to the next waiter of this process as it is sent): a read of each lock node on every session
+    # of the pool is answered after every request that session sent before it.
+    left = await asyncio.to_thread(_queued, [holder.path for holder in holders])
     drained = time.monotonic() - started
+    if left:
+        raise RuntimeError(f"{left} contender(s) still queued after the drain")
     # Requests the server received during the drain: the holders' releases and every waiter's own.
     packets = await asyncio.to_thread(_mntr, port, "zk_packets_received") - packets
     return {
