@@ -95,7 +95,7 @@ class BaseHandle(Acquirable):
         # Not a lost hold's: its waiters hear of it from ZooKeeper, as anyone else's do. Nor one whose release
         # clears a lock-delay guard in the lock node: sent again after a connection loss, that clearing could
         # land after the next holder wrote its own guard.
-        sent = None if hold.lost or getattr(contender, "guards", False) else contender.session.hand_over
+        sent = None if hold.lost or contender.guards else contender.session.hand_over
         if wait:
             contender.delete(Deadline(hold.session.cfg.connect_timeout), held=held, sent=sent)
         else:

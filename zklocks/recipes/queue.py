@@ -255,17 +255,18 @@ class Contender(OwnNode):
                 except (ConnectionLoss, OperationTimeoutError):
                     yield reconnected(session, deadline)
                     _, stat = yield Request(arm, session, deadline)
+                # A node of our own session was made with the alias's ACL (its client's default ACL too): no read.
+                # Nor can a read then race the release of a thread beside us, find the node gone and prove nothing.
+                ours = stat.ephemeralOwner != 0 and stat.ephemeralOwner == session.session_id
                 if guarded:
-                    own[0] = yield from _written_only_by_us(path, stat, session, deadline)
+                    own[0] = ours or (yield from _written_only_by_us(path, stat, session, deadline))
             except NoNodeError:
                 return True, False, True  # gone already
             if stat.version > 0 and own[0]:
                 held.append(True)
-            # A node of our own session: its holder's release may hand us the lock before ZooKeeper tells us.
-            mine = exclusive and stat.ephemeralOwner == session.session_id
             stop_watching = None
             try:
-                if mine:
+                if exclusive and ours:  # its holder's release may hand us the lock before ZooKeeper tells us
                     stop_watching = session.successors.watch(path, on_handed)
                 # A thread wakes at least every third of the lease, so that a silent loss of the session is
                 # noticed even if nothing wakes it; the session's keeper wakes every waiter at a loss.
@@ -560,14 +561,9 @@ def _written_only_by_us(path: str, stat, session: Session, deadline: Deadline) -
     A node's ACL is its creator's choice, made at the create. A client creates the contenders of one lock with
     one ACL (a zklocks session is one alias's; a per-path ACL provider, as Curator's, answers by the lock's path),
     so once one node of a session in a lock node is proven, that session's later nodes there are taken as proven
-    too: a handoff between two processes reads the ACL once, not at every wait. A node of our own session needs
-    no read: our session creates with the alias's ACL (its client's default ACL too), and the caller checked that
-    this ACL is guarded. Nor can a read race the release of a thread beside us: it may find the node gone, and a
-    creator unproven then is read again at the next wait."""
-    owner = stat.ephemeralOwner
-    if owner and owner == session.session_id:
-        return True
-    creator = (owner, path.rsplit("/", 1)[0])
+    too: a handoff between two processes reads the ACL once, not at every wait. (A node of our own session is not
+    read at all: wait_steps.)"""
+    creator = (stat.ephemeralOwner, path.rsplit("/", 1)[0])
     if creator[0] and creator in session.guarded_creators:
         return True
     try:
