@@ -46,6 +46,21 @@ from .on_commit import release_after_commit
 from .options import HandleOptions, resolved
 from .stopping import Stopper, lost_after_body, note_armed, note_disarmed
 
+# How long a release of a contended hold waits for its delete's answer (``release()`` without ``wait``). The waiter
+# it frees is notified at that moment; our next requests, sent only then, do not share the server's commit and the
+# machine's CPU with that handoff (docs/design.md, "A contended release"). Short, so that a server that stopped
+# answering costs a release no more than this.
+CONTENDED_RELEASE_SETTLE = 0.1
+
+
+def _settle(hold: Hold) -> float:
+    """How long ``hold``'s release without ``wait`` waits for its answer: only a hold that queued behind another,
+    released by a thread that may block (not an event loop's), on a session that is up and answering."""
+    contender, session = hold.contender, hold.session
+    if not contender.waited or hold.lost or interrupts.running_loop() is not None:
+        return 0.0
+    return CONTENDED_RELEASE_SETTLE if session.connected and not session.unresponsive else 0.0
+
 
 class BaseHandle(Acquirable):
     """Shared machinery: per-owner holds, properties, context-manager, decorator and async protocols."""
@@ -99,7 +114,7 @@ class BaseHandle(Acquirable):
         if wait:
             contender.delete(Deadline(hold.session.cfg.connect_timeout), held=held, sent=sent)
         else:
-            contender.delete_nowait(held=held, sent=sent)
+            contender.delete_nowait(held=held, sent=sent, settle=_settle(hold))
 
     @property
     def path(self) -> str:
@@ -205,7 +220,9 @@ class BaseHandle(Acquirable):
         """Release (the outermost release frees the lock). Idempotent; never raises for a lost lock.
 
         The delete is sent without waiting for its answer: this session's later requests see it applied, and
-        other clients see the node gone one round trip later. ``wait=True`` waits for the server's answer.
+        other clients see the node gone one round trip later. A hold that queued behind another waits for the
+        answer up to CONTENDED_RELEASE_SETTLE, except on an event loop or while the session is down or silent.
+        ``wait=True`` waits for the server's answer.
 
         Ownership (docs/reference.md): the owner that acquired (a thread, or the asyncio task under ``async
         with``) releases. Work started from the holding task's context releases on its behalf: a new task of

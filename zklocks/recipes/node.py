@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +25,15 @@ from kazoo.exceptions import (
 
 from ..client import worker_threads
 from ..client.deadline import Deadline, DeadlinePassed
-from ..client.kazoo_adapter.calls import Outcome, delete_request, send, set_data_request, transaction_request
+from ..client.interrupts import new_event
+from ..client.kazoo_adapter.calls import (
+    Outcome,
+    delete_request,
+    running_on_connection_thread,
+    send,
+    set_data_request,
+    transaction_request,
+)
 from ..client.session import Session
 from ..exceptions import ZkAuthError, ZkLocksError
 from . import layout, step_runner
@@ -133,28 +142,42 @@ class OwnNode:
             self.abandon()
             raise
 
-    def delete_nowait(self, *, held: bool = False, sent: Callable[[str], None] | None = None) -> None:
+    def delete_nowait(
+        self, *, held: bool = False, sent: Callable[[str], None] | None = None, settle: float = 0.0
+    ) -> None:
         """Send the delete and return: later requests of this session see it applied (FIFO per session).
 
         A connection loss before the answer hands the node to GuaranteedDelete; an ended session took the
         node with it. ``sent(node)`` is called once the delete is sent (Session.hand_over): a delete refused after
         that (NoAuth: someone narrowed the lock node's ACL) ends the session, and the hold handed over with it.
+        ``settle``: after the send (and ``sent``), wait up to that many seconds for the answer, whatever it is;
+        what the answer means is settled as without the wait.
         """
         node = self.node
         if node is None or self.session.dead:
             self.abandon()
             return
         client = self.session.client
+        settling = settle > 0 and not running_on_connection_thread(client)
+        answer: Any = None  # what the settling waits on: the result, or an event set once the answer is settled
         if client.chroot:  # kazoo's requests strip it from their answers
-            self._send_delete(node, held).rawlink(self._on_deleted)
+            result = self._send_delete(node, held)
+            result.rawlink(self._on_deleted)
             self._left = True
+            if settling:
+                answer = result
         else:
             # _send_delete's request, answered to an outcome that the connection thread settles itself.
-            outcome = Outcome(functools.partial(_release_answered, self), functools.partial(_release_failed, self))
+            answer = new_event() if settling else None
+            outcome = Outcome(
+                functools.partial(_release_answered, self, answer), functools.partial(_release_failed, self, answer)
+            )
             send(client, _delete_request(node, held, self.parent if self.guards else None), outcome)
             self._left = True  # after the send: an exception inside it leaves abandon() to make sure
         if sent is not None:
             sent(node)
+        if answer is not None:
+            answer.wait(settle)
 
     def _send_delete(self, node: str, held: bool):
         """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it: the release
@@ -222,17 +245,26 @@ def _delete_request(node: str, held: bool, guarded: str | None = None):
 # GuaranteedDelete retries; anything else: delete_failed).
 
 
-def _release_answered(contender: OwnNode, value: Any = None) -> None:
-    refused = _refused(value) if isinstance(value, list) else None  # a release transaction's answers
-    if refused is not None:
-        _release_failed(contender, refused)
+def _release_answered(contender: OwnNode, answered: threading.Event | None, value: Any = None) -> None:
+    """``answered``: set once the answer is settled, for a release that waits for it (``delete_nowait(settle=)``)."""
+    try:
+        refused = _refused(value) if isinstance(value, list) else None  # a release transaction's answers
+        if refused is not None:
+            _release_failed(contender, None, refused)
+    finally:
+        if answered is not None:
+            answered.set()
 
 
-def _release_failed(contender: OwnNode, exc: BaseException) -> None:
-    if isinstance(exc, (ConnectionLoss, OperationTimeoutError)):
-        worker_threads.get().call_soon(GuaranteedDelete(contender).start_later)
-    elif isinstance(exc, Exception):
-        worker_threads.get().call_soon(lambda: delete_failed(contender, exc))
+def _release_failed(contender: OwnNode, answered: threading.Event | None, exc: BaseException) -> None:
+    try:
+        if isinstance(exc, (ConnectionLoss, OperationTimeoutError)):
+            worker_threads.get().call_soon(GuaranteedDelete(contender).start_later)
+        elif isinstance(exc, Exception):
+            worker_threads.get().call_soon(lambda: delete_failed(contender, exc))
+    finally:
+        if answered is not None:
+            answered.set()
 
 
 def _refused(answers: list) -> Exception | None:

@@ -77,6 +77,10 @@ PRIVATE: tuple[Private, ...] = (
             "never blocking (a full socket pair during an outage; zklocks' handler makes it non-blocking)",
             "a send that lets a signal handler's exception through (kazoo's _call swallows it) and never blocks", (
                 Check(SET_ON_SELF),)),
+    Private(_CONN, "_connection_routine", "a contended release that runs on the connection thread (a finalizer's) "
+            "does not wait there for its answer, which only that thread reads (recipes/node.py)",
+            "a public way to tell whether the calling thread is the connection thread", (
+                Check(SET_ON_SELF),)),
     Private(_CLIENT, "_connection", "the hooks on the connection are installed through it",
             "the listeners above", (
                 Check(SET_ON_SELF),)),

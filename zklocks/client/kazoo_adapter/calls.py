@@ -4,6 +4,7 @@ by position (compat.py checks their fields)."""
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,11 @@ log = logging.getLogger("zklocks")
 __all__ = ["AsyncResult", "fileobj_to_fd"]  # kazoo's own, for the I/O handler (kazoo.handlers.utils)
 
 _EPHEMERAL_SEQUENTIAL = 1 | 2  # kazoo's create flags
+
+
+def running_on_connection_thread(client: KazooClient) -> bool:
+    """Whether the calling thread is the client's connection thread, the one that reads every answer."""
+    return threading.current_thread() is client._connection._connection_routine
 
 
 def send(client: KazooClient, request: Any, result: AsyncResult | Outcome) -> None:
