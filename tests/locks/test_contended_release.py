@@ -9,10 +9,9 @@ import time
 
 import pytest
 
-from tests.support.helpers import raw_client, wait_until, zk_settings
+from tests.support.helpers import linked_alias, wait_until
 from tests.support.interrupts import Interrupted, raise_at, traced
 from zklocks import zk_lock
-from zklocks.client.pools import close_all
 from zklocks.handles.base import CONTENDED_RELEASE_SETTLE
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
@@ -20,18 +19,8 @@ pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
 
 @pytest.fixture
 def linked(zk_server):
-    from zklocks.testing.proxy import TcpProxy
-
-    proxy = TcpProxy("127.0.0.1", zk_server.port).start()
-    reader = raw_client(zk_server.hosts, anonymous=True)  # straight to the server: sees what it has applied
-    try:
-        with zk_settings(proxy.hosts, "/contended-release", SESSION_TIMEOUT=8.0, CONNECT_TIMEOUT=4.0):
-            yield proxy, reader
-    finally:
-        close_all()
-        reader.stop()
-        reader.close()
-        proxy.stop()
+    with linked_alias(zk_server, "/contended-release") as link:
+        yield link
 
 
 def listed(reader, lock) -> list[str]:
@@ -65,6 +54,15 @@ def held_after_a_wait(lock, reader) -> None:
     wait_until(lambda: len(listed(reader, lock)) == 1, timeout=10)
 
 
+def contended_hold(linked, name: str, latency: float):
+    """Lock ``name``, held by this thread after a wait; then the link holds each request back by ``latency``."""
+    proxy, reader = linked
+    lock = zk_lock(name)
+    held_after_a_wait(lock, reader)
+    proxy.latency = latency
+    return lock
+
+
 def timed_release(lock) -> float:
     started = time.monotonic()
     lock.release()
@@ -72,11 +70,8 @@ def timed_release(lock) -> float:
 
 
 def test_a_contended_release_returns_once_the_server_has_applied_it(linked):
-    proxy, reader = linked
-    lock = zk_lock("contended")
-    held_after_a_wait(lock, reader)
-    latency = CONTENDED_RELEASE_SETTLE / 4
-    proxy.latency = latency
+    reader, latency = linked[1], CONTENDED_RELEASE_SETTLE / 4
+    lock = contended_hold(linked, "contended", latency)
     took = timed_release(lock)
     left = listed(reader, lock)
     print(f"released in {took:.3f}s; ZooKeeper then listed {left}")
@@ -97,10 +92,8 @@ def test_an_uncontended_release_does_not_wait(linked):
 
 
 def test_a_contended_release_to_a_silent_server_waits_no_longer_than_its_bound(linked):
-    proxy, reader = linked
-    lock = zk_lock("silent")
-    held_after_a_wait(lock, reader)
-    proxy.latency = 1.0
+    reader = linked[1]
+    lock = contended_hold(linked, "silent", 1.0)
     took = timed_release(lock)
     print(f"released in {took:.3f}s")
     assert CONTENDED_RELEASE_SETTLE * 0.9 <= took < CONTENDED_RELEASE_SETTLE + 0.2, took
@@ -133,9 +126,7 @@ def test_a_signal_handlers_exception_in_the_wait_leaves_the_release_done(linked)
     from zklocks.recipes.node import OwnNode
 
     proxy, reader = linked
-    lock = zk_lock("interrupted")
-    held_after_a_wait(lock, reader)
-    proxy.latency = 0.5
+    lock = contended_hold(linked, "interrupted", 0.5)
     tracer, seen = raise_at(type(new_event()).wait.__code__, caller=OwnNode.delete_nowait.__code__)
     with traced(tracer), pytest.raises(Interrupted):
         lock.release()

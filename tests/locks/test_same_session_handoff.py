@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from tests.support.helpers import raw_client, wait_until, zk_settings
+from tests.support.helpers import linked_alias, wait_until
 from tests.support.interrupts import Interrupted, raise_at, traced
 from zklocks import zk_lock
-from zklocks.client.pools import close_all, connections
+from zklocks.client.pools import connections
 from zklocks.recipes.queue import Contender
 
 pytestmark = [pytest.mark.zk, pytest.mark.timeout(60)]
@@ -39,18 +39,8 @@ class Waiter(threading.Thread):
 
 @pytest.fixture
 def linked(zk_server):
-    from zklocks.testing.proxy import TcpProxy
-
-    proxy = TcpProxy("127.0.0.1", zk_server.port).start()
-    reader = raw_client(zk_server.hosts, anonymous=True)  # straight to the server: sees what it has applied
-    try:
-        with zk_settings(proxy.hosts, "/same-session", SESSION_TIMEOUT=8.0, CONNECT_TIMEOUT=4.0):
-            yield proxy, reader
-    finally:
-        close_all()
-        reader.stop()
-        reader.close()
-        proxy.stop()
+    with linked_alias(zk_server, "/same-session") as link:
+        yield link
 
 
 def queued_behind(holder, reader) -> Waiter:

@@ -1,3 +1,4 @@
+import contextlib
 import json
 import os
 import subprocess
@@ -100,6 +101,25 @@ def raw_client(hosts: str, *, anonymous: bool = False, **options) -> KazooClient
     client = KazooClient(hosts=hosts, **{"timeout": 4.0, **options})
     client.start(timeout=10)
     return client
+
+
+@contextlib.contextmanager
+def linked_alias(zk_server, namespace: str):
+    """The 'default' alias reaching ``zk_server`` through a proxy whose link faults the test sets, and an anonymous
+    reader straight to the server (it sees what the server has applied): yields (proxy, reader)."""
+    from zklocks.client.pools import close_all
+    from zklocks.testing.proxy import TcpProxy
+
+    proxy = TcpProxy("127.0.0.1", zk_server.port).start()
+    reader = raw_client(zk_server.hosts, anonymous=True)
+    try:
+        with zk_settings(proxy.hosts, namespace, SESSION_TIMEOUT=8.0, CONNECT_TIMEOUT=4.0):
+            yield proxy, reader
+    finally:
+        close_all()
+        reader.stop()
+        reader.close()
+        proxy.stop()
 
 
 def tree(client: KazooClient, path: str) -> list[str]:
