@@ -120,20 +120,70 @@ def test_a_contended_release_on_an_event_loop_does_not_block_it(linked):
     wait_until(lambda: listed(reader, lock) == [], timeout=10)
 
 
-def test_a_signal_handlers_exception_in_the_wait_leaves_the_release_done(linked):
-    """The exception reaches the caller; the delete was sent before the wait, so the lock is free all the same."""
+def test_a_signal_handlers_exception_in_the_wait_finds_the_release_done_and_reported(linked):
+    """The exception reaches the caller; the delete was sent and the release reported (lock_released) before the
+    wait, so the lock is free all the same."""
+    from zklocks import signals
     from zklocks.client.interrupts import new_event
-    from zklocks.recipes.node import OwnNode
+    from zklocks.handles.base import settle_releases
 
-    proxy, reader = linked
+    reported = []
+
+    def on_released(sender, name, **kwargs):
+        reported.append(name)
+
     lock = contended_hold(linked, "interrupted", 0.5)
-    tracer, seen = raise_at(type(new_event()).wait.__code__, caller=OwnNode.delete_nowait.__code__)
-    with traced(tracer), pytest.raises(Interrupted):
-        lock.release()
-    assert seen, "the release never waited for its answer"
-    assert not lock.is_held
-    wait_until(lambda: listed(reader, lock) == [], timeout=10)
-    proxy.latency = 0
+    signals.lock_released.connect(on_released)
+    try:
+        tracer, seen = raise_at(type(new_event()).wait.__code__, caller=settle_releases.__code__)
+        with traced(tracer), pytest.raises(Interrupted):
+            lock.release()
+        assert seen, "the release never waited for its answer"
+        assert not lock.is_held
+        wait_until(lambda: listed(linked[1], lock) == [], timeout=10)
+        wait_until(lambda: reported == ["interrupted"], timeout=10)
+    finally:
+        signals.lock_released.disconnect(on_released)
+    linked[0].latency = 0
     other = zk_lock(lock.name)
     assert other.acquire(timeout=5)
     other.release()
+
+
+def test_a_release_that_hands_over_within_the_session_does_not_wait(linked):
+    """The contender right behind is ours and holds at the send: nobody else watches the node."""
+    from tests.locks.test_same_session_handoff import queued_behind
+
+    proxy, reader = linked
+    lock = zk_lock("passed-on")
+    held_after_a_wait(lock, reader)
+    waiter = queued_behind(lock, reader)
+    proxy.latency = 0.5
+    took = timed_release(lock)
+    assert waiter.done.wait(10)
+    assert took < 0.05, took
+
+
+def test_a_multi_lock_waits_once_for_all_its_members(linked):
+    """Every member's delete goes out first; then one wait covers all their answers, not one wait per member."""
+    from zklocks import zk_multi_lock
+
+    proxy, reader = linked
+    names = ["multi-a", "multi-b", "multi-c"]
+    holders = [Holder(name) for name in names]
+    multi = zk_multi_lock(names)
+    for i, holder in enumerate(holders, 1):  # one after the other: each member is taken after a wait
+        threading.Timer(0.5 * i, holder.free.set).start()
+    multi.acquire(timeout=20)
+    for holder in holders:
+        holder.join(10)
+    assert all(lock._hold().contender.waited for lock in multi.locks)
+    latency = CONTENDED_RELEASE_SETTLE / 4
+    proxy.latency = latency
+    started = time.monotonic()
+    multi.release()
+    took = time.monotonic() - started
+    left = [listed(reader, lock) for lock in multi.locks]
+    print(f"released {len(names)} members in {took:.3f}s; ZooKeeper then listed {left}")
+    assert latency <= took < 2 * latency, took  # one wait per member would take 3 × latency
+    assert left == [[], [], []], left

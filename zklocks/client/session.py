@@ -365,12 +365,13 @@ class Session:
     def connected(self) -> bool:
         return self._connected.is_set() and not self.dead
 
-    def hand_over(self, node: str) -> None:
+    def hand_over(self, node: str) -> bool:
         """Our hold through ``node`` ended cleanly and its delete was sent: our own waiters behind it hold now
         (successors.py), while this session can vouch for the hold: connected, on a lease not expired. Otherwise
-        they hold on the watch's event, as a waiter of another session does."""
+        they hold on the watch's event, as a waiter of another session does. True if one was woken."""
         if self.connected and not self.unresponsive and not self.lease_expired():
-            self.successors.released(node)
+            return self.successors.released(node)
+        return False
 
     @property
     def session_id(self) -> int:

@@ -40,12 +40,14 @@ class Successors:
     def __len__(self) -> int:
         return len(self._by_node)
 
-    def released(self, node: str) -> None:
-        """This session's hold through ``node`` ended cleanly and its delete was sent: wake who watched it."""
+    def released(self, node: str) -> bool:
+        """This session's hold through ``node`` ended cleanly and its delete was sent: wake who watched it. True
+        if anyone did."""
         with self._lock:
             wakes = self._by_node.pop(node, ())
         for wake in wakes:
             wake()
+        return bool(wakes)
 
     def clear(self) -> None:
         self._by_node = {}

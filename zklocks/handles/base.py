@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import threading
 import time
@@ -51,15 +52,27 @@ from .stopping import Stopper, lost_after_body, note_armed, note_disarmed
 # machine's CPU with that handoff (docs/design.md, "A contended release"). Short, so that a server that stopped
 # answering costs a release no more than this.
 CONTENDED_RELEASE_SETTLE = 0.1
+# Set while a failed acquire gives back what it took (_give_back): those releases do not wait.
+_giving_back: contextvars.ContextVar[bool] = contextvars.ContextVar("zklocks_giving_back", default=False)
 
 
-def _settle(hold: Hold) -> float:
-    """How long ``hold``'s release without ``wait`` waits for its answer: only a hold that queued behind another,
+def _settles(hold: Hold) -> bool:
+    """Whether ``hold``'s release without ``wait`` waits for its answer: only a hold that queued behind another,
     released by a thread that may block (not an event loop's), on a session that is up and answering."""
     contender, session = hold.contender, hold.session
-    if not contender.waited or hold.lost or interrupts.running_loop() is not None:
-        return 0.0
-    return CONTENDED_RELEASE_SETTLE if session.connected and not session.unresponsive else 0.0
+    if not contender.waited or hold.lost or _giving_back.get() or interrupts.running_loop() is not None:
+        return False
+    return session.connected and not session.unresponsive
+
+
+def settle_releases(*answers: Any) -> None:
+    """Wait for the answers of contended releases (``_release``'s values), CONTENDED_RELEASE_SETTLE at most in all.
+    Called once a release is complete and reported: an exception raised here (a signal handler's) finds nothing
+    left to do."""
+    end = time.monotonic() + CONTENDED_RELEASE_SETTLE
+    for answer in answers:
+        if answer is not None:
+            answer.wait(max(0.0, end - time.monotonic()))
 
 
 class BaseHandle(Acquirable):
@@ -98,7 +111,9 @@ class BaseHandle(Acquirable):
         it is (see hold_registry.Grant). Handles that cannot wait on the loop run them in a thread (async_bridge.py)."""
         raise NotImplementedError
 
-    def _release_hold(self, hold: Hold, wait: bool) -> None:
+    def _release_hold(self, hold: Hold, wait: bool) -> Any:
+        """Delete ``hold``'s node. The value: what to wait on for the answer of a contended release
+        (``settle_releases``), or None."""
         contender = hold.contender
         # A holder that waited is in a contended queue: its delete tells the next contender that it held, which
         # spares that contender a read of the queue (recipes/node.py, _send_delete).
@@ -113,8 +128,8 @@ class BaseHandle(Acquirable):
         sent = None if hold.lost or contender.guards else contender.session.hand_over
         if wait:
             contender.delete(Deadline(hold.session.cfg.connect_timeout), held=held, sent=sent)
-        else:
-            contender.delete_nowait(held=held, sent=sent, settle=_settle(hold))
+            return None
+        return contender.delete_nowait(held=held, sent=sent, settle=_settles(hold))
 
     @property
     def path(self) -> str:
@@ -234,7 +249,7 @@ class BaseHandle(Acquirable):
         # the same, then the exception goes on. Inline, not in a helper: a call's first instruction can take it.
         released = [False]
         try:
-            self._release(wait, released)
+            answer = self._release(wait, released)
         except LockOwnershipError:
             raise
         except BaseException:
@@ -242,8 +257,10 @@ class BaseHandle(Acquirable):
                 with contextlib.suppress(LockOwnershipError):  # the first exception is the one to see
                     self._release(wait, released)
             raise
+        settle_releases(answer)
 
-    def _release(self, wait: bool, released: list[bool]) -> None:
+    def _release(self, wait: bool, released: list[bool]) -> Any:
+        """Release once for the caller; the value is ``_end_hold``'s (None unless the lock was freed)."""
         owner = current_owner()
         if self._stops:  # first of all: no checkpoint of the holder raises after this (stopping.py)
             self._disarm_top(owner if owner in self._mine else owners.releasing_for() or owner)
@@ -259,7 +276,7 @@ class BaseHandle(Acquirable):
                         owner = holder
                     elif not self._mine:
                         released[0] = True
-                        return  # nobody holds through this handle: a release is idempotent
+                        return None  # nobody holds through this handle: a release is idempotent
                     else:
                         raise LockOwnershipError(
                             f"{self.kind} lock {self.name!r} (alias {self.using!r}) was released by a thread or "
@@ -284,7 +301,8 @@ class BaseHandle(Acquirable):
             if self._stops:
                 self._forget_stops(owner)
             if last:
-                self._end_hold(hold, wait)
+                return self._end_hold(hold, wait)
+            return None
         except BaseException:
             if last and hold is not None:  # raised mid-release (a signal handler's): the node goes all the same
                 hold.session.remove_hold(hold)
@@ -305,13 +323,15 @@ class BaseHandle(Acquirable):
             return named
         return exc
 
-    def _end_hold(self, hold: Hold, wait: bool) -> None:
-        """The last release of ``hold``: its node goes, and the release is reported."""
+    def _end_hold(self, hold: Hold, wait: bool) -> Any:
+        """The last release of ``hold``: its node goes, and the release is reported. The value is
+        ``_release_hold``'s, for the caller to wait on once the release is done (``settle_releases``)."""
         hold.session.remove_hold(hold)
+        answer = None
         # A hold ended by max_hold whose holder was stopped: its node goes as cleanly as in any release.
         clean = hold.lost_reason == "max_hold" and not hold.released and not hold.session.dead
         if not hold.lost or clean:
-            self._release_hold(hold, wait)
+            answer = self._release_hold(hold, wait)
             hold.released = hold.lost
         if hold.lost and not hold.released:
             # Lost, but our node may still be there (written by someone else: "changed"): it must go, or the
@@ -327,6 +347,7 @@ class BaseHandle(Acquirable):
             token=hold.token,
             held_time=time.monotonic() - hold.acquired_at,
         )
+        return answer
 
     # -- what the holder sees --
 
@@ -379,8 +400,13 @@ class BaseHandle(Acquirable):
             return len(self._mine.get(current_owner(), ()))
 
     def _give_back(self, before: object) -> None:
-        while self._holds_now() > before:  # type: ignore[operator]
-            self.release()
+        # An acquire that failed gives back what it took without waiting for the answers: its error is due now.
+        token = _giving_back.set(True)
+        try:
+            while self._holds_now() > before:  # type: ignore[operator]
+                self.release()
+        finally:
+            _giving_back.reset(token)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         # finally: a signal handler's exception raised in the disarm must not leave the hold taken (it would stay
@@ -400,7 +426,7 @@ class BaseHandle(Acquirable):
                     raise
             else:
                 try:  # as in release()
-                    self._release(False, released)
+                    answer = self._release(False, released)
                 except LockOwnershipError:
                     raise
                 except BaseException:
@@ -408,6 +434,7 @@ class BaseHandle(Acquirable):
                         with contextlib.suppress(LockOwnershipError):
                             self._release(False, released)
                     raise
+                settle_releases(answer)
         if exc_type is None:
             lost = lost_after_body(stoppers)
             if lost is not None:

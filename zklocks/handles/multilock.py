@@ -15,6 +15,7 @@ from ..exceptions import LockOwnershipError
 from ..recipes.layout import Kind
 from .acquire_base import Acquirable
 from .async_bridge import run_off_loop
+from .base import settle_releases
 from .decorator import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
@@ -108,25 +109,29 @@ class ZkMultiLock(Acquirable):
         done = None
         try:
             done = self._release_flags()
-            self._release(wait, done)
+            answers = self._release(wait, done)
         except BaseException:
             self._release(wait, done or self._release_flags())
             raise
+        settle_releases(*answers)
 
     def _release_flags(self) -> list[list[bool]]:
         return [[False] for _ in self.locks]
 
-    def _release(self, wait: bool, done: list[list[bool]]) -> None:
+    def _release(self, wait: bool, done: list[list[bool]]) -> list:
+        """Release every member not released yet (``done``); the value: their answers to wait on together, once
+        every delete is sent (base.settle_releases)."""
         owner = owners.current_owner()
         for lock in self.locks:  # no member's checkpoint raises in another member's release
             if lock._stops:
                 lock._disarm_top(owner)
         error: BaseException | None = None
+        answers = []
         for lock, flag in reversed(list(zip(self.locks, done, strict=True))):
             if flag[0]:
                 continue
             try:
-                lock._release(wait, flag)
+                answers.append(lock._release(wait, flag))
             except LockOwnershipError as exc:
                 flag[0] = True  # not ours to release: asking again changes nothing
                 error = error or exc
@@ -134,6 +139,7 @@ class ZkMultiLock(Acquirable):
                 error = error or exc
         if error is not None:
             raise error
+        return answers
 
     @property
     def tokens(self) -> dict[str, int | None]:
@@ -172,10 +178,11 @@ class ZkMultiLock(Acquirable):
                 done = None
                 try:  # as in release(): a signal handler's exception leaves nothing held
                     done = self._release_flags()
-                    self._release(False, done)
+                    answers = self._release(False, done)
                 except BaseException:
                     self._release(False, done or self._release_flags())
                     raise
+                settle_releases(*answers)
         lost = lost_after_body(stoppers) if exc_type is None else None
         if lost is not None:
             raise lost  # as a single lock's with statement

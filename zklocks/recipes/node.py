@@ -29,7 +29,7 @@ from ..client.interrupts import new_event
 from ..client.kazoo_adapter.calls import (
     Outcome,
     delete_request,
-    running_on_connection_thread,
+    reads_answers_here,
     send,
     set_data_request,
     transaction_request,
@@ -115,7 +115,7 @@ class OwnNode:
 
     # -- leaving --
 
-    def delete(self, deadline: Deadline, *, held: bool = False, sent: Callable[[str], None] | None = None) -> None:
+    def delete(self, deadline: Deadline, *, held: bool = False, sent: Callable[[str], object] | None = None) -> None:
         """Delete our node and wait for the answer; hand it to the background on any trouble.
 
         ``held``: we held an exclusive lock through this node, and say so in the delete (see _send_delete).
@@ -143,23 +143,26 @@ class OwnNode:
             raise
 
     def delete_nowait(
-        self, *, held: bool = False, sent: Callable[[str], None] | None = None, settle: float = 0.0
-    ) -> None:
+        self, *, held: bool = False, sent: Callable[[str], object] | None = None, settle: bool = False
+    ) -> Any:
         """Send the delete and return: later requests of this session see it applied (FIFO per session).
 
         A connection loss before the answer hands the node to GuaranteedDelete; an ended session took the
         node with it. ``sent(node)`` is called once the delete is sent (Session.hand_over): a delete refused after
         that (NoAuth: someone narrowed the lock node's ACL) ends the session, and the hold handed over with it.
-        ``settle``: after the send (and ``sent``), wait up to that many seconds for the answer, whatever it is;
-        what the answer means is settled as without the wait.
+
+        With ``settle``, the value is what to ``wait(timeout)`` on for the answer, whatever it is (what the answer
+        means is settled without it): unless ``sent`` says it handed the lock over within our session, since the
+        only watcher of our node, the contender right behind it, then holds already; or unless we run where the
+        answers are read. None otherwise.
         """
         node = self.node
         if node is None or self.session.dead:
             self.abandon()
-            return
+            return None
         client = self.session.client
-        settling = settle > 0 and not running_on_connection_thread(client)
-        answer: Any = None  # what the settling waits on: the result, or an event set once the answer is settled
+        settling = settle and not reads_answers_here(client)
+        answer: Any = None  # the result, or an event set once the answer is settled
         if client.chroot:  # kazoo's requests strip it from their answers
             result = self._send_delete(node, held)
             result.rawlink(self._on_deleted)
@@ -174,10 +177,9 @@ class OwnNode:
             )
             send(client, _delete_request(node, held, self.parent if self.guards else None), outcome)
             self._left = True  # after the send: an exception inside it leaves abandon() to make sure
-        if sent is not None:
-            sent(node)
-        if answer is not None:
-            answer.wait(settle)
+        if sent is not None and sent(node):
+            return None
+        return answer
 
     def _send_delete(self, node: str, held: bool):
         """A plain delete; for a holder, one transaction that first writes the node's data, then deletes it: the release

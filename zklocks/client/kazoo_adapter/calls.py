@@ -28,9 +28,11 @@ __all__ = ["AsyncResult", "fileobj_to_fd"]  # kazoo's own, for the I/O handler (
 _EPHEMERAL_SEQUENTIAL = 1 | 2  # kazoo's create flags
 
 
-def running_on_connection_thread(client: KazooClient) -> bool:
-    """Whether the calling thread is the client's connection thread, the one that reads every answer."""
-    return threading.current_thread() is client._connection._connection_routine
+def reads_answers_here(client: KazooClient) -> bool:
+    """Whether the caller may be where the client's answers are read: its connection thread, or anywhere when the
+    connection runs on green threads (gevent, eventlet), which a thread's identity cannot tell apart."""
+    routine = client._connection._connection_routine
+    return not isinstance(routine, threading.Thread) or routine is threading.current_thread()
 
 
 def send(client: KazooClient, request: Any, result: AsyncResult | Outcome) -> None:
