@@ -147,14 +147,8 @@ def owner_context() -> contextvars.Context:
 @contextmanager
 def acting_as(owner: object) -> Iterator[None]:
     """Run the block as ``owner`` (e.g. a release on commit, run by whichever thread commits)."""
-    # Set inside the try and restored by value, not by set()'s token: a signal handler's exception can land right
-    # after set() returns, before any token is stored, and the thread's later calls would act as ``owner``.
-    before = _owner_var.get()
-    try:
-        _owner_var.set(owner)
+    with interrupts.set_within(_owner_var, owner):
         yield
-    finally:
-        _owner_var.set(before)
 
 
 def reset_after_fork() -> None:

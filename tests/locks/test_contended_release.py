@@ -187,3 +187,36 @@ def test_a_multi_lock_waits_once_for_all_its_members(linked):
     print(f"released {len(names)} members in {took:.3f}s; ZooKeeper then listed {left}")
     assert latency <= took < 2 * latency, took  # one wait per member would take 3 × latency
     assert left == [[], [], []], left
+
+
+def test_releases_for_an_asyncio_task_or_giving_back_do_not_wait(linked):
+    """A thread releasing for an asyncio task or on commit serves others (the release pool); a failed acquire's
+    give-back owes its caller an error now: neither waits. The same hold, released by its own thread, would."""
+    from zklocks import owners
+    from zklocks.handles.base import _settles, no_settling
+
+    lock = zk_lock("for-another")
+    held_after_a_wait(lock, linked[1])
+    hold = lock._hold()
+    assert _settles(hold)
+    with owners.acting_as(object()):
+        assert not _settles(hold)
+    with no_settling():
+        assert not _settles(hold)
+    assert _settles(hold)
+    lock.release()
+
+
+def test_a_handoff_tells_whether_the_released_node_had_any_other_watcher():
+    """Only an exclusive waiter right behind a node is its only watcher: shared contenders of any session may
+    watch one exclusive node together, and the release must then still wait for its answer."""
+    from zklocks.client.successors import Successors
+
+    woken = []
+    successors = Successors()
+    successors.watch("/l/a", lambda: woken.append("reader"), sole=False)
+    assert successors.released("/l/a") is False
+    successors.watch("/l/b", lambda: woken.append("writer"), sole=True)
+    assert successors.released("/l/b") is True
+    assert successors.released("/l/b") is False  # each wake-up once
+    assert woken == ["reader", "writer"] and len(successors) == 0

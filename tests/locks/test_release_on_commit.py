@@ -226,9 +226,12 @@ def test_an_exception_as_the_committing_thread_takes_the_owners_part_leaves_it_i
     def interrupt():
         raise Interrupted("injected as ContextVar.set returned")
 
+    from zklocks.client import interrupts
+
     mine = owners.current_owner()
     holder = threading.Thread(target=lambda: None)
-    with traced(after_c_call("set", owners.acting_as.__wrapped__.__code__, interrupt), install=sys.setprofile):
+    # acting_as sets the owner through interrupts.set_within
+    with traced(after_c_call("set", interrupts.set_within.__wrapped__.__code__, interrupt), install=sys.setprofile):
         with pytest.raises(Interrupted), owners.acting_as(holder):
             pass
     assert owners.current_owner() is mine

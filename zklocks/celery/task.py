@@ -24,6 +24,7 @@ from ..client.pools import connections
 from ..exceptions import LockNotAcquired, ZkConfigError, ZkLocksError, ZkUnavailable
 from ..execution import keys, unique
 from ..execution.holder_task import holder_task_id
+from ..handles.base import no_settling
 from ..handles.locks import ZkLock
 from ..handles.semaphores import ZkSemaphore
 from ..handles.stopping import lost_after_body
@@ -360,9 +361,11 @@ class SingleExecutionTask(Task):
                 node_data.current_call.set(previous_call)
                 node_data.current_task.set(previous_task)
         except BaseException:
-            # e.g. the soft time limit (SoftTimeLimitExceeded) arriving right after the grant: give the lock back.
+            # e.g. the soft time limit (SoftTimeLimitExceeded) arriving right after the grant: give the lock back,
+            # without waiting for the answer: the task is being stopped.
             if got:
-                lock.release()
+                with no_settling():
+                    lock.release()
             raise
         return lock if got else None
 

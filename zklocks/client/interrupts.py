@@ -10,11 +10,13 @@ from __future__ import annotations
 import _thread
 import asyncio
 import contextlib
+import contextvars
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from types import BuiltinFunctionType, CodeType
-from typing import Any
+from typing import Any, TypeVar
 
 
 def _handler_codes() -> set[CodeType]:
@@ -234,3 +236,19 @@ def new_condition() -> Any:
 def new_event() -> threading.Event:
     """A :class:`SafeEvent`, or threading's own Event (green threads, or the internals missing)."""
     return SafeEvent() if safe_waits() else threading.Event()
+
+
+_T = TypeVar("_T")
+
+
+@contextlib.contextmanager
+def set_within(var: contextvars.ContextVar[_T], value: _T) -> Iterator[None]:
+    """``var`` set to ``value`` inside the block. Set inside the try and restored by value, not by set()'s token: a
+    signal handler's exception can land right after set() returns, before any token is stored, and would leave the
+    value set for the thread's later calls."""
+    before = var.get()
+    try:
+        var.set(value)
+        yield
+    finally:
+        var.set(before)

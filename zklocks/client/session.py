@@ -368,7 +368,8 @@ class Session:
     def hand_over(self, node: str) -> bool:
         """Our hold through ``node`` ended cleanly and its delete was sent: our own waiters behind it hold now
         (successors.py), while this session can vouch for the hold: connected, on a lease not expired. Otherwise
-        they hold on the watch's event, as a waiter of another session does. True if one was woken."""
+        they hold on the watch's event, as a waiter of another session does. True if no other session waits for
+        this delete (Successors.released)."""
         if self.connected and not self.unresponsive and not self.lease_expired():
             return self.successors.released(node)
         return False

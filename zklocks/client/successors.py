@@ -18,21 +18,25 @@ class Successors:
     __slots__ = ("_by_node", "_lock")
 
     def __init__(self) -> None:
-        self._by_node: dict[str, list[Callable[[], None]]] = {}
+        # node -> (wake-up, whether that waiter is the node's only watcher) pairs
+        self._by_node: dict[str, list[tuple[Callable[[], None], bool]]] = {}
         # Re-entrant: a release may run in a finalizer (a dying generator's) on a thread already inside.
         self._lock = threading.RLock()
 
-    def watch(self, node: str, wake: Callable[[], None]) -> Callable[[], None]:
-        """Call ``wake`` when this session releases its hold through ``node``; the value stops that."""
+    def watch(self, node: str, wake: Callable[[], None], *, sole: bool) -> Callable[[], None]:
+        """Call ``wake`` when this session releases its hold through ``node``; the value stops that. ``sole``: the
+        waiter is the only contender that watches ``node`` (an exclusive one, right behind it; shared contenders of
+        any session may watch the same exclusive node)."""
+        entry = (wake, sole)
         with self._lock:
-            self._by_node.setdefault(node, []).append(wake)
+            self._by_node.setdefault(node, []).append(entry)
 
         def stop() -> None:
             with self._lock:
-                wakes = self._by_node.get(node)
-                if wakes is not None and wake in wakes:
-                    wakes.remove(wake)
-                    if not wakes:
+                entries = self._by_node.get(node)
+                if entries is not None and entry in entries:
+                    entries.remove(entry)
+                    if not entries:
                         del self._by_node[node]
 
         return stop
@@ -42,12 +46,12 @@ class Successors:
 
     def released(self, node: str) -> bool:
         """This session's hold through ``node`` ended cleanly and its delete was sent: wake who watched it. True
-        if anyone did."""
+        if one of them was its only watcher: no other session waits for this delete."""
         with self._lock:
-            wakes = self._by_node.pop(node, ())
-        for wake in wakes:
+            entries = self._by_node.pop(node, ())
+        for wake, _ in entries:
             wake()
-        return bool(wakes)
+        return any(sole for _, sole in entries)
 
     def clear(self) -> None:
         self._by_node = {}

@@ -14,7 +14,7 @@ import contextvars
 import copy
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Self, Unpack
 
 from kazoo.exceptions import KazooException
@@ -52,7 +52,7 @@ from .stopping import Stopper, lost_after_body, note_armed, note_disarmed
 # machine's CPU with that handoff (docs/design.md, "A contended release"). Short, so that a server that stopped
 # answering costs a release no more than this.
 CONTENDED_RELEASE_SETTLE = 0.1
-# Set while a failed acquire gives back what it took (_give_back): those releases do not wait.
+# Set while a failed acquire gives back what it took (no_settling): those releases do not wait.
 _giving_back: contextvars.ContextVar[bool] = contextvars.ContextVar("zklocks_giving_back", default=False)
 
 
@@ -60,9 +60,19 @@ def _settles(hold: Hold) -> bool:
     """Whether ``hold``'s release without ``wait`` waits for its answer: only a hold that queued behind another,
     released by a thread that may block (not an event loop's), on a session that is up and answering."""
     contender, session = hold.contender, hold.session
-    if not contender.waited or hold.lost or _giving_back.get() or interrupts.running_loop() is not None:
+    if not contender.waited or hold.lost or _giving_back.get():
+        return False
+    # An event loop's thread, or a thread releasing for an asyncio task or on commit (a pool's: it serves others)
+    if interrupts.running_loop() is not None or owners.acting_for_another():
         return False
     return session.connected and not session.unresponsive
+
+
+@contextlib.contextmanager
+def no_settling() -> Iterator[None]:
+    """Releases in the block do not wait for their answers: what a failed acquire gives back, whose error is due."""
+    with interrupts.set_within(_giving_back, True):
+        yield
 
 
 def settle_releases(*answers: Any) -> None:
@@ -236,8 +246,8 @@ class BaseHandle(Acquirable):
 
         The delete is sent without waiting for its answer: this session's later requests see it applied, and
         other clients see the node gone one round trip later. A hold that queued behind another waits for the
-        answer up to CONTENDED_RELEASE_SETTLE, except on an event loop or while the session is down or silent.
-        ``wait=True`` waits for the server's answer.
+        answer up to CONTENDED_RELEASE_SETTLE once released (docs/design.md, "A contended release waits for its
+        answer, briefly", says where it does not). ``wait=True`` waits for the server's answer.
 
         Ownership (docs/reference.md): the owner that acquired (a thread, or the asyncio task under ``async
         with``) releases. Work started from the holding task's context releases on its behalf: a new task of
@@ -400,13 +410,9 @@ class BaseHandle(Acquirable):
             return len(self._mine.get(current_owner(), ()))
 
     def _give_back(self, before: object) -> None:
-        # An acquire that failed gives back what it took without waiting for the answers: its error is due now.
-        token = _giving_back.set(True)
-        try:
+        with no_settling():
             while self._holds_now() > before:  # type: ignore[operator]
                 self.release()
-        finally:
-            _giving_back.reset(token)
 
     def __exit__(self, exc_type, exc, tb) -> None:
         # finally: a signal handler's exception raised in the disarm must not leave the hold taken (it would stay

@@ -15,7 +15,7 @@ from ..exceptions import LockOwnershipError
 from ..recipes.layout import Kind
 from .acquire_base import Acquirable
 from .async_bridge import run_off_loop
-from .base import settle_releases
+from .base import no_settling, settle_releases
 from .decorator import F
 from .locks import ZkLock
 from .on_commit import release_after_commit
@@ -169,10 +169,11 @@ class ZkMultiLock(Acquirable):
                     for lock, flag in reversed(list(zip(self.locks, settled, strict=True))):
                         release_after_commit(lock, self.release_on_commit, flag)
                 except BaseException:  # e.g. a signal handler's: the members not handed over are released now
-                    for lock, flag in zip(self.locks, settled or self._release_flags(), strict=True):
-                        if not flag[0]:
-                            with contextlib.suppress(Exception):  # the first exception is the one to see
-                                lock.release()
+                    with no_settling():  # without a wait in which another exception could cut the loop short
+                        for lock, flag in zip(self.locks, settled or self._release_flags(), strict=True):
+                            if not flag[0]:
+                                with contextlib.suppress(Exception):  # the first exception is the one to see
+                                    lock.release()
                     raise
             else:
                 done = None

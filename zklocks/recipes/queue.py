@@ -267,7 +267,8 @@ class Contender(OwnNode):
             stop_watching = None
             try:
                 if exclusive and ours:  # its holder's release may hand us the lock before ZooKeeper tells us
-                    stop_watching = session.successors.watch(path, on_handed)
+                    sole = layout_of(session).is_exclusive(self.marker)  # right behind it: its only watcher
+                    stop_watching = session.successors.watch(path, on_handed, sole=sole)
                 # A thread wakes at least every third of the lease, so that a silent loss of the session is
                 # noticed even if nothing wakes it; the session's keeper wakes every waiter at a loss.
                 check = session.timeout / 3 if deadline.cancel is None else 0.05

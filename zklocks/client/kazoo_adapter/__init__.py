@@ -77,8 +77,8 @@ PRIVATE: tuple[Private, ...] = (
             "never blocking (a full socket pair during an outage; zklocks' handler makes it non-blocking)",
             "a send that lets a signal handler's exception through (kazoo's _call swallows it) and never blocks", (
                 Check(SET_ON_SELF),)),
-    Private(_CONN, "_connection_routine", "a contended release that runs on the connection thread (a finalizer's) "
-            "does not wait there for its answer, which only that thread reads (recipes/node.py)",
+    Private(_CONN, "_connection_routine", "a contended release does not wait for its answer where answers are "
+            "read: on the connection thread (a finalizer's release), or anywhere on green threads (recipes/node.py)",
             "a public way to tell whether the calling thread is the connection thread", (
                 Check(SET_ON_SELF),)),
     Private(_CLIENT, "_connection", "the hooks on the connection are installed through it",
@@ -184,9 +184,9 @@ CONNECTION_THREAD: tuple[Callback, ...] = (
     Callback("client/kazoo_adapter/calls.py:Outcome", "ConnectionHandler._read_response (set, set_exception)",
              "runs the handlers below under a guard"),
     Callback("recipes/node.py:_release_answered", "calls.Outcome (a release's answer)",
-             "reads the answer; a refusal goes on as a failure"),
+             "reads the answer; a refusal goes on as a failure; sets a waiting release's event"),
     Callback("recipes/node.py:_release_failed", "calls.Outcome (a release's failure)",
-             "hands the failure to the worker thread"),
+             "hands the failure to the worker thread; sets a waiting release's event"),
     Callback("client/kazoo_adapter/wire.py:MultiRead", "ConnectionHandler._submit, _read_response",
              "(de)serializes only; a malformed answer raises as kazoo's own records do"),
     Callback("client/kazoolog.py:KazooLog", "kazoo's logging calls (logger=)",
