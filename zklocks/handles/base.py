@@ -52,15 +52,15 @@ from .stopping import Stopper, lost_after_body, note_armed, note_disarmed
 # machine's CPU with that handoff (docs/design.md, "A contended release"). Short, so that a server that stopped
 # answering costs a release no more than this.
 CONTENDED_RELEASE_SETTLE = 0.1
-# Set while a failed acquire gives back what it took (no_settling): those releases do not wait.
-_giving_back: contextvars.ContextVar[bool] = contextvars.ContextVar("zklocks_giving_back", default=False)
+# Set inside no_settling(): the releases of a give-back or of a task being stopped do not wait.
+_not_settling: contextvars.ContextVar[bool] = contextvars.ContextVar("zklocks_not_settling", default=False)
 
 
 def _settles(hold: Hold) -> bool:
     """Whether ``hold``'s release without ``wait`` waits for its answer: only a hold that queued behind another,
     released by a thread that may block (not an event loop's), on a session that is up and answering."""
     contender, session = hold.contender, hold.session
-    if not contender.waited or hold.lost or _giving_back.get():
+    if not contender.waited or hold.lost or _not_settling.get():
         return False
     # An event loop's thread, or a thread releasing for an asyncio task or on commit (a pool's: it serves others)
     if interrupts.running_loop() is not None or owners.acting_for_another():
@@ -70,8 +70,9 @@ def _settles(hold: Hold) -> bool:
 
 @contextlib.contextmanager
 def no_settling() -> Iterator[None]:
-    """Releases in the block do not wait for their answers: what a failed acquire gives back, whose error is due."""
-    with interrupts.set_within(_giving_back, True):
+    """Releases in the block do not wait for their answers: what a failed acquire gives back, whose error is due,
+    and what a task being stopped gives back."""
+    with interrupts.set_within(_not_settling, True):
         yield
 
 

@@ -184,7 +184,8 @@ class Contender(OwnNode):
         session = self.session
         client = session.client
         path = f"{self.parent}/{blocker}"
-        exclusive = _exclusive(layout_of(session), blocker)
+        layout = layout_of(session)
+        exclusive = _exclusive(layout, blocker)
         # Only the alias's identities may write the blocker: then a write is its holder's own word. Our alias's
         # ACL says so of our contenders' nodes; the blocker's own ACL says so of it (an interop contender with the
         # credential may have made its node open to anyone).
@@ -267,7 +268,7 @@ class Contender(OwnNode):
             stop_watching = None
             try:
                 if exclusive and ours:  # its holder's release may hand us the lock before ZooKeeper tells us
-                    sole = layout_of(session).is_exclusive(self.marker)  # right behind it: its only watcher
+                    sole = layout.is_exclusive(self.marker)  # right behind it: its only watcher
                     stop_watching = session.successors.watch(path, on_handed, sole=sole)
                 # A thread wakes at least every third of the lease, so that a silent loss of the session is
                 # noticed even if nothing wakes it; the session's keeper wakes every waiter at a loss.
