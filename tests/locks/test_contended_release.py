@@ -220,3 +220,22 @@ def test_a_handoff_tells_whether_the_released_node_had_any_other_watcher():
     assert successors.released("/l/b") is True
     assert successors.released("/l/b") is False  # each wake-up once
     assert woken == ["reader", "writer"] and len(successors) == 0
+
+
+def test_a_connection_dropped_during_the_wait_ends_it_and_the_delete_goes_through_later(linked):
+    """A process already holding, whose link is cut while its release waits: the failure ends the wait (within
+    the bound), and the delete is retried once the session is back, so the next contender holds."""
+    proxy, reader = linked
+    lock = contended_hold(linked, "cut", 0.5)
+    cut = threading.Timer(0.02, proxy.reset)
+    cut.start()
+    took = timed_release(lock)
+    cut.join()
+    proxy.latency = 0
+    print(f"released in {took:.3f}s")
+    assert took < CONTENDED_RELEASE_SETTLE + 0.2, took
+    assert not lock.is_held
+    wait_until(lambda: listed(reader, lock) == [], timeout=15)
+    other = zk_lock(lock.name)
+    assert other.acquire(timeout=10)
+    other.release()
