@@ -244,3 +244,46 @@ def test_a_cancelled_wait_in_a_thread_logs_nothing_as_never_retrieved(caplog):
     finally:
         holder.release()
     assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
+
+
+def test_a_contender_cancelled_while_its_listing_waits_for_the_one_in_flight_leaves_nothing_unread(zk_server, caplog):
+    """Coroutines of one session share listings, one in flight at a time: a contender that arrives while one is
+    answered joins the next. Cancelled there, and the session then closed, it leaves no future behind with an
+    error nobody reads: asyncio logs no "Future exception was never retrieved"."""
+    import gc
+    import logging
+
+    from tests.support.helpers import linked_alias
+    from zklocks.recipes import step_runner
+
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    with linked_alias(zk_server, "/async-unread-listing") as (proxy, _reader):
+        session = connections["default"].session()
+        holder = zk_lock("held")
+        assert holder.acquire()
+        proxy.latency = 0.3  # each listing is answered 0.3 s after it is sent
+
+        async def main():
+            first = asyncio.create_task(zk_lock("held", timeout=30).acquire_async())
+            await asyncio.sleep(0.1)
+            second = asyncio.create_task(zk_lock("held", timeout=30).acquire_async())
+            loop = asyncio.get_running_loop()
+
+            def second_waits_for_the_next_listing() -> bool:
+                listings = step_runner._open_batches.get(loop)
+                return listings is not None and any(key[0] is session for key in listings.open)
+
+            deadline = time.monotonic() + 10
+            while not second_waits_for_the_next_listing():
+                assert time.monotonic() < deadline, "the second contender never joined the next listing"
+                await asyncio.sleep(0.005)
+            second.cancel()
+            await asyncio.gather(second, return_exceptions=True)
+            await asyncio.sleep(0)  # the cancelled contender is gone from every future it awaited
+            await asyncio.to_thread(session.close)  # the listing in flight fails; the next batch meets a dead session
+            await asyncio.gather(first, return_exceptions=True)
+            await asyncio.sleep(0.1)
+
+        asyncio.run(main())
+        gc.collect()
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []

@@ -359,6 +359,10 @@ async def _listing(step: Listing) -> list[str]:
         result = await _answer_shared(future, step)
     except (ConnectionLoss, OperationTimeoutError):
         return await _request(lambda: children_of(step.session.client, step.parent), step.session, step.deadline)
+    finally:
+        # Cancelled, or given up: the batch skips a done future, so no error is set on it that nobody would read
+        # (asyncio logs those as never retrieved).
+        future.cancel()
     return result
 
 
