@@ -127,9 +127,14 @@ def main(argv: list[str] | None = None) -> int:
                 results["handoffs"][kind][n] = workloads.median(values)
             progress.step(n=3)
         results["waiters"] = []
+        # Written now as well: a run stopped in the waiter rows keeps every figure taken before them.
+        (out_dir / "bench.json").write_text(json.dumps(results, indent=2, default=str))
         for w in waiters:
             progress.set(f"{w} waiters")
-            results["waiters"].append(workloads.many_waiters(zk.hosts, zk.port, w))
+            try:
+                results["waiters"].append(workloads.many_waiters(zk.hosts, zk.port, w))
+            except workloads.RowFailed as exc:
+                results["waiters"].append({"waiters": w, "failed": str(exc)})
             progress.step()
         progress.set("inspect snapshot")
         results["extras"] = _extras(zk)
@@ -239,8 +244,9 @@ def report(r: dict) -> str:
         f"round trips waited per cycle               {q['zklocks']['waits']:10.2f} "
         f"{q['kazoo']['waits']:10.2f} {'':>10} {'':>9}   <= 2"
     )
-    if r["waiters"]:
-        big = r["waiters"][-1]
+    measured = [w for w in r["waiters"] if "failed" not in w]
+    if measured:
+        big = measured[-1]
         lines.append(
             f"waiters woken per release, {big['waiters']} waiters   "
             f"{big['notifications_per_release']:10.2f} {'':>10} {'':>10} {'':>9}   == 1"
@@ -262,6 +268,9 @@ def report(r: dict) -> str:
         "watches fired/release  max wakeups/waiter"
     )
     for w in r["waiters"]:
+        if "failed" in w:
+            lines.append(f"{w['waiters']:7d}  not measured: {w['failed']}")
+            continue
         lines.append(
             f"{w['waiters']:7d}  {w['first_handoff_ms']:16.2f}  {w['mean_handoff_ms']:15.2f}  "
             f"{w['packets_per_handoff']:15.2f}  {w['writes_per_handoff']:14.2f}  "
@@ -318,8 +327,9 @@ def markdown(r: dict) -> str:
             "<= 2",
         ),
     ]
-    if r["waiters"]:
-        big = r["waiters"][-1]
+    measured = [w for w in r["waiters"] if "failed" not in w]
+    if measured:
+        big = measured[-1]
         rows.append(
             (
                 f"waiters woken per release, {big['waiters']} waiters",
@@ -350,6 +360,8 @@ def markdown(r: dict) -> str:
         f"| {w['waiters']} | {w['first_handoff_ms']:.2f} | {w['mean_handoff_ms']:.2f} | "
         f"{w['packets_per_handoff']:.2f} | {w['writes_per_handoff']:.2f} | {w['notifications_per_release']:.2f} | "
         f"{w['watches_per_release']:.2f} | {w['max_wakeups_per_waiter']} |"
+        if "failed" not in w
+        else f"| {w['waiters']} | not measured: {w['failed']} | | | | | | |"
         for w in r["waiters"]
     ]
     for name, figures in r.get("extras", {}).items():

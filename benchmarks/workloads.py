@@ -5,6 +5,7 @@ Every comparison runs in one process against one server, in alternating rounds, 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import statistics
@@ -319,80 +320,103 @@ def handoffs(kind: str, hosts: str, processes: int, seconds: float) -> float:
 # -- many waiters: one release wakes one waiter --
 
 
-def _waiter_process(hosts: str, name: str, sessions: int, ready, go, done_times) -> None:
+class RowFailed(Exception):
+    """A benchmark row that could not be measured (its processes failed, or made no progress in time)."""
+
+
+# How long the 1,000-waiter row may go without progress before it is given up, and how fast sessions are opened: a
+# burst of a thousand handshakes on two cores can starve the server, the holder's session included.
+STALLED_AFTER = 120.0  # seconds
+SESSION_STARTS_PER_S = 100  # per waiter process
+
+
+def _waiter_process(hosts: str, name: str, sessions: int, done_times) -> None:
+    """``sessions`` threads, each with a session of its own, queue for lock ``name``; each reports when it holds
+    (the time and its wake-ups), or what stopped it."""
     configure_django(hosts, pool_size=sessions)
     from zklocks import zk_lock
 
     def wait_once():
-        lock = zk_lock(name)
-        with ready.get_lock():
-            ready.value += 1
-        lock.acquire()
-        done_times.put((time.monotonic(), lock._hold().contender.wakeups))
-        lock.release(wait=True)
+        try:
+            lock = zk_lock(name, timeout=STALLED_AFTER * 3)
+            lock.acquire()
+            done_times.put((time.monotonic(), lock._hold().contender.wakeups))
+            lock.release(wait=True)
+        except Exception as exc:  # reported to the row, which gives up at once
+            done_times.put(("failed", f"{type(exc).__name__}: {exc}"[:300]))
 
     threads = [threading.Thread(target=wait_once, daemon=True) for _ in range(sessions)]
     for t in threads:
         t.start()
-        time.sleep(0.002)
+        time.sleep(1 / SESSION_STARTS_PER_S)
     for t in threads:
-        t.join(600)
+        t.join(STALLED_AFTER * 4)
 
 
 def many_waiters(hosts: str, port: int, waiters: int, per_process: int = 250) -> dict:
-    """Queue ``waiters`` sessions behind one holder, release, and watch the queue drain."""
+    """Queue ``waiters`` sessions behind one holder, release, and watch the queue drain. RowFailed, within about
+    STALLED_AFTER seconds, if a waiter fails, the holder loses its lock, or the queue stops moving."""
+    import queue
+
     from zklocks import lock_path, zk_lock
 
     ctx = multiprocessing.get_context("spawn")
     name = f"bench:waiters:{waiters}"
     holder = zk_lock(name)
     holder.acquire()
-    ready = ctx.Value("q", 0)
     times = ctx.Queue()
     procs = []
     left = waiters
     while left > 0:
         n = min(per_process, left)
         left -= n
-        procs.append(ctx.Process(target=_waiter_process, args=(hosts, name, n, ready, None, times), daemon=True))
+        procs.append(ctx.Process(target=_waiter_process, args=(hosts, name, n, times), daemon=True))
     for p in procs:
         p.start()
     kz = kazoo_client(hosts)
-    path = lock_path(name)
-    deadline = time.monotonic() + 300
-    while len(kz.get_children(path)) < waiters + 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    # Every waiter has enqueued; let each set its watch.
-    while time.monotonic() < deadline:
-        watches = int(mntr(port).get("zk_watch_count", "0"))
-        if watches >= waiters:
-            break
-        time.sleep(0.1)
-    watches_before = int(mntr(port).get("zk_watch_count", "0"))
-    packets_before = int(mntr(port)["zk_packets_received"])
-    zxid_before = _zxid(port)
-    released = time.monotonic()
-    holder.release(wait=True)
-    # One release: exactly one watch fires (one-shot watches disappear when they fire).
-    first, wakeups = times.get(timeout=60)
-    stamps, wakes = [first], [wakeups]
-    for _ in range(waiters - 1):
-        stamp, wakeups = times.get(timeout=120)
-        stamps.append(stamp)
-        wakes.append(wakeups)
-    drained = max(stamps)
-    packets_after = int(mntr(port)["zk_packets_received"])
-    zxid_after = _zxid(port)
-    watches_after = int(mntr(port).get("zk_watch_count", "0"))
-    for p in procs:
-        p.join(30)
-        if p.is_alive():
-            p.kill()
-    kz.stop()
-    kz.close()
+    try:
+        path = lock_path(name)
+        _until(lambda: len(kz.get_children(path)) - 1, waiters, times, "waiters queued")
+        # Every waiter has enqueued; let each set its watch.
+        _until(lambda: int(mntr(port).get("zk_watch_count", "0")), waiters, times, "watches set")
+        try:
+            holder.ensure_held()
+        except Exception as exc:
+            raise RowFailed(f"the holder lost its lock while the queue filled: {exc}") from None
+        watches_before = int(mntr(port).get("zk_watch_count", "0"))
+        packets_before = int(mntr(port)["zk_packets_received"])
+        zxid_before = _zxid(port)
+        released = time.monotonic()
+        holder.release(wait=True)
+        # One release: exactly one watch fires (one-shot watches disappear when they fire).
+        stamps, wakes = [], []
+        for _ in range(waiters):
+            try:
+                stamp, wakeups = times.get(timeout=STALLED_AFTER)
+            except queue.Empty:
+                raise RowFailed(f"no handoff for {STALLED_AFTER:.0f} s after {len(stamps)} of {waiters}") from None
+            if stamp == "failed":
+                raise RowFailed(f"a waiter failed after {len(stamps)} handoffs: {wakeups}")
+            stamps.append(stamp)
+            wakes.append(wakeups)
+        drained = max(stamps)
+        packets_after = int(mntr(port)["zk_packets_received"])
+        zxid_after = _zxid(port)
+        watches_after = int(mntr(port).get("zk_watch_count", "0"))
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        kz.stop()
+        kz.close()
+        if holder._hold(strict=True) is not None:  # the row failed before the release: give the lock back, lost or not
+            with contextlib.suppress(Exception):
+                holder.release()
     return {
         "waiters": waiters,
-        "first_handoff_ms": (first - released) * 1000,
+        "first_handoff_ms": (stamps[0] - released) * 1000,
         "mean_handoff_ms": (drained - released) * 1000 / waiters,
         "watches_before": watches_before,
         "watches_after": watches_after,
@@ -404,6 +428,28 @@ def many_waiters(hosts: str, port: int, waiters: int, per_process: int = 250) ->
         "writes_per_handoff": (zxid_after - zxid_before) / waiters,
         "max_wakeups_per_waiter": max(wakes),
     }
+
+
+def _until(count: Callable[[], int], target: int, times, what: str) -> None:
+    """Wait until ``count()`` reaches ``target``; RowFailed once a waiter reports a failure, or once the count has
+    not grown for STALLED_AFTER seconds."""
+    import queue
+
+    best, moved = -1, time.monotonic()
+    while True:
+        now = count()
+        if now >= target:
+            return
+        if now > best:
+            best, moved = now, time.monotonic()
+        elif time.monotonic() - moved > STALLED_AFTER:
+            raise RowFailed(f"{what}: stuck at {now} of {target} for {STALLED_AFTER:.0f} s")
+        try:
+            _, failure = times.get_nowait()  # nothing is granted before the release: only failures come now
+        except queue.Empty:
+            time.sleep(0.1)
+            continue
+        raise RowFailed(f"{what}: {now} of {target}, and a waiter failed: {failure}")
 
 
 def _zxid(port: int) -> int:
