@@ -287,3 +287,34 @@ def test_a_contender_cancelled_while_its_listing_waits_for_the_one_in_flight_lea
         asyncio.run(main())
         gc.collect()
     assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []
+
+
+def test_a_release_whose_task_is_cancelled_meanwhile_leaves_its_error_read(caplog):
+    """A release runs in a thread of its own pool, shielded: the task may be cancelled while it runs. An error the
+    release then ends in (here a plain function's, in the release's place) is read all the same: asyncio logs no
+    "Future exception was never retrieved"."""
+    import gc
+    import logging
+
+    from zklocks.handles.async_bridge import run_off_loop
+
+    caplog.set_level(logging.ERROR, logger="asyncio")
+    finished = []
+
+    def slow_failing_release():
+        time.sleep(0.2)
+        finished.append(True)
+        raise RuntimeError("the release failed")
+
+    async def main():
+        task = asyncio.create_task(run_off_loop(slow_failing_release))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.to_thread(wait_until, lambda: finished, 5)
+        await asyncio.sleep(0.05)  # the thread's outcome reaches the loop's future
+
+    asyncio.run(main())
+    gc.collect()
+    assert finished  # the release ran to its end although the task was cancelled
+    assert [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()] == []

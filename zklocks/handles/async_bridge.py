@@ -56,7 +56,11 @@ async def run_off_loop(fn: Callable, *args: Any) -> Any:
     while its release waits for a thread stops waiting, and the release still runs (else the pool would drop it,
     and the lock would stay held by a task that is gone)."""
     loop = asyncio.get_running_loop()
-    return await asyncio.shield(loop.run_in_executor(_releaser(), owner_context().run, fn, *args))
+    release = loop.run_in_executor(_releaser(), owner_context().run, fn, *args)
+    # Read once done: a task cancelled meanwhile left the shield, and an error of the release (LockLost from
+    # __exit__, say) would otherwise be logged as never retrieved. The cancelled task has no one to tell.
+    release.add_done_callback(lambda f: f.cancelled() or f.exception())
+    return await asyncio.shield(release)
 
 
 def refuse_in_event_loop(handle) -> None:
