@@ -1,7 +1,7 @@
-import functools
+import asyncio
 import gc
-import inspect
 import logging
+import sys
 
 import pytest
 
@@ -28,27 +28,57 @@ class _UnreadErrors(logging.Handler):
             self.messages.append(record.getMessage())
 
 
-@functools.cache
-def _runs_event_loops(module) -> bool:
-    return "asyncio" in vars(module) or any(inspect.iscoroutinefunction(v) for v in vars(module).values())
+class _LoopsMade:
+    """How many asyncio event loops this process has made: a test that made one (itself, or through the code it
+    drives) gets a collection at its end. A full collection costs about 45 ms: the other tests go without."""
+
+    count = 0
+    _init = asyncio.BaseEventLoop.__init__
+
+    @classmethod
+    def install(cls) -> None:
+        def counted(loop, *args, **kwargs):
+            cls.count += 1
+            cls._init(loop, *args, **kwargs)
+
+        asyncio.BaseEventLoop.__init__ = counted
+
+
+_LoopsMade.install()
 
 
 @pytest.fixture(autouse=True)
 def _no_unread_async_errors(request):
-    """Fail the test in which asyncio reports an error never retrieved. In a module that runs event loops, a
-    collection at the end makes the report come now, in the test that left it, and not in whichever test next
-    collects the garbage (a full collection costs about 45 ms: the other modules' tests go without)."""
+    """Fail the test in which asyncio reports an error never retrieved. After a test that made an event loop, a
+    collection makes the report come now, in the test that left it, and not in whichever test next collects the
+    garbage."""
     handler = _UnreadErrors()
     logger = logging.getLogger("asyncio")
     logger.addHandler(handler)
+    loops_before = _LoopsMade.count
     try:
         yield
-        if _runs_event_loops(request.module):
+        if _LoopsMade.count != loops_before:
+            failed = getattr(request.node, "rep_call", None)
+            if failed is not None and failed.failed:
+                # pytest keeps a failed test's traceback (sys.last_*), and with it the test's frames and futures:
+                # let them go now, or the next test would collect them and be blamed.
+                for name in ("last_exc", "last_type", "last_value", "last_traceback"):
+                    if hasattr(sys, name):
+                        setattr(sys, name, None)
             gc.collect()
     finally:
         logger.removeHandler(handler)
     if handler.messages:
         pytest.fail(f"asyncio reported errors never retrieved: {handler.messages[:3]}", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.when == "call":
+        item.rep_call = report  # for the fixtures' teardown: whether the test itself failed
+    return report
 
 
 def pytest_addoption(parser):
