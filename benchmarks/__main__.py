@@ -244,13 +244,11 @@ def report(r: dict) -> str:
         f"round trips waited per cycle               {q['zklocks']['waits']:10.2f} "
         f"{q['kazoo']['waits']:10.2f} {'':>10} {'':>9}   <= 2"
     )
-    measured = [w for w in r["waiters"] if "failed" not in w]
-    if measured:
-        big = measured[-1]
-        lines.append(
-            f"waiters woken per release, {big['waiters']} waiters   "
-            f"{big['notifications_per_release']:10.2f} {'':>10} {'':>10} {'':>9}   == 1"
-        )
+    if r["waiters"]:
+        big = r["waiters"][-1]
+        woken = "not measured" if "failed" in big else f"{big['notifications_per_release']:.2f}"
+        label = f"waiters woken per release, {big['waiters']} waiters"
+        lines.append(f"{label:<43}{woken:>10} {'':>10} {'':>10} {'':>9}   == 1")
     for name, figures in r.get("extras", {}).items():
         lines.append(f"{name}: {figures}")
     lines.append("")
@@ -278,6 +276,11 @@ def report(r: dict) -> str:
             f"{w['max_wakeups_per_waiter']:18d}"
         )
     return "\n".join(lines)
+
+
+def _cell(text: str) -> str:
+    """Text that stays in its Markdown table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
 
 
 def markdown(r: dict) -> str:
@@ -327,13 +330,12 @@ def markdown(r: dict) -> str:
             "<= 2",
         ),
     ]
-    measured = [w for w in r["waiters"] if "failed" not in w]
-    if measured:
-        big = measured[-1]
+    if r["waiters"]:
+        big = r["waiters"][-1]
         rows.append(
             (
                 f"waiters woken per release, {big['waiters']} waiters",
-                f"{big['notifications_per_release']:.2f}",
+                "not measured" if "failed" in big else f"{big['notifications_per_release']:.2f}",
                 "",
                 "",
                 "",
@@ -361,7 +363,7 @@ def markdown(r: dict) -> str:
         f"{w['packets_per_handoff']:.2f} | {w['writes_per_handoff']:.2f} | {w['notifications_per_release']:.2f} | "
         f"{w['watches_per_release']:.2f} | {w['max_wakeups_per_waiter']} |"
         if "failed" not in w
-        else f"| {w['waiters']} | not measured: {w['failed']} | | | | | | |"
+        else f"| {w['waiters']} | not measured: {_cell(w['failed'])} | | | | | | |"
         for w in r["waiters"]
     ]
     for name, figures in r.get("extras", {}).items():

@@ -355,68 +355,84 @@ def _waiter_process(hosts: str, name: str, sessions: int, done_times) -> None:
 
 def many_waiters(hosts: str, port: int, waiters: int, per_process: int = 250) -> dict:
     """Queue ``waiters`` sessions behind one holder, release, and watch the queue drain. RowFailed, within about
-    STALLED_AFTER seconds, if a waiter fails, the holder loses its lock, or the queue stops moving."""
-    import queue
-
-    from zklocks import lock_path, zk_lock
+    STALLED_AFTER seconds, if a waiter fails, the holder loses its lock, the server stops answering or the queue
+    stops moving; the waiter processes are then killed."""
+    from zklocks import zk_lock
 
     ctx = multiprocessing.get_context("spawn")
-    name = f"bench:waiters:{waiters}"
-    holder = zk_lock(name)
+    holder = zk_lock(f"bench:waiters:{waiters}")
     holder.acquire()
     times = ctx.Queue()
-    procs = []
-    left = waiters
-    while left > 0:
-        n = min(per_process, left)
-        left -= n
-        procs.append(ctx.Process(target=_waiter_process, args=(hosts, name, n, times), daemon=True))
-    for p in procs:
-        p.start()
-    kz = kazoo_client(hosts)
+    procs: list = []
+    kz = None
+    ended = False
     try:
-        path = lock_path(name)
-        _until(lambda: len(kz.get_children(path)) - 1, waiters, times, "waiters queued")
-        # Every waiter has enqueued; let each set its watch.
-        _until(lambda: int(mntr(port).get("zk_watch_count", "0")), waiters, times, "watches set")
-        try:
-            holder.ensure_held()
-        except Exception as exc:
-            raise RowFailed(f"the holder lost its lock while the queue filled: {exc}") from None
-        watches_before = int(mntr(port).get("zk_watch_count", "0"))
-        packets_before = int(mntr(port)["zk_packets_received"])
-        zxid_before = _zxid(port)
-        released = time.monotonic()
-        holder.release(wait=True)
-        # One release: exactly one watch fires (one-shot watches disappear when they fire).
-        stamps, wakes = [], []
-        for _ in range(waiters):
-            try:
-                stamp, wakeups = times.get(timeout=STALLED_AFTER)
-            except queue.Empty:
-                raise RowFailed(f"no handoff for {STALLED_AFTER:.0f} s after {len(stamps)} of {waiters}") from None
-            if stamp == "failed":
-                raise RowFailed(f"a waiter failed after {len(stamps)} handoffs: {wakeups}")
-            stamps.append(stamp)
-            wakes.append(wakeups)
-        drained = max(stamps)
-        packets_after = int(mntr(port)["zk_packets_received"])
-        zxid_after = _zxid(port)
-        watches_after = int(mntr(port).get("zk_watch_count", "0"))
+        kz = kazoo_client(hosts)
+        left = waiters
+        while left > 0:
+            n = min(per_process, left)
+            left -= n
+            procs.append(ctx.Process(target=_waiter_process, args=(hosts, holder.name, n, times), daemon=True))
+        for p in procs:
+            p.start()
+        figures = _drain(holder, kz, port, waiters, times)
+        ended = True
+        return figures
+    except RowFailed:
+        raise
+    except Exception as exc:  # a starved server: a read, a four-letter word or the release failed
+        raise RowFailed(f"{type(exc).__name__}: {exc}") from exc
     finally:
         for p in procs:
-            p.join(30)
+            if ended:
+                p.join(30)
             if p.is_alive():
                 p.kill()
-                p.join()
-        kz.stop()
-        kz.close()
-        if holder._hold(strict=True) is not None:  # the row failed before the release: give the lock back, lost or not
+            p.join()
+        if kz is not None:
+            kz.stop()
+            kz.close()
+        if holder._hold(strict=True) is not None:  # the row failed before the release: give the lock back
             with contextlib.suppress(Exception):
                 holder.release()
+
+
+def _drain(holder, kz: KazooClient, port: int, waiters: int, times) -> dict:
+    import queue
+
+    path = holder.path
+    _until(lambda: len(kz.get_children(path)) - 1, waiters, times, "waiters queued")
+    # Every waiter has enqueued; let each set its watch.
+    _until(lambda: int(mntr(port).get("zk_watch_count", "0")), waiters, times, "watches set")
+    try:
+        holder.ensure_held()
+    except Exception as exc:
+        raise RowFailed(f"the holder lost its lock while the queue filled: {exc}") from None
+    watches_before = int(mntr(port).get("zk_watch_count", "0"))
+    packets_before = int(mntr(port)["zk_packets_received"])
+    zxid_before = _zxid(port)
+    released = time.monotonic()
+    holder.release(wait=True)
+    # One release: exactly one watch fires (one-shot watches disappear when they fire).
+    stamps, wakes = [], []
+    for _ in range(waiters):
+        try:
+            stamp, wakeups = times.get(timeout=STALLED_AFTER)
+        except queue.Empty:
+            raise RowFailed(f"no handoff for {STALLED_AFTER:.0f} s after {len(stamps)} of {waiters}") from None
+        if stamp == "failed":
+            raise RowFailed(f"a waiter failed after {len(stamps)} handoffs: {wakeups}")
+        if stamp < released:
+            raise RowFailed("a waiter held before the release: the holder had lost its lock")
+        stamps.append(stamp)
+        wakes.append(wakeups)
+    drained = max(stamps)
+    packets_after = int(mntr(port)["zk_packets_received"])
+    zxid_after = _zxid(port)
+    watches_after = int(mntr(port).get("zk_watch_count", "0"))
     return {
         "waiters": waiters,
-        "first_handoff_ms": (stamps[0] - released) * 1000,
+        "first_handoff_ms": (min(stamps) - released) * 1000,
         "mean_handoff_ms": (drained - released) * 1000 / waiters,
         "watches_before": watches_before,
         "watches_after": watches_after,
@@ -431,8 +447,8 @@ def many_waiters(hosts: str, port: int, waiters: int, per_process: int = 250) ->
 
 
 def _until(count: Callable[[], int], target: int, times, what: str) -> None:
-    """Wait until ``count()`` reaches ``target``; RowFailed once a waiter reports a failure, or once the count has
-    not grown for STALLED_AFTER seconds."""
+    """Wait until ``count()`` reaches ``target``; RowFailed once a waiter reports, or once the count has not grown
+    for STALLED_AFTER seconds."""
     import queue
 
     best, moved = -1, time.monotonic()
@@ -445,11 +461,13 @@ def _until(count: Callable[[], int], target: int, times, what: str) -> None:
         elif time.monotonic() - moved > STALLED_AFTER:
             raise RowFailed(f"{what}: stuck at {now} of {target} for {STALLED_AFTER:.0f} s")
         try:
-            _, failure = times.get_nowait()  # nothing is granted before the release: only failures come now
+            stamp, detail = times.get_nowait()
         except queue.Empty:
             time.sleep(0.1)
             continue
-        raise RowFailed(f"{what}: {now} of {target}, and a waiter failed: {failure}")
+        if stamp == "failed":
+            raise RowFailed(f"{what}: {now} of {target}, and a waiter failed: {detail}")
+        raise RowFailed(f"{what}: a waiter held before the release: the holder had lost its lock")
 
 
 def _zxid(port: int) -> int:
